@@ -1,0 +1,117 @@
+"""The library entry point: load a target once, run stages, judge, return a RunResult.
+
+    from objdebug import api
+    result = api.run(api.load_config("objdebug.toml"), stages=["align"])
+    result.exit_code  # 0 pass, 1 a check failed
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from objdebug import runtime
+from objdebug.config import Config, load_config  # noqa: F401  (re-exported)
+from objdebug.context import Context
+from objdebug.engine import Engine
+from objdebug.errors import EXIT_CHECK_FAILED, EXIT_OK
+from objdebug.findings import CheckResult, Verdict
+from objdebug.profile import Profile, code_selected, load_profile
+from objdebug.progress import Progress
+from objdebug.stages import STAGES, stage_checks
+from objdebug.target import load_target
+
+SCHEMA_VERSION = 1
+
+
+@dataclass
+class RunResult:
+    config: Config
+    profile: Profile
+    stages: list[str]
+    results: list[CheckResult] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+    compiles: dict[str, Any] = field(default_factory=dict)
+    target: dict[str, Any] = field(default_factory=dict)
+    versions: dict[str, str] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)
+    created: str = ""
+    strict: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)  # e.g. baseline comparison, figure paths
+
+    @property
+    def findings(self):
+        return [f for r in self.results for f in r.findings]
+
+    def counts(self) -> dict[str, int]:
+        out = {v.value: 0 for v in Verdict}
+        for f in self.findings:
+            out[f.verdict.value] += 1
+        return out
+
+    @property
+    def exit_code(self) -> int:
+        verdicts = {f.verdict for f in self.findings}
+        if Verdict.FAIL in verdicts:
+            return EXIT_CHECK_FAILED
+        if Verdict.ERROR in verdicts and self.profile.error_fails:
+            return EXIT_CHECK_FAILED
+        if Verdict.WARN in verdicts and (self.strict or self.profile.fail_on_warn):
+            return EXIT_CHECK_FAILED
+        return EXIT_OK
+
+    @property
+    def passed(self) -> bool:
+        return self.exit_code == EXIT_OK
+
+
+def resolve_stages(cfg: Config, profile: Profile, stages: list[str] | None) -> list[str]:
+    chosen = stages or cfg.run.stages or profile.stages or list(STAGES)
+    for s in chosen:
+        if s not in STAGES:
+            from objdebug.errors import InputError
+
+            raise InputError(f"For '--stages', each stage must be in {list(STAGES)}, but got '{s}'.")
+    return [s for s in STAGES if s in chosen]  # always pipeline order
+
+
+def run(cfg: Config, *, stages: list[str] | None = None, profile: Profile | str | None = None,
+        options: dict[str, Any] | None = None, out_dir: str | None = None, strict: bool = False,
+        select: list[str] | None = None, ignore: list[str] | None = None, debug: bool = False,
+        progress: Progress | None = None) -> RunResult:
+    """Run `stages` on the target described by `cfg`; never raises for a failing check."""
+    if not isinstance(profile, Profile):
+        profile = load_profile(profile or cfg.run.profile)
+    chosen = resolve_stages(cfg, profile, stages)
+    select = list(profile.data.get("select", [])) + list(cfg.run.select) + list(select or [])
+    ignore = list(profile.data.get("ignore", [])) + list(cfg.run.ignore) + list(ignore or [])
+    progress = progress or Progress(enabled=False)
+    result = RunResult(config=cfg, profile=profile, stages=chosen, options=dict(options or {}),
+                       versions=runtime.versions(), strict=strict,
+                       created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
+    t0 = time.perf_counter()
+    runtime.setup(cfg.run.device, cfg.run.mode, cfg.run.seed)
+    with runtime.scratch_dir():
+        t = time.perf_counter()
+        target = load_target(cfg)
+        result.timings["load"] = time.perf_counter() - t
+        result.target = target.describe()
+        engine = Engine(target, batch_size=profile.section("engine").get("batch_size", 8),
+                        progress=progress)
+        ctx = Context(config=cfg, target=target, engine=engine, profile=profile,
+                      options=dict(options or {}), out_dir=out_dir, debug=debug)
+        for stage in chosen:
+            engine.stage = stage
+            t = time.perf_counter()
+            thresholds = profile.section(stage)
+            for check in stage_checks(stage):
+                res = check.run(ctx, thresholds)
+                res.findings = [f for f in res.findings if code_selected(f.code, select, ignore)]
+                result.results.append(res)
+            result.timings[stage] = time.perf_counter() - t
+        result.extra.update(ctx.cache.get("report_extra", {}))
+    result.timings["total"] = time.perf_counter() - t0
+    result.compiles = engine.compiles.to_dict()
+    return result

@@ -1,0 +1,183 @@
+"""Data files, tokenization and label building.
+
+A sample is a prompt and a response. Its `input_ids` are prompt + response; its labels carry the
+token to predict on response positions and `label_pad_id` everywhere else (prompt, the last
+position, padding) — exactly what a user's data pipeline writes, so the user's own objective
+decides what is scored.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from objdebug.errors import InputError
+
+BUCKETS = (32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+
+
+# --------------------------------------------------------------------------- tokenizers
+class BytesTokenizer:
+    """UTF-8 bytes as token ids (vocab 256). Built in, needs nothing."""
+
+    name = "bytes"
+    vocab_size = 256
+
+    def encode(self, text: str) -> list[int]:
+        return list(text.encode("utf-8"))
+
+    def decode(self, ids: list[int]) -> str:
+        return bytes(i for i in ids if 0 <= i < 256).decode("utf-8", errors="replace")
+
+
+class HFTokenizer:
+    """A local `tokenizer.json` through the `tokenizers` package (optional extra)."""
+
+    def __init__(self, path: str):
+        try:
+            from tokenizers import Tokenizer
+        except ImportError:
+            raise InputError("For 'data.tokenizer', a tokenizer.json needs the 'tokenizers' package: "
+                             "pip install 'objdebug[tokenizers]'") from None
+        if not Path(path).is_file():
+            raise InputError("For 'data.tokenizer', file not found", source=path)
+        try:
+            self._tok = Tokenizer.from_file(path)
+        except Exception as exc:
+            raise InputError(f"For 'data.tokenizer', cannot load: {exc}", source=path) from None
+        self.name = path
+        self.vocab_size = self._tok.get_vocab_size()
+
+    def encode(self, text: str) -> list[int]:
+        return self._tok.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids: list[int]) -> str:
+        return self._tok.decode(ids)
+
+
+def make_tokenizer(spec: str, base_dir: str = "."):
+    if spec == "bytes":
+        return BytesTokenizer()
+    path = Path(spec)
+    if not path.is_absolute():
+        path = Path(base_dir) / path
+    return HFTokenizer(str(path))
+
+
+# --------------------------------------------------------------------------- JSONL
+def read_jsonl(path: str | None, what: str) -> list[tuple[int, dict[str, Any]]]:
+    """Rows with their 1-based line numbers; a line that is not a JSON object names file and line."""
+    if not path:
+        raise InputError(f"For 'data.{what}', no file is configured; set it in the config or "
+                         f"with --set data.{what}=PATH")
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"For 'data.{what}', file not found", source=str(p))
+    rows = []
+    with open(p, encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise InputError(f"not valid JSON: {exc.msg} (column {exc.colno})",
+                                 source=str(p), line=lineno) from None
+            if not isinstance(row, dict):
+                raise InputError(f"each line must be a JSON object, but got {type(row).__name__}",
+                                 source=str(p), line=lineno)
+            rows.append((lineno, row))
+    if not rows:
+        raise InputError(f"For 'data.{what}', the file has no rows", source=str(p))
+    return rows
+
+
+@dataclass
+class Encoder:
+    """Turns text or id lists from data rows into token ids, validating the vocabulary."""
+
+    tokenizer: Any
+    vocab_size: int
+    source: str = ""
+
+    def field(self, row: dict, name: str, lineno: int, required: bool = True) -> list[int] | None:
+        """Row field `name` (text) or `name_ids` (list of ints) -> token ids."""
+        if f"{name}_ids" in row:
+            ids = row[f"{name}_ids"]
+            if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool)
+                                                    for i in ids):
+                raise InputError(f"field '{name}_ids' must be a list of integers", source=self.source,
+                                 line=lineno)
+        elif name in row:
+            text = row[name]
+            if not isinstance(text, str):
+                raise InputError(f"field '{name}' must be a string, but got {type(text).__name__}",
+                                 source=self.source, line=lineno)
+            ids = self.tokenizer.encode(text)
+        elif required:
+            raise InputError(f"missing field '{name}' (or '{name}_ids')", source=self.source, line=lineno)
+        else:
+            return None
+        bad = [i for i in ids if i < 0 or i >= self.vocab_size]
+        if bad:
+            raise InputError(f"field '{name}' has token id {bad[0]} outside the vocabulary "
+                             f"[0, {self.vocab_size})", source=self.source, line=lineno)
+        return list(ids)
+
+
+# --------------------------------------------------------------------------- samples
+@dataclass
+class Sample:
+    """One prompt + response, with the ids that the user's objective will see."""
+
+    id: str
+    prompt: list[int]
+    response: list[int]
+    kind: str = ""          # good / medium / bad / response / synthetic-...
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def length(self) -> int:
+        return len(self.prompt) + len(self.response)
+
+
+def build_labels(prompt: list[int], response: list[int], label_pad_id: int, shift: bool) -> np.ndarray:
+    """Labels for prompt+response: the response tokens to predict, label_pad_id elsewhere."""
+    ids = prompt + response
+    labels = np.full(len(ids), label_pad_id, dtype=np.int64)
+    p = len(prompt)
+    if shift:  # position t predicts token t+1
+        for t in range(max(p - 1, 0), len(ids) - 1):
+            labels[t] = ids[t + 1]
+    else:      # the model shifts itself: position t carries token t
+        labels[p:] = ids[p:]
+    return labels
+
+
+def scored_positions(n_prompt: int, n_response: int, shift: bool) -> int:
+    return n_response - (1 if shift and n_prompt == 0 else 0)
+
+
+def bucket_length(n: int, buckets: tuple[int, ...] = BUCKETS) -> int:
+    for b in buckets:
+        if n <= b:
+            return b
+    return n
+
+
+def pack(samples: list[Sample], length: int, pad_id: int, label_pad_id: int, shift: bool,
+         extra_pad: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Right-pad samples to `length` -> (input_ids int32[B, T], labels int32[B, T])."""
+    ids = np.full((len(samples), length), pad_id, dtype=np.int32)
+    labels = np.full((len(samples), length), label_pad_id, dtype=np.int32)
+    for i, s in enumerate(samples):
+        seq = s.prompt + s.response
+        if len(seq) + extra_pad > length:
+            raise ValueError(f"sample {s.id} ({len(seq)} tokens) does not fit length {length}")
+        ids[i, :len(seq)] = seq
+        labels[i, :len(seq)] = build_labels(s.prompt, s.response, label_pad_id, shift)
+    return ids, labels

@@ -1,0 +1,133 @@
+"""Loaded data shared by all stages, cached per run on the Context.
+
+- `encoder(ctx)`: tokenizer checked against the model's vocabulary.
+- `align_rows(ctx)`: data.align rows with good / medium / bad Samples (or synthesized ones).
+- `score_rows(ctx)`: data.scores rows with a response Sample and human scores.
+- `text_samples(ctx, n)`: ordinary (good / reference) samples for gradient and stress stages.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from objdebug.context import Context
+from objdebug.data import Encoder, Sample, make_tokenizer, read_jsonl
+from objdebug.errors import InputError
+
+KINDS = ("good", "medium", "bad")
+
+
+def encoder(ctx: Context) -> Encoder:
+    """The tokenizer checked against the model's vocabulary (shared by all stages)."""
+    def build() -> Encoder:
+        cfg = ctx.config.data
+        tok = make_tokenizer(cfg.tokenizer, ctx.config.base_dir)
+        vocab = ctx.engine.vocab_size() or tok.vocab_size
+        if tok.vocab_size > vocab:
+            raise InputError(f"vocabulary mismatch: tokenizer '{tok.name}' has {tok.vocab_size} "
+                             f"tokens but the model's logits have {vocab}", source=ctx.config.source)
+        if not 0 <= cfg.pad_id < vocab:
+            raise InputError(f"For 'data.pad_id', the value must be in [0, {vocab}), but got "
+                             f"{cfg.pad_id}.", source=ctx.config.source)
+        return Encoder(tokenizer=tok, vocab_size=vocab)
+    return ctx.cached("encoder", build)
+
+
+def _synthesize(good: list[int], kind: str, rng: np.random.Generator, vocab: int, pad_id: int) -> list[int]:
+    if kind == "shuffled":
+        out = list(good)
+        rng.shuffle(out)
+        return out
+    if kind == "random":
+        choices = np.array([i for i in range(vocab) if i != pad_id])
+        return [int(i) for i in rng.choice(choices, size=len(good))]
+    if kind == "repeat":
+        return [good[0]] * len(good)
+    raise ValueError(kind)
+
+
+def align_rows(ctx: Context) -> list[dict[str, Any]]:
+    """Rows of {id, line, samples: {kind: Sample}, synthetic: [kinds]} from data.align."""
+    def build() -> list[dict[str, Any]]:
+        enc = encoder(ctx)
+        path = ctx.config.data.align
+        enc.source = str(path)
+        synthesize = bool(ctx.option("synthesize", False))
+        rng = np.random.default_rng(ctx.profile.section("align").get("seed", 0))
+        rows, seen = [], set()
+        for lineno, raw in read_jsonl(path, "align"):
+            rid = str(raw.get("id", f"line{lineno}"))
+            if rid in seen:
+                raise InputError(f"duplicate id '{rid}'", source=str(path), line=lineno)
+            seen.add(rid)
+            prompt = enc.field(raw, "prompt", lineno)
+            answers = {k: enc.field(raw, k, lineno, required=(k == "good")) for k in KINDS}
+            if not answers["good"]:
+                raise InputError("field 'good' is empty", source=str(path), line=lineno)
+            synthetic = []
+            if answers["bad"] is None and answers["medium"] is None:
+                if not synthesize:
+                    raise InputError("row has only 'good'; add 'bad' (and 'medium') answers or pass "
+                                     "--synthesize to generate counterparts", source=str(path), line=lineno)
+                for kind, how in (("medium", "shuffled"), ("bad", "random"), ("repeat", "repeat")):
+                    answers[kind] = _synthesize(answers["good"], how, rng, enc.vocab_size,
+                                                ctx.config.data.pad_id)
+                    synthetic.append(f"{kind}={how}")
+            elif answers["bad"] is None:
+                raise InputError("row has 'medium' but no 'bad' answer", source=str(path), line=lineno)
+            samples = {k: Sample(id=rid, prompt=prompt, response=v, kind=k)
+                       for k, v in answers.items() if v is not None}
+            rows.append({"id": rid, "line": lineno, "samples": samples, "synthetic": synthetic})
+        return rows
+    return ctx.cached("align.rows", build)
+
+
+def score_rows(ctx: Context) -> list[dict[str, Any]]:
+    """Rows of {id, line, sample, score, aspects: {name: score}} from data.scores.
+
+    A row has `response` (or `response_ids`), optional `prompt`, a numeric `score`, and optionally
+    `scores`: {aspect: number} for per-aspect human ratings.
+    """
+    def build() -> list[dict[str, Any]]:
+        enc = encoder(ctx)
+        path = ctx.config.data.scores
+        enc.source = str(path)
+        rows, seen = [], set()
+        for lineno, raw in read_jsonl(path, "scores"):
+            rid = str(raw.get("id", f"line{lineno}"))
+            if rid in seen:
+                raise InputError(f"duplicate id '{rid}'", source=str(path), line=lineno)
+            seen.add(rid)
+            prompt = enc.field(raw, "prompt", lineno, required=False) or []
+            response = enc.field(raw, "response", lineno)
+            if not response:
+                raise InputError("field 'response' is empty", source=str(path), line=lineno)
+            score = raw.get("score")
+            if isinstance(score, bool) or not isinstance(score, (int, float)):
+                raise InputError(f"field 'score' must be a number, but got {score!r}", source=str(path),
+                                 line=lineno)
+            aspects = raw.get("scores", {})
+            if not isinstance(aspects, dict) or not all(
+                    isinstance(v, (int, float)) and not isinstance(v, bool) for v in aspects.values()):
+                raise InputError("field 'scores' must be an object of numbers", source=str(path),
+                                 line=lineno)
+            rows.append({"id": rid, "line": lineno, "score": float(score),
+                         "aspects": {str(k): float(v) for k, v in aspects.items()},
+                         "sample": Sample(id=rid, prompt=prompt, response=response, kind="response")})
+        return rows
+    return ctx.cached("scores.rows", build)
+
+
+def text_samples(ctx: Context, n: int | None = None) -> list[Sample]:
+    """Ordinary samples from the target's data: align 'good' answers, then scored responses."""
+    out: list[Sample] = []
+    if ctx.config.data.align:
+        out += [r["samples"]["good"] for r in align_rows(ctx)]
+    if ctx.config.data.scores:
+        out += [r["sample"] for r in score_rows(ctx)]
+    if not out:
+        raise InputError("the target has no data: set data.align or data.scores",
+                         source=ctx.config.source)
+    return out[:n] if n else out

@@ -1,0 +1,189 @@
+"""Runs the user's objective for real and keeps compiled graphs for reuse.
+
+MindSpore compiles a graph per Cell instance and input shape. The engine therefore holds one Cell
+per kind of computation (per-sample loss, logits, gradients, ...), pads inputs to a few length
+buckets with a fixed batch size, and records every first call of a (graph, shape) pair as a
+compile with its time, per stage. Stages share one Engine, so no stage recompiles what another
+stage already built.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from objdebug.data import Sample, bucket_length, pack
+from objdebug.progress import Progress
+from objdebug.target import Target
+
+
+@dataclass
+class CompileRecord:
+    graph: str
+    shapes: str
+    seconds: float  # first call: compile + one run
+    stage: str
+
+
+@dataclass
+class CompileLog:
+    records: list[CompileRecord] = field(default_factory=list)
+
+    @property
+    def count(self) -> int:
+        return len(self.records)
+
+    @property
+    def seconds(self) -> float:
+        return float(sum(r.seconds for r in self.records))
+
+    def by_stage(self) -> dict[str, dict[str, float]]:
+        out: dict[str, dict[str, float]] = {}
+        for r in self.records:
+            s = out.setdefault(r.stage, {"count": 0, "seconds": 0.0})
+            s["count"] += 1
+            s["seconds"] += r.seconds
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"count": self.count, "seconds": round(self.seconds, 3), "by_stage": self.by_stage(),
+                "graphs": [asdict(r) for r in self.records]}
+
+
+def _build_per_sample_cell(target: Target, batch: int, n_out: int):
+    """A Cell returning float32[B, n_out]: the user's objective called once per sample."""
+    import mindspore as ms
+    from mindspore import nn, ops
+
+    call = target.config.objective.call
+
+    class PerSampleObjective(nn.Cell):
+        def __init__(self, model, objective):
+            super().__init__(auto_prefix=False)  # keep the user's parameter names
+            self.model = model
+            self.objective = objective
+            self.batch = batch
+            self.split = model is not None
+            self.flat = call == "flat"
+
+        def construct(self, input_ids, labels):
+            outs = []
+            if self.split:
+                logits = self.model(input_ids)
+            for b in range(self.batch):
+                if self.split:
+                    if self.flat:
+                        r = self.objective(logits[b], labels[b])
+                    else:
+                        r = self.objective(logits[b:b + 1], labels[b:b + 1])
+                else:
+                    r = self.objective(input_ids[b:b + 1], labels[b:b + 1])
+                if isinstance(r, tuple):
+                    outs.append(ops.stack([ops.cast(ops.reshape(x, ()), ms.float32) for x in r]))
+                else:
+                    outs.append(ops.reshape(ops.cast(r, ms.float32), (1,)))
+            return ops.stack(outs)
+
+    return PerSampleObjective(target.model, target.objective)
+
+
+class Engine:
+    """Compiled, reusable evaluation of one target."""
+
+    def __init__(self, target: Target, batch_size: int = 8, buckets: Sequence[int] | None = None,
+                 progress: Progress | None = None):
+        self.target = target
+        self.batch_size = int(batch_size)
+        self.buckets = tuple(buckets) if buckets else None
+        self.compiles = CompileLog()
+        self.stage = "setup"
+        self.progress = progress or Progress(enabled=False)
+        self._cells: dict[str, Any] = {}
+        self._seen: set[tuple[str, str]] = set()
+        self._vocab: int | None = target.config.data.vocab_size
+
+    # ------------------------------------------------------------------ plumbing
+    def cell(self, name: str, builder: Callable[[], Any]) -> Any:
+        """The cached Cell `name`, built once per engine."""
+        if name not in self._cells:
+            self._cells[name] = builder()
+        return self._cells[name]
+
+    def call(self, name: str, fn: Callable, *args: Any) -> Any:
+        """Call a compiled function; the first call per (name, input shapes) is logged as a compile."""
+        sig = ",".join(f"{getattr(a, 'dtype', type(a).__name__)}{list(getattr(a, 'shape', ()))}"
+                       for a in args)
+        key = (name, sig)
+        if key in self._seen:
+            return fn(*args)
+        start = time.perf_counter()
+        out = fn(*args)
+        self._seen.add(key)
+        self.compiles.records.append(CompileRecord(name, sig, time.perf_counter() - start, self.stage))
+        return out
+
+    def bucket(self, n: int) -> int:
+        return bucket_length(n, self.buckets) if self.buckets else bucket_length(n)
+
+    # ------------------------------------------------------------------ vocabulary
+    def vocab_size(self) -> int | None:
+        """Model vocabulary: from the config, else the logits' last dimension (split form)."""
+        if self._vocab is None and self.target.model is not None:
+            ids = np.full((self.batch_size, self.bucket(1)), self.target.config.data.pad_id, np.int32)
+            self._vocab = int(self.logits(ids).shape[-1])
+        return self._vocab
+
+    # ------------------------------------------------------------------ computations
+    def logits(self, input_ids: np.ndarray) -> np.ndarray:
+        """The model's logits float[B, T, V] (split form only)."""
+        import mindspore as ms
+
+        if self.target.model is None:
+            raise RuntimeError("the end-to-end form does not expose logits")
+        out = self.call("model.forward", self.target.model, ms.Tensor(input_ids, ms.int32))
+        return out.asnumpy()
+
+    def per_sample_raw(self, input_ids: np.ndarray, labels: np.ndarray) -> np.ndarray:
+        """The objective on each row of a [batch_size, T] batch -> float64[B, K] (K = total + components)."""
+        import mindspore as ms
+
+        n_out = 1 + len(self.target.config.objective.components)
+        cell = self.cell("objective.per_sample",
+                         lambda: _build_per_sample_cell(self.target, self.batch_size, n_out))
+        out = self.call("objective.per_sample", cell, ms.Tensor(input_ids, ms.int32),
+                        ms.Tensor(labels, ms.int32))
+        return out.asnumpy().astype(np.float64)
+
+    def evaluate(self, samples: list[Sample], extra_pad: int = 0, label: str = "") -> np.ndarray:
+        """Per-sample objective outputs float64[N, K], in input order; batched per length bucket."""
+        cfg = self.target.config.data
+        groups: dict[int, list[int]] = {}
+        for i, s in enumerate(samples):
+            groups.setdefault(self.bucket(s.length + extra_pad), []).append(i)
+        results: dict[int, np.ndarray] = {}
+        n_batches = sum((len(v) + self.batch_size - 1) // self.batch_size for v in groups.values())
+        with self.progress.task(label or f"{self.stage}: objective", total=n_batches) as tick:
+            for length, idx in sorted(groups.items()):
+                for start in range(0, len(idx), self.batch_size):
+                    chunk = idx[start:start + self.batch_size]
+                    # fill a short batch with copies of its first row: same shape, same graph
+                    rows = [samples[i] for i in chunk] + [samples[chunk[0]]] * (self.batch_size - len(chunk))
+                    ids, labels = pack(rows, length, cfg.pad_id, cfg.label_pad_id, cfg.shift,
+                                       extra_pad=extra_pad)
+                    out = self.per_sample_raw(ids, labels)
+                    for j, i in enumerate(chunk):
+                        results[i] = out[j]
+                    tick()
+        return np.stack([results[i] for i in range(len(samples))]) if samples else np.zeros((0, 1))
+
+    def masked_probe(self, length: int | None = None) -> np.ndarray:
+        """The objective on rows whose labels are all label_pad_id: what a fully masked sample scores."""
+        cfg = self.target.config.data
+        length = length or self.bucket(1)
+        ids = np.full((self.batch_size, length), cfg.pad_id, np.int32)
+        labels = np.full((self.batch_size, length), cfg.label_pad_id, np.int32)
+        return self.per_sample_raw(ids, labels)[0]

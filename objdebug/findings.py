@@ -1,0 +1,166 @@
+"""Measurement apart from verdict: checks, conditions, findings.
+
+A `Check` measures and returns a plain dict (`measure`). Its `conditions(thresholds)` judge that
+dict; each `Condition` carries a stable rule code and yields one `Finding` with a verdict, a
+one-line message holding the measured numbers, and the rule's fix advice. An exception inside a
+check becomes an ERROR finding and the suite goes on.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from objdebug.rules import get_rule
+
+
+class Verdict(str, Enum):
+    PASS = "PASS"
+    WARN = "WARN"
+    FAIL = "FAIL"
+    ERROR = "ERROR"
+    SKIP = "SKIP"
+
+    @property
+    def rank(self) -> int:
+        return {"PASS": 0, "SKIP": 0, "WARN": 1, "FAIL": 2, "ERROR": 3}[self.value]
+
+
+@dataclass
+class Finding:
+    code: str
+    verdict: Verdict
+    message: str
+    check: str = ""
+    stage: str = ""
+    condition: str = ""
+    fix: str = ""
+    value: float | None = None  # the key number, for summary tables and baselines
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"code": self.code, "verdict": self.verdict.value, "message": self.message,
+                "check": self.check, "stage": self.stage, "condition": self.condition,
+                "fix": self.fix, "value": _clean(self.value)}
+
+
+@dataclass
+class Condition:
+    """A named judgement over a check's measurement: judge(value) -> (verdict, message, key number)."""
+
+    code: str
+    name: str
+    judge: Callable[[dict[str, Any]], tuple[Verdict, str, float | None]]
+
+
+def band(x: float, *, pass_if: Callable[[float], bool], fail_if: Callable[[float], bool]) -> Verdict:
+    """PASS / FAIL / WARN in between; a non-finite measurement fails."""
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return Verdict.FAIL
+    if pass_if(x):
+        return Verdict.PASS
+    if fail_if(x):
+        return Verdict.FAIL
+    return Verdict.WARN
+
+
+@dataclass
+class CheckResult:
+    stage: str
+    check: str
+    value: dict[str, Any] = field(default_factory=dict)
+    findings: list[Finding] = field(default_factory=list)
+    seconds: float = 0.0
+    error: str | None = None
+
+    @property
+    def verdict(self) -> Verdict:
+        if not self.findings:
+            return Verdict.SKIP
+        return max((f.verdict for f in self.findings), key=lambda v: v.rank)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"stage": self.stage, "check": self.check, "verdict": self.verdict.value,
+                "seconds": round(self.seconds, 3), "error": self.error,
+                "value": _clean(self.value), "findings": [f.to_dict() for f in self.findings]}
+
+
+class Check:
+    """Base class: subclasses set `name`, `stage`, `codes` and implement `measure` and `conditions`."""
+
+    name: str = ""
+    stage: str = ""
+    codes: tuple[str, ...] = ()
+
+    def measure(self, ctx: Any) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def conditions(self, th: dict[str, Any]) -> list[Condition]:
+        raise NotImplementedError
+
+    def skip_reason(self, ctx: Any) -> str | None:
+        """A reason this check cannot run on this target (e.g. end-to-end form without logits)."""
+        return None
+
+    def run(self, ctx: Any, th: dict[str, Any]) -> CheckResult:
+        result = CheckResult(stage=self.stage, check=self.name)
+        start = time.perf_counter()
+        try:
+            reason = self.skip_reason(ctx)
+            if reason:
+                result.findings.append(self._finding(self.codes[0], Verdict.SKIP, reason, ""))
+                return result
+            result.value = self.measure(ctx)
+            for cond in self.conditions(th):
+                verdict, message, key = cond.judge(result.value)
+                result.findings.append(self._finding(cond.code, verdict, message, cond.name, key))
+        except Exception as exc:  # a crash inside a check is ERROR, the run goes on
+            from objdebug.errors import InputError
+
+            if isinstance(exc, InputError):
+                raise
+            result.error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+            first = result.error.splitlines()[0]
+            result.findings.append(self._finding(self.codes[0], Verdict.ERROR,
+                                                 f"check '{self.name}' crashed: {first}", ""))
+            if getattr(ctx, "debug", False):
+                result.error = traceback.format_exc()
+        finally:
+            result.seconds = time.perf_counter() - start
+        return result
+
+    def _finding(self, code: str, verdict: Verdict, message: str, condition: str,
+                 value: float | None = None) -> Finding:
+        rule = get_rule(code)
+        return Finding(code=code, verdict=verdict, message=message, check=self.name, stage=self.stage,
+                       condition=condition, fix=rule.fix if verdict not in (Verdict.PASS, Verdict.SKIP)
+                       else "", value=value)
+
+
+def _clean(obj: Any) -> Any:
+    """JSON-safe: numpy scalars to Python, NaN/Inf to strings."""
+    try:
+        import numpy as np
+    except ImportError:  # pragma: no cover
+        np = None
+    if isinstance(obj, dict):
+        return {str(k): _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    if np is not None and isinstance(obj, np.ndarray):
+        return _clean(obj.tolist())
+    if np is not None and isinstance(obj, np.generic):
+        obj = obj.item()
+    if isinstance(obj, float):
+        if math.isnan(obj):
+            return "NaN"
+        if math.isinf(obj):
+            return "Infinity" if obj > 0 else "-Infinity"
+        return obj
+    if isinstance(obj, Enum):
+        return obj.value
+    return obj

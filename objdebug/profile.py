@@ -1,0 +1,90 @@
+"""Check profiles: TOML files in `checks/` (shipped as `objdebug.checks`) or any path.
+
+A profile may `extends = "default"`; tables are merged key by key, the extending profile winning.
+"""
+
+from __future__ import annotations
+
+import copy
+import tomllib
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from objdebug.errors import InputError
+
+
+@dataclass
+class Profile:
+    name: str
+    source: str
+    data: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def stages(self) -> list[str]:
+        return list(self.data.get("stages", []))
+
+    def section(self, name: str) -> dict[str, Any]:
+        return dict(self.data.get(name, {}))
+
+    @property
+    def fail_on_warn(self) -> bool:
+        return self.data.get("fail_on", "fail") == "warn"
+
+    @property
+    def error_fails(self) -> bool:
+        return bool(self.data.get("error_fails", True))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "source": self.source, "settings": self.data}
+
+
+def builtin_profiles() -> list[str]:
+    return sorted(p.name[:-5] for p in resources.files("objdebug.checks").iterdir()
+                  if p.name.endswith(".toml"))
+
+
+def _read(name_or_path: str) -> tuple[dict[str, Any], str]:
+    path = Path(name_or_path)
+    if name_or_path.endswith(".toml") or path.is_file():
+        if not path.is_file():
+            raise InputError("profile file not found", source=str(path))
+        text, source = path.read_text(encoding="utf-8"), str(path.resolve())
+    else:
+        res = resources.files("objdebug.checks") / f"{name_or_path}.toml"
+        if not res.is_file():
+            raise InputError(f"For '--profile', the value must be one of {builtin_profiles()} "
+                             f"or a .toml path, but got '{name_or_path}'.")
+        text, source = res.read_text(encoding="utf-8"), f"builtin:{name_or_path}"
+    try:
+        return tomllib.loads(text), source
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"profile is not valid TOML: {exc}", source=source) from None
+
+
+def _merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for key, value in top.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def load_profile(name_or_path: str = "default", _depth: int = 0) -> Profile:
+    data, source = _read(name_or_path)
+    parent = data.pop("extends", None)
+    if parent:
+        if _depth > 5:
+            raise InputError("profile 'extends' chain is too deep", source=source)
+        data = _merge(load_profile(parent, _depth + 1).data, data)
+    return Profile(name=str(data.get("name", Path(name_or_path).stem)), source=source, data=data)
+
+
+def code_selected(code: str, select: list[str], ignore: list[str]) -> bool:
+    """ruff-style selection by code prefix: the longest matching prefix decides; ties keep the code."""
+    best_sel = max((len(p) for p in select if code.startswith(p)), default=-1 if select else 0)
+    best_ign = max((len(p) for p in ignore if code.startswith(p)), default=-1)
+    return best_sel >= best_ign and best_sel >= 0

@@ -1,0 +1,63 @@
+"""Terminal report: a summary table, then the details of whatever did not pass."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tabulate import tabulate
+
+_COLOURS = {"PASS": "32", "WARN": "33", "FAIL": "31", "ERROR": "35", "SKIP": "36"}
+
+
+def _v(verdict: str, colour: bool, text: str | None = None) -> str:
+    text = verdict if text is None else text
+    return f"\033[{_COLOURS[verdict]}m{text}\033[0m" if colour else text
+
+
+def _num(x: Any) -> str:
+    if x is None:
+        return ""
+    if isinstance(x, str):
+        return x
+    if isinstance(x, float):
+        return f"{x:.4g}"
+    return str(x)
+
+
+def render(report: dict[str, Any], colour: bool = False, verbose: bool = False) -> str:
+    """Render a report dict (see json_report.to_dict) as text."""
+    lines = []
+    cfg = report["config"]
+    target = report.get("target", {})
+    comp = report.get("compiles", {})
+    lines.append(f"objdebug {report['versions'].get('objdebug', '')} · target {cfg.get('source')}")
+    lines.append(f"  {target.get('form', '')}: objective {target.get('objective')}"
+                 + (f", model {target.get('model')}" if target.get("model") else "")
+                 + f" · device {report['device']} · mode {report['mode']} · seed {report['seed']}"
+                 + f" · profile {report['profile']['name']}")
+    lines.append(f"  {comp.get('count', 0)} graph compiles ({comp.get('seconds', 0):.1f} s) · "
+                 f"total {report['timings'].get('total', 0):.1f} s")
+    rows = []
+    for res in report["results"]:
+        for f in res["findings"]:
+            rows.append([res["stage"], res["check"], f["code"], _v(f["verdict"], colour), _num(f["value"])])
+    lines.append("")
+    lines.append(tabulate(rows, headers=["stage", "check", "code", "verdict", "value"], tablefmt="simple")
+                 if rows else "(no findings)")
+    details = [(res, f) for res in report["results"] for f in res["findings"]
+               if verbose or f["verdict"] not in ("PASS",)]
+    if details:
+        lines.append("")
+        for res, f in details:
+            lines.append(f"{_v(f['verdict'], colour)} {f['code']} [{res['stage']}/{res['check']}] {f['message']}")
+            if f.get("fix"):
+                lines.append(f"    fix: {f['fix']}")
+            if f["verdict"] == "ERROR" and res.get("error") and verbose:
+                lines.append("    " + res["error"].replace("\n", "\n    "))
+    s = report["summary"]
+    lines.append("")
+    status = "PASSED" if report["passed"] else "FAILED"
+    lines.append(f"{_v('PASS' if report['passed'] else 'FAIL', colour, status)}"
+                 f": {s.get('PASS', 0)} pass, {s.get('WARN', 0)} warn, {s.get('FAIL', 0)} fail, "
+                 f"{s.get('ERROR', 0)} error, {s.get('SKIP', 0)} skipped (exit {report['exit_code']})")
+    return "\n".join(lines) + "\n"

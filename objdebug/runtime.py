@@ -1,0 +1,76 @@
+"""MindSpore process setup: device, execution mode, seed, and a scratch working directory.
+
+MindSpore writes `rank_0/` (compile failures) and `rewritten_network/` (auto mixed precision) into
+the current directory; objdebug runs its MindSpore work inside a scratch directory so a user's
+repository is never littered.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+
+os.environ.setdefault("GLOG_v", "3")  # MindSpore's INFO/WARNING logs drown the report
+
+from objdebug.errors import InputError  # noqa: E402
+
+_state: dict[str, object] = {}
+
+
+def setup(device: str = "CPU", mode: str = "graph", seed: int = 0) -> None:
+    """Configure MindSpore once per process; later calls may change mode and seed, not device."""
+    import mindspore as ms
+
+    current = _state.get("device")
+    if current is None:
+        try:
+            ms.set_device(device)
+        except (RuntimeError, ValueError) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise InputError(f"For 'run.device', '{device}' is not available here: {first}") from None
+        _state["device"] = device
+    elif current != device:
+        raise InputError(f"For 'run.device', this process already runs on '{current}'; "
+                         f"start a new process for '{device}'.")
+    ms.set_context(mode=ms.GRAPH_MODE if mode == "graph" else ms.PYNATIVE_MODE)
+    ms.set_seed(seed)
+    _state["mode"] = mode
+
+
+def device() -> str | None:
+    return _state.get("device")  # type: ignore[return-value]
+
+
+@contextlib.contextmanager
+def scratch_dir() -> Iterator[str]:
+    """Run the block in a temporary working directory, removed afterwards."""
+    old = os.getcwd()
+    tmp = tempfile.mkdtemp(prefix="objdebug-")
+    os.chdir(tmp)
+    try:
+        yield tmp
+    finally:
+        os.chdir(old)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def versions() -> dict[str, str]:
+    import platform
+
+    import numpy
+    import scipy
+
+    import objdebug
+
+    out = {"objdebug": objdebug.__version__, "python": platform.python_version(),
+           "numpy": numpy.__version__, "scipy": scipy.__version__, "platform": platform.platform()}
+    try:
+        import mindspore
+
+        out["mindspore"] = mindspore.__version__
+    except Exception:  # pragma: no cover - mindspore is a hard dependency
+        out["mindspore"] = "unavailable"
+    return out

@@ -1,0 +1,168 @@
+"""Stage 1, align: the objective must rank good < medium < bad answers to the same prompt.
+
+Each answer is scored by the user's objective on prompt + answer, with prompt and padding
+positions labelled `label_pad_id` as the user's data pipeline would label them. Codes OBJ1xx.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from objdebug.context import Context
+from objdebug.datasets import align_rows
+from objdebug.findings import Check, Condition, Verdict, band
+
+
+def _finite(x: float) -> bool:
+    return x is not None and math.isfinite(x)
+
+
+# --------------------------------------------------------------------------- checks
+class AlignmentLoss(Check):
+    """Loss of good / medium / bad answers per row: gap, ordering, significance, finiteness."""
+
+    name = "alignment"
+    stage = "align"
+    codes = ("OBJ101", "OBJ102", "OBJ103", "OBJ104")
+
+    def measure(self, ctx: Context) -> dict[str, Any]:
+        from scipy import stats
+
+        rows = align_rows(ctx)
+        flat = [(i, k, s) for i, r in enumerate(rows) for k, s in r["samples"].items()]
+        values = ctx.engine.evaluate([s for _, _, s in flat], label="align: scoring answers")[:, 0]
+        losses: list[dict[str, float]] = [{} for _ in rows]
+        for (i, kind, _), v in zip(flat, values):
+            losses[i][kind] = float(v)
+
+        per_row, gaps, violations, pair_ok, order_ok = [], [], [], 0, 0
+        for r, lo in zip(rows, losses):
+            gap = lo["bad"] - lo["good"]
+            ordered = lo["bad"] > lo.get("medium", lo["good"]) > lo["good"] if "medium" in lo \
+                else lo["bad"] > lo["good"]
+            pair_ok += int(lo["bad"] > lo["good"])
+            order_ok += int(bool(ordered))
+            if not ordered:
+                violations.append(r["id"])
+            gaps.append(gap)
+            per_row.append({"id": r["id"], **lo, "gap": gap, "ordered": bool(ordered),
+                            "synthetic": r["synthetic"], "response_tokens": {
+                                k: len(s.response) for k, s in r["samples"].items()}})
+        g = np.array(gaps, dtype=np.float64)
+        finite = np.isfinite(g)
+        n = len(rows)
+        diffs = g[finite]
+        if len(diffs) >= 2 and np.any(diffs != 0):
+            p_wilcoxon = float(stats.wilcoxon(diffs, alternative="greater").pvalue)
+            p_ttest = float(stats.ttest_1samp(diffs, 0.0, alternative="greater").pvalue) \
+                if np.std(diffs) > 0 else (0.0 if diffs.mean() > 0 else 1.0)
+        else:
+            p_wilcoxon = p_ttest = 1.0
+        kinds = sorted({k for lo in losses for k in lo})
+        mean_by_kind = {k: float(np.mean([lo[k] for lo in losses if k in lo])) for k in kinds}
+        nonfinite = [{"id": r["id"], "kind": k} for r, lo in zip(rows, losses)
+                     for k, v in lo.items() if not math.isfinite(v)]
+        imin = int(np.nanargmin(np.where(finite, g, np.nan))) if finite.any() else 0
+        return {
+            "n_rows": n,
+            "synthetic_rows": sum(1 for r in rows if r["synthetic"]),
+            "mean_loss": mean_by_kind,
+            "mean_gap": float(diffs.mean()) if len(diffs) else float("nan"),
+            "median_gap": float(np.median(diffs)) if len(diffs) else float("nan"),
+            "min_gap": float(g[imin]) if n else float("nan"),
+            "min_gap_id": rows[imin]["id"] if n else None,
+            "order_accuracy": order_ok / n,
+            "pair_accuracy": pair_ok / n,
+            "violations": violations,
+            "p_wilcoxon": p_wilcoxon,
+            "p_ttest": p_ttest,
+            "nonfinite": nonfinite,
+            "rows": per_row,
+        }
+
+    def conditions(self, th: dict[str, Any]) -> list[Condition]:
+        gap_pass, gap_fail = th.get("gap_pass", 1.5), th.get("gap_fail", 0.1)
+        ord_pass, ord_fail = th.get("order_pass", 0.8), th.get("order_fail", 0.5)
+        p_pass, p_fail = th.get("p_pass", 0.01), th.get("p_fail", 0.05)
+        min_rows = th.get("min_rows", 6)
+
+        def gap(v):
+            x = v["mean_gap"]
+            verdict = band(x, pass_if=lambda a: a >= gap_pass, fail_if=lambda a: a < gap_fail)
+            ml = v["mean_loss"]
+            return verdict, (f"mean gap loss(bad)-loss(good) = {x:.3f} (min {v['min_gap']:.3f} at "
+                             f"'{v['min_gap_id']}'; good {ml.get('good', float('nan')):.3f}, "
+                             f"bad {ml.get('bad', float('nan')):.3f}) over {v['n_rows']} rows; "
+                             f"pass >= {gap_pass}, fail < {gap_fail}"), x
+
+        def order(v):
+            x = v["order_accuracy"]
+            verdict = band(x, pass_if=lambda a: a >= ord_pass, fail_if=lambda a: a < ord_fail)
+            viol = v["violations"]
+            shown = ", ".join(viol[:8]) + (f", ... ({len(viol) - 8} more)" if len(viol) > 8 else "")
+            return verdict, (f"{x:.0%} of rows ordered bad > medium > good, bad > good in "
+                             f"{v['pair_accuracy']:.0%}" + (f"; out of order: {shown}" if viol else "")
+                             + f"; pass >= {ord_pass:.0%}, fail < {ord_fail:.0%}"), x
+
+        def significance(v):
+            n, p = v["n_rows"], v["p_wilcoxon"]
+            if n < min_rows:
+                return Verdict.ERROR, (f"only {n} rows: too few for a paired test of bad > good "
+                                       f"(profile min_rows = {min_rows}); add rows"), p
+            verdict = band(p, pass_if=lambda a: a < p_pass, fail_if=lambda a: a >= p_fail)
+            return verdict, (f"paired Wilcoxon bad > good: p = {p:.2g} (t-test p = {v['p_ttest']:.2g}, "
+                             f"n = {n}); pass < {p_pass}, fail >= {p_fail}"), p
+
+        def finite(v):
+            bad = v["nonfinite"]
+            if bad:
+                shown = ", ".join(f"{b['id']}/{b['kind']}" for b in bad[:8])
+                return Verdict.FAIL, f"{len(bad)} non-finite losses (NaN/Inf): {shown}", float(len(bad))
+            return Verdict.PASS, f"all {sum(len(r['response_tokens']) for r in v['rows'])} losses finite", 0.0
+
+        return [Condition("OBJ101", f"gap_not_less_than_{gap_pass}", gap),
+                Condition("OBJ102", f"order_accuracy_not_less_than_{ord_pass}", order),
+                Condition("OBJ103", f"p_value_less_than_{p_pass}", significance),
+                Condition("OBJ104", "losses_finite", finite)]
+
+
+class LabelPadMasking(Check):
+    """Does the objective score positions whose label is `label_pad_id`? Probed on all-masked rows."""
+
+    name = "label-pad-masking"
+    stage = "align"
+    codes = ("OBJ105",)
+
+    def measure(self, ctx: Context) -> dict[str, Any]:
+        rows = align_rows(ctx)
+        lengths = [s.length for r in rows for s in r["samples"].values()]
+        length = ctx.engine.bucket(max(lengths)) if lengths else ctx.engine.bucket(1)
+        masked = float(ctx.engine.masked_probe(length)[0])
+        # Share of the bucket's positions that are real response targets: how much a leak dilutes.
+        resp = [len(s.response) for r in rows for s in r["samples"].values()]
+        return {"label_pad_id": ctx.config.data.label_pad_id, "masked_loss": masked, "length": length,
+                "response_share": float(np.mean(resp) / length) if resp else float("nan")}
+
+    def conditions(self, th: dict[str, Any]) -> list[Condition]:
+        tol = th.get("masked_tolerance", 1e-6)
+
+        def judge(v):
+            x, pid = v["masked_loss"], v["label_pad_id"]
+            if math.isnan(x) or abs(x) <= tol:
+                how = "NaN (0/0: nothing scored)" if math.isnan(x) else f"{x:.3g}"
+                return Verdict.PASS, (f"positions labelled label_pad_id={pid} are not scored: a fully "
+                                      f"masked sample gives {how}"), x
+            return Verdict.FAIL, (
+                f"the objective scores positions labelled label_pad_id={pid}: a fully masked sample "
+                f"gives loss {x:.4g} instead of 0; prompt and padding enter the loss and dilute the "
+                f"good/bad gap (response targets are {v['response_share']:.0%} of the {v['length']} "
+                f"positions); the objective's ignore_index must equal data.label_pad_id"), x
+
+        return [Condition("OBJ105", "label_pad_not_scored", judge)]
+
+
+def checks() -> list[Check]:
+    return [AlignmentLoss(), LabelPadMasking()]

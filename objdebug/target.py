@@ -1,0 +1,160 @@
+"""Load the user's target: model factory + checkpoint + objective Cell, strictly.
+
+`load_param_into_net` does not raise on missing or unexpected names (it returns them), and it
+converts dtypes silently; a diagnostic tool must not test a half-loaded model, so every mismatch
+is an InputError that lists the names.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from objdebug.config import Config
+from objdebug.errors import InputError
+
+_MAX_LISTED = 12
+
+
+def import_factory(spec: str, where: str, base_dir: str) -> Any:
+    """'pkg.module:attr' -> the attribute; the config's directory is importable first."""
+    module_name, _, attr = spec.partition(":")
+    if base_dir not in sys.path:
+        sys.path.insert(0, base_dir)
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # ImportError, or an error raised while importing the user's module
+        raise InputError(f"For '{where}.factory', cannot import module '{module_name}': "
+                         f"{type(exc).__name__}: {exc}") from None
+    obj = module
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise InputError(f"For '{where}.factory', module '{module_name}' has no attribute "
+                             f"'{attr}'.") from None
+    if not callable(obj):
+        raise InputError(f"For '{where}.factory', '{spec}' must be callable, but got {type(obj).__name__}.")
+    return obj
+
+
+def _call_factory(spec: str, kwargs: dict, where: str, base_dir: str) -> Any:
+    from mindspore import nn
+
+    factory = import_factory(spec, where, base_dir)
+    try:
+        cell = factory(**kwargs)
+    except Exception as exc:
+        raise InputError(f"For '{where}.factory', calling '{spec}' with kwargs {kwargs} failed: "
+                         f"{type(exc).__name__}: {exc}") from None
+    if not isinstance(cell, nn.Cell):
+        raise InputError(f"For '{where}.factory', '{spec}' must return a mindspore.nn.Cell, "
+                         f"but got {type(cell).__name__}.")
+    return cell
+
+
+def _listing(names: list[str]) -> str:
+    shown = ", ".join(names[:_MAX_LISTED])
+    return shown + (f", ... ({len(names) - _MAX_LISTED} more)" if len(names) > _MAX_LISTED else "")
+
+
+def load_checkpoint_strict(net: Any, path: str, where: str) -> int:
+    """Load `path` into `net`; any missing/unexpected name, shape or dtype mismatch is an InputError."""
+    import mindspore as ms
+
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"For '{where}.checkpoint', file not found", source=path)
+    if p.stat().st_size == 0:
+        raise InputError(f"For '{where}.checkpoint', the file is empty", source=path)
+    fmt = "safetensors" if p.suffix == ".safetensors" else "ckpt"
+    try:
+        params = ms.load_checkpoint(str(p), format=fmt)
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise InputError(f"For '{where}.checkpoint', cannot read the checkpoint "
+                         f"(truncated or not a {fmt} file?): {first}", source=path) from None
+    own = net.parameters_dict()
+    missing = sorted(set(own) - set(params))
+    unexpected = sorted(set(params) - set(own))
+    problems = []
+    if missing:
+        problems.append(f"missing in checkpoint: {_listing(missing)}")
+    if unexpected:
+        problems.append(f"unexpected in checkpoint: {_listing(unexpected)}")
+    mism = []
+    for name in sorted(set(own) & set(params)):
+        a, b = own[name], params[name]
+        if tuple(a.shape) != tuple(b.shape):
+            mism.append(f"{name} shape {tuple(b.shape)} != model {tuple(a.shape)}")
+        elif a.dtype != b.dtype:
+            mism.append(f"{name} dtype {b.dtype} != model {a.dtype}")
+    if mism:
+        problems.append(f"mismatched: {_listing(mism)}")
+    if problems:
+        raise InputError(f"For '{where}.checkpoint', the checkpoint does not match the model: "
+                         + "; ".join(problems), source=path)
+    not_loaded, _ = ms.load_param_into_net(net, params, strict_load=True)
+    if not_loaded:  # pragma: no cover - guarded by the name check above
+        raise InputError(f"For '{where}.checkpoint', parameters not loaded: {_listing(list(not_loaded))}",
+                         source=path)
+    return len(params)
+
+
+@dataclass
+class Target:
+    """The loaded objective under test."""
+
+    config: Config
+    objective: Any
+    model: Any = None
+    checkpoint_params: int = 0
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def end_to_end(self) -> bool:
+        return self.model is None
+
+    @property
+    def network(self) -> Any:
+        """The Cell that owns the trainable parameters."""
+        return self.objective if self.model is None else self.model
+
+    def trainable_params(self) -> list:
+        params = list(self.network.trainable_params())
+        if self.model is not None:  # an objective may carry parameters of its own
+            seen = {id(p) for p in params}
+            params += [p for p in self.objective.trainable_params() if id(p) not in seen]
+        return params
+
+    def describe(self) -> dict[str, Any]:
+        params = self.trainable_params()
+        return {
+            "form": "end-to-end" if self.end_to_end else "model+objective",
+            "model": None if self.model is None else type(self.model).__name__,
+            "objective": type(self.objective).__name__,
+            "trainable_parameters": len(params),
+            "trainable_elements": int(sum(int(p.size) for p in params)),
+            "checkpoint_params": self.checkpoint_params,
+        }
+
+
+def load_target(cfg: Config) -> Target:
+    base = cfg.base_dir
+    os.environ.setdefault("GLOG_v", "3")
+    model = None
+    n_loaded = 0
+    if cfg.model is not None:
+        model = _call_factory(cfg.model.factory, cfg.model.kwargs, "model", base)
+        if cfg.model.checkpoint:
+            n_loaded = load_checkpoint_strict(model, cfg.model.checkpoint, "model")
+        model.set_train(False)
+    objective = _call_factory(cfg.objective.factory, cfg.objective.kwargs, "objective", base)
+    if cfg.end_to_end and cfg.objective.checkpoint:
+        n_loaded = load_checkpoint_strict(objective, cfg.objective.checkpoint, "objective")
+    objective.set_train(False)
+    return Target(config=cfg, objective=objective, model=model, checkpoint_params=n_loaded)
