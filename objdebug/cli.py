@@ -43,6 +43,11 @@ VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Show passing 
 SynthOpt = Annotated[bool, typer.Option("--synthesize", help="align: generate medium/bad counterparts for rows with only 'good'.")]
 BatchOpt = Annotated[Optional[int], typer.Option("--batch-size", help="grad: rows per gradient batch.")]
 SamplesOpt = Annotated[Optional[int], typer.Option("--samples", help="grad/decompose: how many data rows to use.")]
+JunitOpt = Annotated[Optional[Path], typer.Option("--junit", help="Write a JUnit XML report here (one testsuite per stage).")]
+JunitSkipOpt = Annotated[bool, typer.Option("--junit-warnings-as-skipped", help="JUnit: report WARN findings as skipped instead of failures.")]
+HtmlOpt = Annotated[Optional[Path], typer.Option("--html", help="Write a self-contained HTML report (DIR/index.html, figures inlined).")]
+MarkdownOpt = Annotated[Optional[Path], typer.Option("--markdown", help="Write a Markdown report (DIR/report.md) with PNG figures beside it.")]
+BaselineOpt = Annotated[Optional[Path], typer.Option("--baseline", help="An earlier JSON report: regressions against it are findings (OBJ0xx).")]
 
 
 def _fail(message: str, code: int) -> None:
@@ -84,22 +89,46 @@ def _load(config, demo, sets, device, mode, seed, checkpoint):
     return load_config(config, overrides=overrides, demo=demo)
 
 
+def write_reports(report, *, junit=None, junit_warnings_as_skipped=False, html=None,
+                  markdown=None) -> None:
+    """The file reports of a report dict (a live run's or a saved one's): same input, same files."""
+    from objdebug.report import html as html_report
+    from objdebug.report import junit as junit_report
+    from objdebug.report import markdown as markdown_report
+    from objdebug.report.figures import draw_all
+
+    if junit:
+        junit_report.write(report, str(junit), warnings_as_skipped=junit_warnings_as_skipped)
+    figures = draw_all(report) if (html or markdown) else None
+    if html:
+        html_report.write(report, html, figures)
+    if markdown:
+        markdown_report.write(report, markdown, figures)
+
+
 def execute(*, stages, config, demo, sets, device, mode, seed, checkpoint, profile, json_path, out,
-            strict, debug, select, ignore, verbose, options) -> None:
+            strict, debug, select, ignore, verbose, options, junit=None,
+            junit_warnings_as_skipped=False, html=None, markdown=None, baseline=None) -> None:
     """Shared body of `run`, `demo` and the stage commands."""
     def body():
         from objdebug import api
+        from objdebug import baseline as baseline_mod
         from objdebug.progress import Progress
         from objdebug.report import json_report, terminal
 
         cfg = _load(config, demo, sets, device, mode, seed, checkpoint)
+        old = baseline_mod.load(str(baseline)) if baseline else None  # a bad baseline fails before the run
         out_dir = str(out.resolve()) if out else None
         result = api.run(cfg, stages=stages, profile=profile, options=options, out_dir=out_dir,
                          strict=strict, select=select, ignore=ignore, debug=debug,
                          progress=Progress())
+        if old is not None:
+            baseline_mod.apply(result, old, select=select, ignore=ignore)
         report = json_report.to_dict(result)
         if json_path:
             json_report.write(result, str(json_path))
+        write_reports(report, junit=junit, junit_warnings_as_skipped=junit_warnings_as_skipped,
+                      html=html, markdown=markdown)
         for writer in _extra_writers:
             writer(result, report, out_dir)
         typer.echo(terminal.render(report, colour=sys.stdout.isatty(), verbose=verbose), nl=False)
@@ -119,12 +148,16 @@ def _stage_command(stage: str, doc: str):
         profile: ProfileOpt = None, json_path: JsonOpt = None, out: OutOpt = None,
         strict: StrictOpt = False, debug: DebugOpt = False, select: SelectOpt = None,
         ignore: IgnoreOpt = None, verbose: VerboseOpt = False, synthesize: SynthOpt = False,
-        batch_size: BatchOpt = None, samples: SamplesOpt = None,
+        batch_size: BatchOpt = None, samples: SamplesOpt = None, junit: JunitOpt = None,
+        junit_warnings_as_skipped: JunitSkipOpt = False, html: HtmlOpt = None,
+        markdown: MarkdownOpt = None, baseline: BaselineOpt = None,
     ) -> None:
         execute(stages=[stage], config=config, demo=demo, sets=set_, device=device, mode=mode,
                 seed=seed, checkpoint=checkpoint, profile=profile, json_path=json_path, out=out,
                 strict=strict, debug=debug, select=select, ignore=ignore, verbose=verbose,
-                options={"synthesize": synthesize, "batch_size": batch_size, "samples": samples})
+                options={"synthesize": synthesize, "batch_size": batch_size, "samples": samples},
+                junit=junit, junit_warnings_as_skipped=junit_warnings_as_skipped, html=html,
+                markdown=markdown, baseline=baseline)
 
     command.__doc__ = doc
     return command
@@ -149,24 +182,49 @@ def run(
     json_path: JsonOpt = None, out: OutOpt = None, strict: StrictOpt = False, debug: DebugOpt = False,
     select: SelectOpt = None, ignore: IgnoreOpt = None, verbose: VerboseOpt = False,
     synthesize: SynthOpt = False, batch_size: BatchOpt = None, samples: SamplesOpt = None,
+    junit: JunitOpt = None, junit_warnings_as_skipped: JunitSkipOpt = False, html: HtmlOpt = None,
+    markdown: MarkdownOpt = None, baseline: BaselineOpt = None,
 ) -> None:
     """Run the pipeline (all stages, or --stages) on one target: the CI gate."""
     chosen = [s.strip() for s in stages.split(",") if s.strip()] if stages else None
     execute(stages=chosen, config=config, demo=demo, sets=set_, device=device, mode=mode, seed=seed,
             checkpoint=checkpoint, profile=profile, json_path=json_path, out=out, strict=strict,
             debug=debug, select=select, ignore=ignore, verbose=verbose,
-            options={"synthesize": synthesize, "batch_size": batch_size, "samples": samples})
+            options={"synthesize": synthesize, "batch_size": batch_size, "samples": samples},
+            junit=junit, junit_warnings_as_skipped=junit_warnings_as_skipped, html=html,
+            markdown=markdown, baseline=baseline)
 
 
 @app.command()
 def demo(
     json_path: JsonOpt = None, out: OutOpt = None, profile: ProfileOpt = None,
-    debug: DebugOpt = False, verbose: VerboseOpt = False,
+    debug: DebugOpt = False, verbose: VerboseOpt = False, junit: JunitOpt = None,
+    html: HtmlOpt = None, markdown: MarkdownOpt = None,
 ) -> None:
     """Run every stage on the bundled demo target (a tiny causal LM trained by this project)."""
     execute(stages=None, config=None, demo=True, sets=None, device=None, mode=None, seed=None,
             checkpoint=None, profile=profile, json_path=json_path, out=out, strict=False, debug=debug,
-            select=None, ignore=None, verbose=verbose, options={})
+            select=None, ignore=None, verbose=verbose, options={}, junit=junit, html=html,
+            markdown=markdown)
+
+
+@app.command()
+def render(
+    result_json: Annotated[Path, typer.Argument(help="A JSON report written by --json.")],
+    html: HtmlOpt = None, markdown: MarkdownOpt = None, junit: JunitOpt = None,
+    junit_warnings_as_skipped: JunitSkipOpt = False, verbose: VerboseOpt = False,
+    debug: DebugOpt = False,
+) -> None:
+    """Re-render a saved JSON report (terminal, and --html/--markdown/--junit files); exit 0 once written."""
+    def body():
+        from objdebug.report import json_report, terminal
+
+        report = json_report.load(str(result_json))
+        write_reports(report, junit=junit, junit_warnings_as_skipped=junit_warnings_as_skipped,
+                      html=html, markdown=markdown)
+        typer.echo(terminal.render(report, colour=sys.stdout.isatty(), verbose=verbose), nl=False)
+
+    guarded(debug, body)
 
 
 @app.command()

@@ -26,7 +26,7 @@ import random
 __all__ = [
     "NAMES", "COLORS", "ANIMALS", "VERBS", "NUMBERS", "FRUITS", "FAMILIES", "WORD_POOL",
     "Example", "all_prompts", "split_prompts", "good_response", "medium_response",
-    "bad_response", "mutate_response", "encode",
+    "bad_response", "mutate_response", "degrade", "encode",
 ]
 
 NAMES = ["Ana", "Ben", "Cleo", "Dan", "Eva", "Finn", "Gus", "Hana", "Ivo", "Jade", "Kim", "Leo"]
@@ -199,6 +199,15 @@ def mutate_response(ex, rng, n_errors):
     for _ in range(n_errors):
         cur = _mutate_slots_once(cur, rng)
     return good_response(cur)
+
+
+def degrade(ex, rng, n_slot_errors, break_rule=False):
+    """The correct template with ``n_slot_errors`` slot substitutions and, optionally, one
+    family rule broken as well; the "many errors" level of ``scores.jsonl``."""
+    cur = ex
+    for _ in range(n_slot_errors):
+        cur = _mutate_slots_once(cur, rng)
+    return _break_rule(cur, rng) if break_rule else good_response(cur)
 
 
 def bad_response(ex, rng, min_len=12, max_len=48):

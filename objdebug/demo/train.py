@@ -55,7 +55,7 @@ def lr_schedule(steps, peak, warmup):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "demo.ckpt"))
-    ap.add_argument("--steps", type=int, default=3000)
+    ap.add_argument("--steps", type=int, default=1500)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--seed", type=int, default=0)
@@ -121,6 +121,7 @@ def main(argv=None):
 
         os.makedirs(os.path.dirname(out), exist_ok=True)
         ms.save_checkpoint(model, out)
+        os.chmod(out, 0o644)   # MindSpore writes checkpoints owner-read-only (0400)
     finally:
         os.chdir(old_cwd)
         shutil.rmtree(workdir, ignore_errors=True)

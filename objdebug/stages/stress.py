@@ -1,0 +1,22 @@
+"""Stage 5, stress: hostile inputs through the real model and objective, forward and backward.
+
+One Check per case, so each is its own result row and a crash in one does not stop the others.
+Codes OBJ5xx; the cases live in `stress_cases/`, their shared Cells in `stress_cases/_common.py`.
+"""
+
+from __future__ import annotations
+
+from objdebug.findings import Check
+from objdebug.stages.stress_cases.all_padding import AllPadding
+from objdebug.stages.stress_cases.determinism import Determinism
+from objdebug.stages.stress_cases.garbage_ids import OutOfRangeIds, RandomIds
+from objdebug.stages.stress_cases.long_inputs import LongInputs
+from objdebug.stages.stress_cases.over_smoothing import OverSmoothing
+from objdebug.stages.stress_cases.padding_invariance import PaddingInvariance
+from objdebug.stages.stress_cases.precision import ExtremeLogits, LowPrecision
+
+
+def checks() -> list[Check]:
+    # Cheap cases first; long inputs last (they hold the most memory).
+    return [AllPadding(), PaddingInvariance(), RandomIds(), OutOfRangeIds(), ExtremeLogits(),
+            LowPrecision(), Determinism(), OverSmoothing(), LongInputs()]

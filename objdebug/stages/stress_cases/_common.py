@@ -1,0 +1,154 @@
+"""Shared pieces of the stress cases: the compiled Cells they run and the inputs they build.
+
+Two Cells of our own, both built once per engine through `engine.cell` and called through
+`engine.call` so every (graph, shape) compile is counted:
+
+- `loss_and_grad`: the user's model + objective under `ms.value_and_grad` -> loss, per-parameter
+  squared gradient norms, per-parameter non-finite counts and the gradients themselves. Batch 1
+  for long inputs, padding invariance and the all-padding batch, so they share a few shapes.
+- `objective_on_logits`: the objective alone, fed logits directly (scaled, fp16, bf16).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from objdebug.context import Context
+from objdebug.data import Sample, pack
+from objdebug.datasets import text_samples
+
+LOSS_AND_GRAD = "stress.loss_and_grad"
+OBJECTIVE_ON_LOGITS = "stress.objective_on_logits"
+
+
+def _build_loss_and_grad(ctx: Context):
+    import mindspore as ms
+    from mindspore import nn, ops
+
+    target = ctx.target
+    flat = target.config.objective.call == "flat"
+
+    class LossAndGrad(nn.Cell):
+        def __init__(self, model, objective, params):
+            super().__init__(auto_prefix=False)  # keep the user's parameter names
+            self.model = model
+            self.objective = objective
+            self.split = model is not None
+            self.flat = flat
+            self.params = ms.ParameterTuple(params)
+            self.grad_fn = ms.value_and_grad(self.forward, None, self.params, has_aux=True)
+
+        def forward(self, input_ids, labels):
+            if self.split:
+                logits = self.model(input_ids)
+                if self.flat:
+                    r = self.objective(logits.reshape((-1, logits.shape[-1])), labels.reshape((-1,)))
+                else:
+                    r = self.objective(logits, labels)
+            else:
+                r = self.objective(input_ids, labels)
+            total = r[0] if isinstance(r, tuple) else r
+            total = ops.reshape(ops.cast(total, ms.float32), ())
+            # has_aux: only the first output is differentiated
+            return total, ops.stop_gradient(total)
+
+        def construct(self, input_ids, labels):
+            (loss, _), grads = self.grad_fn(input_ids, labels)
+            sq, bad = [], []
+            for g in grads:
+                g32 = ops.cast(g, ms.float32)
+                sq.append((g32 * g32).sum())
+                bad.append(ops.logical_not(ops.isfinite(g32)).astype(ms.float32).sum())
+            return loss, ops.stack(sq), ops.stack(bad), grads
+
+    return LossAndGrad(target.model, target.objective, target.trainable_params())
+
+
+def loss_and_grad(ctx: Context, ids: np.ndarray, labels: np.ndarray) -> dict[str, Any]:
+    """The objective's loss and gradients on one batch, through the user's real Cells."""
+    import mindspore as ms
+
+    cell = ctx.engine.cell(LOSS_AND_GRAD, lambda: _build_loss_and_grad(ctx))
+    loss, sq, bad, grads = ctx.engine.call(LOSS_AND_GRAD, cell, ms.Tensor(ids, ms.int32),
+                                           ms.Tensor(labels, ms.int32))
+    sq = sq.asnumpy().astype(np.float64)
+    bad = bad.asnumpy()
+    return {"loss": float(loss.asnumpy()), "grad_norm": float(np.sqrt(sq.sum())),
+            "nonfinite_params": int((bad > 0).sum()), "n_params": int(len(bad)),
+            "grads": grads}
+
+
+def flat_grads(grads) -> np.ndarray:
+    """All gradients as one float64 vector (for comparing two gradient sets)."""
+    return np.concatenate([g.asnumpy().astype(np.float64).ravel() for g in grads])
+
+
+def _build_objective_on_logits(ctx: Context):
+    import mindspore as ms
+    from mindspore import nn, ops
+
+    flat = ctx.target.config.objective.call == "flat"
+
+    class ObjectiveOnLogits(nn.Cell):
+        def __init__(self, objective):
+            super().__init__(auto_prefix=False)
+            self.objective = objective
+            self.flat = flat
+
+        def construct(self, logits, labels):
+            if self.flat:
+                r = self.objective(logits.reshape((-1, logits.shape[-1])), labels.reshape((-1,)))
+            else:
+                r = self.objective(logits, labels)
+            total = r[0] if isinstance(r, tuple) else r
+            return ops.reshape(ops.cast(total, ms.float32), ())
+
+    return ObjectiveOnLogits(ctx.target.objective)
+
+
+def objective_on_logits(ctx: Context, logits, labels: np.ndarray) -> float:
+    """The objective alone on a logits Tensor (any dtype) -> its scalar loss as float."""
+    import mindspore as ms
+
+    cell = ctx.engine.cell(OBJECTIVE_ON_LOGITS, lambda: _build_objective_on_logits(ctx))
+    out = ctx.engine.call(OBJECTIVE_ON_LOGITS, cell, logits, ms.Tensor(labels, ms.int32))
+    return float(out.asnumpy())
+
+
+# --------------------------------------------------------------------------- inputs
+def token_stream(ctx: Context, length: int) -> list[int]:
+    """`length` tokens of real text: the target's samples concatenated, repeated as needed."""
+    def build() -> list[int]:
+        out: list[int] = []
+        for s in text_samples(ctx):
+            out += s.prompt + s.response
+        if not out:
+            raise ValueError("the target's text samples are empty")
+        return out
+    base = ctx.cached("stress.stream", build)
+    reps = -(-length // len(base))
+    return (base * reps)[:length]
+
+
+def text_sample(ctx: Context, length: int, name: str) -> Sample:
+    """A sample of exactly `length` real-text tokens, every next token scored."""
+    return Sample(id=f"{name}-{length}", prompt=[], response=token_stream(ctx, length), kind=name)
+
+
+def packed(ctx: Context, samples: list[Sample], length: int) -> tuple[np.ndarray, np.ndarray]:
+    cfg = ctx.config.data
+    return pack(samples, length, cfg.pad_id, cfg.label_pad_id, cfg.shift)
+
+
+def short_length(th: dict[str, Any]) -> int:
+    """The shared short shape: long-input reference, all-padding batch, padding-invariance base."""
+    return int(th.get("short_length", 128))
+
+
+def rel_diff(a: float, b: float) -> float:
+    """|a - b| / max(|b|, 1e-12); NaN if either is not finite."""
+    if not (np.isfinite(a) and np.isfinite(b)):
+        return float("nan") if a != b else 0.0
+    return abs(a - b) / max(abs(b), 1e-12)

@@ -1,0 +1,112 @@
+"""Memory for the long-input case: an estimate before running, the measured peak after.
+
+Estimate (bytes, float32, batch 1, forward + backward) for T tokens, vocabulary V, L attention
+layers of H heads, width d and P parameters:
+
+    need = logits_copies * T * V * 4            logits, log-softmax, their gradients, loss temporaries
+         + attention_copies * L * H * T^2 * 4   scores, mask, softmax, kept for backward, gradients
+         + activation_copies * L * T * d * 4    per-layer activations (MLP 4d, norms, residuals)
+         + 3 * P * 4                            parameters, gradients, returned gradients
+
+The copy counts are profile settings (`[stress] memory_*_copies`). The defaults are conservative:
+MindSpore 2.10's nn.CrossEntropyLoss peaks at ~37 copies of the logits on CPU (9.4 GiB at
+T=2048, V=32000), and a causal attention keeps several T x T tensors per head and layer alive.
+What the model does not tell (heads, layers, width) is taken from the profile's `assume_*`
+settings, on the large side. A case runs only if need * memory_safety <= MemAvailable.
+
+Measured peak: the process's resident-set high-water mark, VmHWM in /proc/self/status. Writing
+"5" to /proc/self/clear_refs resets it to the current RSS (Linux >= 4.0), so peak - RSS before
+the case is the case's own peak. Where the reset is refused the HWM only rises, and the delta is a
+lower bound ("hwm-delta" method). tracemalloc does not see MindSpore's native allocations.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+GIB = 1024 ** 3
+
+
+def _status_kib(field: str) -> int | None:
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def available_bytes() -> int | None:
+    """MemAvailable from /proc/meminfo (None where there is no /proc)."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+class PeakRss:
+    """`with PeakRss() as p: ...` then p.peak_bytes, p.delta_bytes, p.method."""
+
+    def __enter__(self) -> "PeakRss":
+        self.method = "vmhwm-reset"
+        try:
+            with open("/proc/self/clear_refs", "w", encoding="ascii") as fh:
+                fh.write("5")
+        except OSError:
+            self.method = "hwm-delta"
+        self.before_kib = (_status_kib("VmRSS") if self.method == "vmhwm-reset"
+                           else _status_kib("VmHWM")) or 0
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.peak_kib = _status_kib("VmHWM") or 0
+
+    @property
+    def peak_bytes(self) -> int:
+        return self.peak_kib * 1024
+
+    @property
+    def delta_bytes(self) -> int:
+        return max(0, self.peak_kib - self.before_kib) * 1024
+
+
+def model_shape(model: Any, vocab: int, th: dict[str, Any]) -> dict[str, Any]:
+    """Layers, heads and width read from the model's Cells where it tells them, else assumed."""
+    layers, heads, width, told = 0, [], None, []
+    if model is not None:
+        for _, cell in model.cells_and_names():
+            if "attention" in type(cell).__name__.lower():
+                layers += 1
+                for attr in ("n_heads", "num_heads", "num_attention_heads", "n_head", "head_num"):
+                    h = getattr(cell, attr, None)
+                    if isinstance(h, int) and h > 0:
+                        heads.append(h)
+                        break
+        for p in model.trainable_params():
+            if len(p.shape) == 2 and vocab in p.shape:  # embedding or LM head: [V, d] or [d, V]
+                width = int(p.shape[1] if p.shape[0] == vocab else p.shape[0])
+                break
+    shape = {"layers": layers, "heads": max(heads) if heads else 0, "width": width}
+    for key, default in (("layers", 32), ("heads", 32), ("width", 4096)):
+        if not shape[key]:
+            shape[key] = int(th.get(f"assume_{key}", default))
+        else:
+            told.append(key)
+    shape["from_model"] = told
+    return shape
+
+
+def estimate_bytes(length: int, vocab: int, n_params: int, shape: dict[str, Any],
+                   th: dict[str, Any]) -> int:
+    """Conservative bytes needed for forward + backward on one sequence of `length` tokens."""
+    t, f32 = int(length), 4
+    logits = th.get("memory_logits_copies", 40) * t * vocab * f32
+    attention = th.get("memory_attention_copies", 8) * shape["layers"] * shape["heads"] * t * t * f32
+    activations = th.get("memory_activation_copies", 32) * shape["layers"] * t * shape["width"] * f32
+    return int(logits + attention + activations + 3 * n_params * f32)

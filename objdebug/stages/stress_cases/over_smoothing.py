@@ -1,0 +1,71 @@
+"""Over-smoothing probe: the mean top-5 probability of the model's predictions at scored positions
+of real samples (OBJ512). The source procedure warns below 0.3: heavy label smoothing (or an
+objective that flattens the distribution) leaves no token a clear winner and lets filler win.
+This measures the MODEL: it tells about the objective only through a checkpoint trained with it,
+and an untrained model always sits near 5/V.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from objdebug.context import Context
+from objdebug.datasets import text_samples
+from objdebug.findings import Check, Condition, Verdict
+from objdebug.stages.stress_cases._common import packed
+
+
+class OverSmoothing(Check):
+    name = "over-smoothing"
+    stage = "stress"
+    codes = ("OBJ512",)
+
+    def skip_reason(self, ctx: Context) -> str | None:
+        if ctx.target.end_to_end:
+            return "the end-to-end form (no [model]) does not expose the model's logits"
+        return None
+
+    def measure(self, ctx: Context) -> dict[str, Any]:
+        th = ctx.profile.section(self.stage)
+        k = int(th.get("top_k", 5))
+        samples = text_samples(ctx, int(th.get("smoothing_samples", 64)))
+        b, pad = ctx.engine.batch_size, ctx.config.data.label_pad_id
+        topk, top1, entropy = [], [], []
+        groups: dict[int, list] = {}
+        for s in samples:
+            groups.setdefault(ctx.engine.bucket(s.length), []).append(s)
+        for length, group in sorted(groups.items()):
+            for start in range(0, len(group), b):
+                chunk = group[start:start + b]
+                ids, labels = packed(ctx, chunk + [chunk[0]] * (b - len(chunk)), length)
+                x = ctx.engine.logits(ids)[:len(chunk)].astype(np.float64)
+                keep = labels[:len(chunk)] != pad
+                x = x[keep]
+                x -= x.max(-1, keepdims=True)
+                p = np.exp(x)
+                p /= p.sum(-1, keepdims=True)
+                ps = np.sort(p, axis=-1)[:, ::-1]
+                topk.append(ps[:, :k].sum(-1))
+                top1.append(ps[:, 0])
+                entropy.append(-(p * np.log(np.maximum(p, 1e-300))).sum(-1))
+        topk_all = np.concatenate(topk)
+        vocab = ctx.engine.vocab_size()
+        return {"k": k, "positions": int(topk_all.size), "samples": len(samples), "vocab": vocab,
+                "mean_topk": float(topk_all.mean()), "mean_top1": float(np.concatenate(top1).mean()),
+                "mean_entropy": float(np.concatenate(entropy).mean()), "uniform_topk": k / vocab}
+
+    def conditions(self, th: dict[str, Any]) -> list[Condition]:
+        low = float(th.get("top5_min", 0.3))
+
+        def judge(v):
+            x = v["mean_topk"]
+            msg = (f"mean top-{v['k']} probability {x:.3f} (top-1 {v['mean_top1']:.3f}, entropy "
+                   f"{v['mean_entropy']:.3f} nats; uniform would be {v['uniform_topk']:.3f}) over "
+                   f"{v['positions']} scored positions of {v['samples']} samples; warn below {low:g}")
+            if x < low:
+                return Verdict.WARN, msg + ": the predicted distribution is flat", x
+            return Verdict.PASS, msg, x
+
+        return [Condition("OBJ512", f"top5_probability_not_less_than_{low:g}", judge)]

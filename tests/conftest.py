@@ -1,0 +1,24 @@
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("GLOG_v", "3")
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import pytest  # noqa: E402
+
+FIXTURES = ROOT / "fixtures"
+TARGETS = FIXTURES / "targets"
+
+
+@pytest.fixture
+def tiny_target(tmp_path):
+    """A copy of fixtures/targets/tiny in a temp dir, safe to edit."""
+    import shutil
+
+    dst = tmp_path / "tiny"
+    shutil.copytree(TARGETS / "tiny", dst)
+    return dst

@@ -1,0 +1,181 @@
+"""align: the objective's per-sample losses equal a numpy float64 reference of the same losses,
+for a correct masked objective and for the classic ignore_index/label_pad_id mismatch."""
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from objdebug import api, runtime
+from objdebug.config import load_config
+from objdebug.data import build_labels, pack
+from objdebug.engine import Engine
+from objdebug.target import load_target
+
+from .conftest import TARGETS
+
+BROKEN = {"objective.factory": "mindspore.nn:CrossEntropyLoss",
+          "objective.kwargs": {"ignore_index": -100}, "data.label_pad_id": 0}
+
+
+def _log_softmax64(logits):
+    x = logits.astype(np.float64)
+    x = x - x.max(-1, keepdims=True)
+    return x - np.log(np.exp(x).sum(-1, keepdims=True))
+
+
+def reference_losses(cfg, rows):
+    """float64 reference: mean CE over the positions the objective is expected to score, each
+    sample right-padded to its engine bucket as the engine does (padding is scored when broken)."""
+    runtime.setup(cfg.run.device, cfg.run.mode, cfg.run.seed)
+    engine = Engine(load_target(cfg))
+    out = {}
+    for r in rows:
+        for s in r["samples"].values():
+            length = engine.bucket(s.length)
+            ids, labels = pack([s] * engine.batch_size, length, cfg.data.pad_id,
+                               cfg.data.label_pad_id, cfg.data.shift)
+            logp = _log_softmax64(engine.logits(ids))[0]
+            keep = labels[0] != -100  # nn.CrossEntropyLoss(ignore_index=-100) / MaskedCrossEntropy
+            nll = -logp[np.arange(length), np.where(keep, labels[0], 0)]
+            out[(r["id"], s.kind)] = float(nll[keep].mean())
+    return out
+
+
+def _rows(result):
+    return next(r for r in result.results if r.check == "alignment").value["rows"]
+
+
+@pytest.fixture(scope="module")
+def tiny_runs():
+    path = TARGETS / "tiny" / "objdebug.toml"
+    good_cfg = load_config(path)
+    bad_cfg = load_config(path, overrides=BROKEN)
+    return good_cfg, api.run(good_cfg, stages=["align"]), bad_cfg, api.run(bad_cfg, stages=["align"])
+
+
+def test_losses_match_numpy_reference(tiny_runs):
+    from objdebug.context import Context
+    from objdebug.datasets import align_rows
+    from objdebug.profile import load_profile
+
+    good_cfg, good, bad_cfg, bad = tiny_runs
+    for cfg, result in ((good_cfg, good), (bad_cfg, bad)):
+        runtime.setup("CPU", "graph", 0)
+        target = load_target(cfg)
+        ctx = Context(config=cfg, target=target, engine=Engine(target), profile=load_profile())
+        rows = align_rows(ctx)
+        ref = reference_losses(cfg, rows)
+        for row in _rows(result):
+            for kind in ("good", "medium", "bad"):
+                assert row[kind] == pytest.approx(ref[(row["id"], kind)], rel=1e-4, abs=1e-5), (cfg.data.label_pad_id, row["id"], kind)
+
+
+def test_broken_config_dilutes_gap_as_predicted(tiny_runs):
+    """With label_pad_id=0 every one of the T positions is scored: gap_broken = gap_resp * n/T
+    plus the difference in what the shorter/longer padding tail contributes; at least, the
+    broken gap is much smaller in magnitude than the response-only gap per row."""
+    _, good, _, bad = tiny_runs
+    g = {r["id"]: r for r in _rows(good)}
+    b = {r["id"]: r for r in _rows(bad)}
+    for rid in g:
+        assert abs(b[rid]["gap"]) < abs(g[rid]["gap"])
+    mask_good = next(r for r in good.results if r.check == "label-pad-masking")
+    mask_bad = next(r for r in bad.results if r.check == "label-pad-masking")
+    assert mask_good.findings[0].verdict.value == "PASS"
+    assert mask_bad.findings[0].verdict.value == "FAIL"
+    assert mask_bad.value["masked_loss"] > 1.0  # -log p(token 0) at every position
+    assert "ignore_index must equal data.label_pad_id" in mask_bad.findings[0].message
+
+
+def test_aggregates_and_verdicts_are_consistent(tiny_runs):
+    _, good, _, _ = tiny_runs
+    res = next(r for r in good.results if r.check == "alignment")
+    v = res.value
+    gaps = np.array([r["gap"] for r in v["rows"]])
+    assert v["mean_gap"] == pytest.approx(gaps.mean())
+    assert v["min_gap"] == pytest.approx(gaps.min())
+    ordered = [r["bad"] > r["medium"] > r["good"] for r in v["rows"]]
+    assert v["order_accuracy"] == pytest.approx(np.mean(ordered))
+    assert sorted(v["violations"]) == sorted(r["id"] for r, o in zip(v["rows"], ordered) if not o)
+    from scipy import stats
+
+    assert v["p_wilcoxon"] == pytest.approx(stats.wilcoxon(gaps, alternative="greater").pvalue)
+    # 7 rows >= min_rows 6, so the paired test is judged, not an ERROR
+    sig = next(f for f in res.findings if f.code == "OBJ103")
+    assert sig.verdict.value in ("PASS", "WARN", "FAIL")
+    codes = [f.code for f in res.findings]
+    assert codes == ["OBJ101", "OBJ102", "OBJ103", "OBJ104"]
+
+
+def test_gap_conditions_from_profile():
+    from objdebug.stages.align import AlignmentLoss
+
+    conds = {c.code: c for c in AlignmentLoss().conditions({"gap_pass": 1.5, "gap_fail": 0.1})}
+    base = {"min_gap": 0.0, "min_gap_id": "x", "mean_loss": {}, "n_rows": 10}
+    for gap, verdict in ((2.0, "PASS"), (1.5, "PASS"), (1.0, "WARN"), (0.1, "WARN"), (0.05, "FAIL"),
+                         (float("nan"), "FAIL")):
+        assert conds["OBJ101"].judge({**base, "mean_gap": gap})[0].value == verdict
+
+
+def test_too_few_rows_is_error_not_pass():
+    from objdebug.stages.align import AlignmentLoss
+
+    cond = {c.code: c for c in AlignmentLoss().conditions({"min_rows": 6})}["OBJ103"]
+    verdict, message, _ = cond.judge({"n_rows": 3, "p_wilcoxon": 0.001, "p_ttest": 0.001})
+    assert verdict.value == "ERROR" and "too few" in message
+
+
+def test_synthesize_generates_counterparts(tmp_path):
+    import json
+
+    rows = [{"id": f"s{i}", "prompt": "say something:", "good": f" hello there number {i}."}
+            for i in range(6)]
+    (tmp_path / "a.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    cfg = load_config(TARGETS / "tiny" / "objdebug.toml",
+                      overrides={"data.align": str(tmp_path / "a.jsonl")})
+    result = api.run(cfg, stages=["align"], options={"synthesize": True})
+    v = next(r for r in result.results if r.check == "alignment").value
+    assert v["synthetic_rows"] == 6
+    assert v["rows"][0]["synthetic"] == ["medium=shuffled", "bad=random", "repeat=repeat"]
+    assert all(math.isfinite(r["repeat"]) for r in v["rows"])
+
+
+def test_graph_compile_error_is_error_and_leaves_no_droppings(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cfg = load_config(TARGETS / "tiny" / "objdebug.toml",
+                      overrides={"objective.factory": "fixtures.core_objectives:ShapeBugLoss",
+                                 "objective.kwargs": {}})
+    result = api.run(cfg, stages=["align"])
+    verdicts = {f.code: f.verdict.value for f in result.findings}
+    assert verdicts["OBJ101"] == "ERROR" and verdicts["OBJ105"] == "ERROR"  # the run went on
+    assert result.exit_code == 1
+    assert not (Path(tmp_path) / "rank_0").exists()
+    assert list(Path(tmp_path).iterdir()) == []
+
+
+def test_end_to_end_form(tmp_path):
+    cfg = load_config(TARGETS / "tiny" / "objdebug.toml",
+                      overrides={"objective.factory": "fixtures.core_objectives:EndToEndLM",
+                                 "objective.kwargs": {"d_model": 16}})
+    cfg.model = None  # the objective owns its network
+    result = api.run(cfg, stages=["align"])
+    assert result.target["form"] == "end-to-end"
+    v = next(r for r in result.results if r.check == "alignment").value
+    assert all(math.isfinite(r["good"]) for r in v["rows"])
+
+
+def test_compiles_are_counted_once_per_shape(tiny_runs):
+    _, good, _, _ = tiny_runs
+    graphs = [(g["graph"], g["shapes"]) for g in good.compiles["graphs"]]
+    assert len(graphs) == len(set(graphs)) == good.compiles["count"]
+    # one per-sample graph per length bucket serves all 21 answers and the masked probe
+    import json
+
+    from objdebug.data import bucket_length
+
+    rows = [json.loads(line) for line in open(TARGETS / "tiny" / "align.jsonl")]
+    buckets = {bucket_length(len((r["prompt"] + r[k]).encode())) for r in rows
+               for k in ("good", "medium", "bad")}
+    assert sum(1 for g, _ in graphs if g == "objective.per_sample") == len(buckets) == 2
