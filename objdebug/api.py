@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as _dt
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from objdebug import runtime
@@ -82,6 +83,8 @@ def run(cfg: Config, *, stages: list[str] | None = None, profile: Profile | str 
         select: list[str] | None = None, ignore: list[str] | None = None, debug: bool = False,
         progress: Progress | None = None) -> RunResult:
     """Run `stages` on the target described by `cfg`; never raises for a failing check."""
+    if out_dir:  # checks run inside a scratch directory: a relative path would be lost there
+        out_dir = str(Path(out_dir).resolve())
     if not isinstance(profile, Profile):
         profile = load_profile(profile or cfg.run.profile)
     chosen = resolve_stages(cfg, profile, stages)

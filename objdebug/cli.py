@@ -250,6 +250,22 @@ def list_rules() -> None:
     typer.echo(tabulate(rows, headers=["code", "stage", "name", "summary"], tablefmt="simple"))
 
 
+@app.command("report")
+def report_log(
+    log: Annotated[Path, typer.Argument(help="A training-monitor JSONL log (objdebug.monitor).")],
+    debug: DebugOpt = False,
+) -> None:
+    """Render a training-monitor log with its verdicts; exit 1 if a failure was recorded."""
+    def body():
+        from objdebug import monitor
+
+        rep = monitor.report(str(log))
+        typer.echo(monitor.render_report(rep, colour=sys.stdout.isatty()), nl=False)
+        raise typer.Exit(rep["exit_code"])
+
+    guarded(debug, body)
+
+
 def main() -> None:
     try:
         app()

@@ -9,6 +9,7 @@ the path; a report can re-draw any figure later from the measurements stored in 
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -66,7 +67,7 @@ def scatter_loss_vs_score(scores: Sequence[float], losses: Sequence[float], path
         ax.plot(xs, fit[0] * xs + fit[1], color="tab:red", linewidth=1.5,
                 label=f"fit: loss = {fit[0]:.3g} * score + {fit[1]:.3g}")
         ax.legend(loc="best", fontsize=8)
-    head = title
+    head = "\n".join(textwrap.wrap(title, 72)) or " "  # a long objective name must not be clipped
     if r is not None and math.isfinite(r):
         head += f"\nPearson r = {r:.3f}"
         if ci is not None and all(math.isfinite(v) for v in ci):

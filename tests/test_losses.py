@@ -103,7 +103,7 @@ def test_fp16_large_vocab_finite_and_close_to_fp32():
     np.testing.assert_allclose(out16, out32, rtol=1e-2)
 
 
-@pytest.mark.parametrize("bad_label", [7, -1, -5])
+@pytest.mark.parametrize("bad_label", [7, -1])   # 7 == V; each raise costs ~3 s
 def test_out_of_range_labels_raise(bad_label):
     # label == V, and negative labels other than ignore_index, must raise, not be scored.
     # A fresh instance per case: after a kernel error MindSpore refuses to run that compiled

@@ -134,7 +134,7 @@ def summary(report: dict[str, Any]) -> bytes:
             left = [a + b for a, b in zip(left, counts)]
     ax.invert_yaxis()
     ax.set_xlabel("findings")
-    ax.legend(loc="lower right", fontsize=8, ncol=5)
+    ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=8)  # outside: never over a bar
     return _png(fig)
 
 

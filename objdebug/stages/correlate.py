@@ -52,6 +52,25 @@ def _aspects(aspects: list[dict[str, float]], losses: np.ndarray, finite: np.nda
     return out
 
 
+def check_settings(settings: dict[str, Any], source: str) -> None:
+    """The bootstrap settings of the profile's [correlate] section; a bad value is an InputError."""
+    from objdebug.errors import InputError
+
+    method = settings.get("ci_method", "bca")
+    if method not in stats.CI_METHODS:
+        raise InputError(f"For '[correlate] ci_method', the value must be in {list(stats.CI_METHODS)}, "
+                         f"but got {method!r}.", source=source)
+    level = settings.get("ci_level", 0.95)
+    if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level < 1:
+        raise InputError(f"For '[correlate] ci_level', the value must be in (0, 1), but got {level!r}.",
+                         source=source)
+    for key, low in (("bootstrap_resamples", 1), ("seed", 0), ("min_samples", 3)):
+        value = settings.get(key, low)
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise InputError(f"For '[correlate] {key}', the value must be an integer >= {low}, but got "
+                             f"{value!r}.", source=source)
+
+
 def measure_vectors(ids: list[str], losses, scores, lengths, aspects: list[dict[str, float]] | None = None,
                     settings: dict[str, Any] | None = None) -> dict[str, Any]:
     """The correlate measurement from plain vectors (one entry per scored row).
@@ -119,11 +138,13 @@ class ScoreCorrelation(Check):
         return None
 
     def measure(self, ctx: Context) -> dict[str, Any]:
+        settings = ctx.profile.section("correlate")
+        check_settings(settings, ctx.profile.source)
         data = response_losses(ctx)
         rows = data["rows"]
         value = measure_vectors([r["id"] for r in rows], data["losses"], [r["score"] for r in rows],
                                 [len(r["sample"].response) for r in rows],
-                                [r["aspects"] for r in rows], ctx.profile.section("correlate"))
+                                [r["aspects"] for r in rows], settings)
         if ctx.out_dir:
             value["figure"] = self._scatter(ctx, value)
         return value
@@ -136,7 +157,8 @@ class ScoreCorrelation(Check):
 
         pts = v["points"]
         path = scatter_loss_vs_score(
-            [p["score"] for p in pts], [p["loss"] for p in pts], Path(ctx.out_dir) / SCATTER_NAME, lengths=[p["length"] for p in pts], r=v["pearson_r"],
+            [p["score"] for p in pts], [p["loss"] for p in pts], Path(ctx.out_dir) / SCATTER_NAME,
+            lengths=[p["length"] for p in pts], r=v["pearson_r"],
             ci=(v["ci"]["low"], v["ci"]["high"]), level=v["ci"]["level"], ci_method=v["ci"]["method"],
             fit=(v["fit"]["slope"], v["fit"]["intercept"]),
             title=f"loss vs human score: {ctx.config.objective.factory.rpartition(':')[2]}")

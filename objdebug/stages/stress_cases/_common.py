@@ -7,6 +7,11 @@ Two Cells of our own, both built once per engine through `engine.cell` and calle
   squared gradient norms, per-parameter non-finite counts and the gradients themselves. Batch 1
   for long inputs, padding invariance and the all-padding batch, so they share a few shapes.
 - `objective_on_logits`: the objective alone, fed logits directly (scaled, fp16, bf16).
+
+And `forward_loss`: model + objective forward only, one fresh Cell per caller-given name. A
+MindSpore 2.10 graph that raised at run time refuses every later call ("An error occurred in the
+previous step of this model execution"), so a probe that is expected to raise gets a graph of its
+own and never touches the engine's shared graphs.
 """
 
 from __future__ import annotations
@@ -78,6 +83,53 @@ def loss_and_grad(ctx: Context, ids: np.ndarray, labels: np.ndarray) -> dict[str
     return {"loss": float(loss.asnumpy()), "grad_norm": float(np.sqrt(sq.sum())),
             "nonfinite_params": int((bad > 0).sum()), "n_params": int(len(bad)),
             "grads": grads}
+
+
+def _build_forward_loss(ctx: Context):
+    import mindspore as ms
+    from mindspore import nn, ops
+
+    flat = ctx.target.config.objective.call == "flat"
+
+    class ForwardLoss(nn.Cell):
+        def __init__(self, model, objective):
+            super().__init__(auto_prefix=False)
+            self.model = model
+            self.objective = objective
+            self.split = model is not None
+            self.flat = flat
+
+        def construct(self, input_ids, labels):
+            if self.split:
+                logits = self.model(input_ids)
+                if self.flat:
+                    r = self.objective(logits.reshape((-1, logits.shape[-1])), labels.reshape((-1,)))
+                else:
+                    r = self.objective(logits, labels)
+            else:
+                r = self.objective(input_ids, labels)
+            total = r[0] if isinstance(r, tuple) else r
+            return ops.reshape(ops.cast(total, ms.float32), ())
+
+    return ForwardLoss(ctx.target.model, ctx.target.objective)
+
+
+def forward_loss(ctx: Context, name: str, ids: np.ndarray, labels: np.ndarray) -> float:
+    """The objective's forward loss through the fresh graph `name` (see the module docstring)."""
+    import mindspore as ms
+
+    cell = ctx.engine.cell(name, lambda: _build_forward_loss(ctx))
+    out = ctx.engine.call(name, cell, ms.Tensor(ids, ms.int32), ms.Tensor(labels, ms.int32))
+    return float(out.asnumpy())
+
+
+POISONED = "error occurred in the previous step"
+
+
+def error_line(exc: BaseException) -> str:
+    """The first informative line of a MindSpore error (its messages open with rulers)."""
+    lines = [ln.strip(" -") for ln in str(exc).splitlines()]
+    return next((ln for ln in lines if any(c.isalpha() for c in ln)), type(exc).__name__)
 
 
 def flat_grads(grads) -> np.ndarray:

@@ -39,9 +39,12 @@ class AllPadding(Check):
             what = (f"batch of 1x{v['length']} padding (ids {v['pad_id']}, every label "
                     f"{v['label_pad_id']}): loss {x:.4g}, gradient norm {v['grad_norm']:.3g}, "
                     f"{bad}/{n} parameters with NaN/Inf gradients")
-            if not math.isfinite(x) or bad:
+            if bad:
                 return Verdict.FAIL, (what + "; one such batch turns every weight into NaN at the "
                                       "next optimizer step"), x
+            if not math.isfinite(x):
+                return Verdict.FAIL, (what + "; a NaN/Inf loss poisons loss averages, loss scaling "
+                                      "and the NaN guards that skip steps or stop the run"), x
             if abs(x) > tol:
                 return Verdict.FAIL, (what + f"; a batch with nothing to score must cost 0 "
                                       f"(|loss| <= {tol:g}): the objective scores padding"), x

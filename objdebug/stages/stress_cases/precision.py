@@ -19,7 +19,7 @@ import numpy as np
 from objdebug.context import Context
 from objdebug.datasets import text_samples
 from objdebug.findings import Check, Condition, Verdict
-from objdebug.stages.stress_cases._common import objective_on_logits, packed, rel_diff
+from objdebug.stages.stress_cases._common import error_line, objective_on_logits, packed, rel_diff
 
 _FP16_MAX = 65504.0
 _END_TO_END = ("the end-to-end form (no [model]) does not expose logits, so the objective cannot "
@@ -123,10 +123,9 @@ class LowPrecision(Check):
                     x = ms.Tensor(logits * np.float32(s), ms.float32).astype(dtype)
                     loss = objective_on_logits(ctx, x, labels)
                 except Exception as exc:  # e.g. a kernel without this dtype on this device
-                    first = (str(exc).strip().splitlines() or [type(exc).__name__])
-                    msg = next((ln for ln in first if "fail" in ln.lower() or "unsupported" in ln.lower()),
-                               first[0]).strip(" -")
-                    out[name] = {"skipped": f"{name} does not run here: {type(exc).__name__}: {msg[:160]}"}
+                    lines = [ln.strip(" -") for ln in str(exc).splitlines()]
+                    why = next((ln for ln in lines if "unsupported" in ln.lower()), error_line(exc))
+                    out[name] = {"skipped": f"{name} does not run here: {type(exc).__name__}: {why[:160]}"}
                     break
                 rows.append({"scale": s, "loss": loss, "fp32_loss": ref["loss"],
                              "rel_diff": rel_diff(loss, ref["loss"])})

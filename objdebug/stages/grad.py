@@ -1,0 +1,382 @@
+"""Stage 2, grad: one real forward + backward of the user's objective on a batch of the target's data.
+
+The batch total is the objective called as the user calls it (flat / sequence / end-to-end); its
+gradients are reduced inside the compiled graph (see objdebug/gradients.py). Codes OBJ2xx:
+
+- OBJ201 mean per-parameter gradient norm out of range, OBJ202 max/mean norm imbalance,
+  OBJ203 NaN/Inf gradients, OBJ204 disconnected (all-zero) parameters;
+- OBJ205 padding / prompt positions (label == label_pad_id) receive gradient;
+- OBJ206 autodiff disagrees with central finite differences of the real objective;
+- OBJ207 logit-gradient scale differs from a standard mean cross-entropy (reference).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from objdebug.context import Context
+from objdebug.datasets import text_samples
+from objdebug.findings import Check, Condition, Verdict, band
+from objdebug.gradients import (Batch, GradientProbe, ParamGradients, layer_of, make_batch,
+                                reference_mean_ce_grad)
+
+_LISTED = 8
+_F32_EPS = 2.0 ** -23
+
+
+def _listing(names: list[str]) -> str:
+    shown = ", ".join(names[:_LISTED])
+    return shown + (f", ... ({len(names) - _LISTED} more)" if len(names) > _LISTED else "")
+
+
+def _settings(ctx: Context) -> dict[str, Any]:
+    return ctx.profile.section("grad")
+
+
+# --------------------------------------------------------------------------- shared measurements
+def grad_batch(ctx: Context) -> Batch:
+    """The gradient batch: --samples data rows (default: the batch size), --batch-size rows."""
+    def build() -> Batch:
+        cfg = ctx.config.data
+        rows = int(ctx.option("batch_size", ctx.engine.batch_size))
+        n = int(ctx.option("samples", rows))
+        for name, value in (("--batch-size", rows), ("--samples", n)):
+            if value < 1:
+                from objdebug.errors import InputError
+
+                raise InputError(f"For '{name}', the value must be >= 1, but got {value}.")
+        samples = text_samples(ctx, n)
+        length = ctx.engine.bucket(max(s.length for s in samples))
+        return make_batch(samples, max(rows, len(samples)), length, cfg.pad_id, cfg.label_pad_id,
+                          cfg.shift)
+    return ctx.cached("grad.batch", build)
+
+
+def grad_probe(ctx: Context) -> GradientProbe:
+    return ctx.cached("grad.probe", lambda: GradientProbe(ctx.engine))
+
+
+def fd_directions(ctx: Context) -> list[np.ndarray]:
+    s = _settings(ctx)
+    return ctx.cached("grad.directions", lambda: grad_probe(ctx).random_directions(
+        int(s.get("n_directions", 3)), int(s.get("seed", 0))))
+
+
+def param_gradients(ctx: Context) -> ParamGradients:
+    """Per-parameter statistics and g.d along the FD directions: one compiled call."""
+    return ctx.cached("grad.params", lambda: grad_probe(ctx).parameters(grad_batch(ctx),
+                                                                         fd_directions(ctx)))
+
+
+def logit_gradients(ctx: Context) -> dict[str, np.ndarray]:
+    """Logits of the batch, the objective's squared logit-gradient norm per position, reference."""
+    def build() -> dict[str, np.ndarray]:
+        batch = grad_batch(ctx)
+        logits = ctx.engine.logits(batch.input_ids)
+        outputs, sq = grad_probe(ctx).logits(logits, batch.labels)
+        ref = reference_mean_ce_grad(logits, batch.labels, ctx.config.data.label_pad_id)
+        return {"outputs": outputs, "sq": sq, "reference_sq": ref}
+    return ctx.cached("grad.logits", build)
+
+
+def _batch_info(ctx: Context, batch: Batch) -> dict[str, Any]:
+    pid = ctx.config.data.label_pad_id
+    return {"rows": int(batch.input_ids.shape[0]), "length": int(batch.input_ids.shape[1]),
+            "data_rows": len(batch.samples), "filled_rows": batch.filled,
+            "scored_positions": int((batch.labels != pid).sum()),
+            "masked_positions": int((batch.labels == pid).sum())}
+
+
+# --------------------------------------------------------------------------- checks
+class GradientHealth(Check):
+    """Per-parameter and per-layer gradient norms, non-finite values and disconnected parameters."""
+
+    name = "gradient-health"
+    stage = "grad"
+    codes = ("OBJ201", "OBJ202", "OBJ203", "OBJ204")
+
+    def measure(self, ctx: Context) -> dict[str, Any]:
+        g = param_gradients(ctx)
+        norms = g.norms
+        params = [{"name": n, "layer": layer_of(n), "size": int(size), "norm": float(norm),
+                   "max_abs": float(mx), "zero_share": float(z / size), "nonfinite": int(bad)}
+                  for n, size, norm, mx, z, bad in zip(g.names, g.sizes, norms, g.max_abs, g.zeros,
+                                                       g.nonfinite)]
+        layers: dict[str, dict[str, Any]] = {}
+        for p, sq in zip(params, g.sq_norm):
+            lay = layers.setdefault(p["layer"], {"layer": p["layer"], "params": 0, "size": 0, "sq": 0.0,
+                                                 "max_abs": 0.0, "zeros": 0, "nonfinite": 0})
+            lay["params"] += 1
+            lay["size"] += p["size"]
+            lay["sq"] += float(sq)
+            lay["max_abs"] = max(lay["max_abs"], p["max_abs"])
+            lay["zeros"] += int(round(p["zero_share"] * p["size"]))
+            lay["nonfinite"] += p["nonfinite"]
+        layer_rows = [{"layer": v["layer"], "params": v["params"], "norm": math.sqrt(v["sq"]),
+                       "max_abs": v["max_abs"], "zero_share": v["zeros"] / v["size"],
+                       "nonfinite": v["nonfinite"]} for v in layers.values()]
+        mean = float(norms.mean())
+        imax = int(np.nanargmax(norms)) if np.isfinite(norms).any() else 0
+        return {
+            "loss": g.loss,
+            "outputs": g.outputs.tolist(),
+            "batch": _batch_info(ctx, grad_batch(ctx)),
+            "n_params": len(params),
+            "global_norm": float(math.sqrt(g.sq_norm.sum())),
+            "mean_param_norm": mean,
+            "max_param_norm": float(norms[imax]),
+            "max_param": g.names[imax],
+            "max_mean_ratio": float(norms[imax] / mean) if mean > 0 else float("inf"),
+            "nonfinite_total": int(g.nonfinite.sum()),
+            "nonfinite_params": [p["name"] for p in params if p["nonfinite"]],
+            "disconnected": [p["name"] for p in params if p["zero_share"] == 1.0],
+            "params": params,
+            "layers": layer_rows,
+        }
+
+    def conditions(self, th: dict[str, Any]) -> list[Condition]:
+        lo_pass, hi_pass = th.get("mean_norm_pass_low", 0.01), th.get("mean_norm_pass_high", 1.0)
+        lo_fail, hi_fail = th.get("mean_norm_fail_low", 0.005), th.get("mean_norm_fail_high", 100.0)
+        r_pass, r_fail = th.get("ratio_pass", 10.0), th.get("ratio_fail", 15.0)
+
+        def unjudged(v):
+            if v["nonfinite_total"] or not math.isfinite(v["loss"]):
+                return (Verdict.SKIP, f"not judged: the gradient has {v['nonfinite_total']} NaN/Inf "
+                                      f"elements (loss {v['loss']:.4g}), see OBJ203", None)
+            return None
+
+        def mean_norm(v):
+            x = v["mean_param_norm"]
+            verdict = band(x, pass_if=lambda a: lo_pass <= a <= hi_pass,
+                           fail_if=lambda a: a < lo_fail or a > hi_fail)
+            return unjudged(v) or (verdict, (
+                f"mean per-parameter gradient norm = {x:.4g} over {v['n_params']} parameters (global "
+                f"norm {v['global_norm']:.4g}, loss {v['loss']:.4g}); pass in [{lo_pass}, {hi_pass}], "
+                f"fail < {lo_fail} or > {hi_fail}"), x)
+
+        def ratio(v):
+            x = v["max_mean_ratio"]
+            verdict = band(x, pass_if=lambda a: a < r_pass, fail_if=lambda a: a > r_fail)
+            return unjudged(v) or (verdict, (
+                f"max/mean per-parameter gradient norm = {x:.3g} (max {v['max_param_norm']:.4g} at "
+                f"'{v['max_param']}', mean {v['mean_param_norm']:.4g}); pass < {r_pass}, "
+                f"fail > {r_fail}"), x)
+
+        def finite(v):
+            n, names = v["nonfinite_total"], v["nonfinite_params"]
+            if n or not math.isfinite(v["loss"]):
+                return Verdict.FAIL, (f"loss = {v['loss']:.4g}; {n} NaN/Inf gradient elements in "
+                                      f"{len(names)} of {v['n_params']} parameters"
+                                      + (f": {_listing(names)}" if names else "")), float(n)
+            return Verdict.PASS, (f"loss {v['loss']:.4g} and all gradients of {v['n_params']} "
+                                  f"parameters finite"), 0.0
+
+        def connected(v):
+            names = v["disconnected"]
+            if names:
+                return Verdict.FAIL, (
+                    f"{len(names)} of {v['n_params']} parameters get an all-zero gradient "
+                    f"(disconnected from the loss: argmax, stop_gradient or unused): {_listing(names)}"
+                ), float(len(names))
+            return Verdict.PASS, f"all {v['n_params']} parameters receive gradient", 0.0
+
+        return [Condition("OBJ201", f"mean_grad_norm_in_{lo_pass}_{hi_pass}", mean_norm),
+                Condition("OBJ202", f"max_mean_ratio_less_than_{r_pass}", ratio),
+                Condition("OBJ203", "gradients_finite", finite),
+                Condition("OBJ204", "no_disconnected_parameters", connected)]
+
+
+class PaddingLeakage(Check):
+    """Positions labelled label_pad_id must get exactly zero gradient (end-to-end: padding-invariant loss)."""
+
+    name = "padding-leakage"
+    stage = "grad"
+    codes = ("OBJ205",)
+
+    def measure(self, ctx: Context) -> dict[str, Any]:
+        if ctx.target.end_to_end:
+            return self._measure_end_to_end(ctx)
+        tol = float(_settings(ctx).get("leak_tolerance", 0.0))
+        batch = grad_batch(ctx)
+        lg = logit_gradients(ctx)
+        sq = lg["sq"]
+        masked = batch.labels == ctx.config.data.label_pad_id
+        leaking = masked & ~(sq <= tol * tol)  # NaN counts as a leak
+        total = float(np.nansum(sq))
+        return {"form": "logits", "label_pad_id": ctx.config.data.label_pad_id, "tolerance": tol,
+                "batch": _batch_info(ctx, batch), "masked": int(masked.sum()),
+                "leaking": int(leaking.sum()),
+                "leak_share": float(np.nansum(sq[leaking]) / total) if total > 0 else 0.0,
+                "max_masked_norm": float(np.sqrt(np.nanmax(sq[masked]))) if masked.any() else 0.0,
+                "leaking_rows": sorted({int(b) for b in np.nonzero(leaking)[0]})}
+
+    def _measure_end_to_end(self, ctx: Context) -> dict[str, Any]:
+        """No logits: pad every row further (next length bucket); each row's loss must not move."""
+        cfg = ctx.config.data
+        batch = grad_batch(ctx)
+        samples = batch.samples[:ctx.engine.batch_size]
+        short = ctx.engine.bucket(max(s.length for s in samples))
+        long = ctx.engine.bucket(short + 1)
+        a = make_batch(samples, ctx.engine.batch_size, short, cfg.pad_id, cfg.label_pad_id, cfg.shift)
+        b = make_batch(samples, ctx.engine.batch_size, long, cfg.pad_id, cfg.label_pad_id, cfg.shift)
+        la = ctx.engine.per_sample_raw(a.input_ids, a.labels)[:len(samples), 0]
+        lb = ctx.engine.per_sample_raw(b.input_ids, b.labels)[:len(samples), 0]
+        tol = float(_settings(ctx).get("pad_rel_tolerance", 1e-4))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            rel = np.abs(lb - la) / np.maximum(np.abs(la), 1e-12)
+        changed = ~(rel <= tol)
+        return {"form": "end-to-end", "label_pad_id": cfg.label_pad_id, "tolerance": tol,
+                "rows": len(samples), "length": short, "padded_length": long,
+                "changed": int(changed.sum()), "max_rel_change": float(np.nanmax(rel)),
+                "mean_loss": float(np.mean(la)), "mean_loss_padded": float(np.mean(lb)),
+                "changed_ids": [s.id for s, c in zip(samples, changed) if c]}
+
+    def conditions(self, th: dict[str, Any]) -> list[Condition]:
+        def judge(v):
+            pid = v["label_pad_id"]
+            if v["form"] == "end-to-end":
+                n, rows = v["changed"], v["rows"]
+                what = (f"{n} of {rows} samples change their loss when padded from {v['length']} to "
+                        f"{v['padded_length']} positions (label_pad_id={pid}; mean "
+                        f"{v['mean_loss']:.4g} -> {v['mean_loss_padded']:.4g}, max relative change "
+                        f"{v['max_rel_change']:.2%}; tolerance {v['tolerance']:.0e})")
+                if n:
+                    return Verdict.FAIL, (what + ": the objective trains on padding; set its "
+                                          f"ignore_index to {pid} or pad labels with its ignore_index"
+                                          ), float(n)
+                return Verdict.PASS, what, 0.0
+            n, m, share = v["leaking"], v["masked"], v["leak_share"]
+            what = (f"{n} of {m} masked positions (label_pad_id={pid}) receive gradient "
+                    f"({share:.0%} of the squared logit-gradient norm, max norm "
+                    f"{v['max_masked_norm']:.3g} at a masked position)")
+            if n:
+                return Verdict.FAIL, (what + ": the objective trains on prompt/padding; set "
+                                      f"ignore_index to {pid} or pad labels with the objective's "
+                                      "ignore_index (usually -100)"), float(n)
+            return Verdict.PASS, what, 0.0
+
+        return [Condition("OBJ205", "masked_positions_get_no_gradient", judge)]
+
+
+class LogitGradientScale(Check):
+    """Logit-gradient norm per scored token vs a standard mean cross-entropy (numpy reference)."""
+
+    name = "logit-gradient-scale"
+    stage = "grad"
+    codes = ("OBJ207",)
+
+    def skip_reason(self, ctx: Context) -> str | None:
+        if ctx.target.end_to_end:
+            return ("end-to-end form: the objective takes input_ids, so its logits (and their "
+                    "gradient scale) are not exposed")
+        return None
+
+    def measure(self, ctx: Context) -> dict[str, Any]:
+        batch = grad_batch(ctx)
+        lg = logit_gradients(ctx)
+        scored = batch.labels != ctx.config.data.label_pad_id
+        n = int(scored.sum())
+        user = float(np.sqrt(np.sum(lg["sq"][scored])))
+        ref = float(np.sqrt(np.sum(lg["reference_sq"][scored])))
+        ratio = user / ref if ref > 0 else float("nan")
+        rows = int(batch.labels.shape[0])
+        return {"scored_tokens": n, "rows": rows, "loss": float(lg["outputs"][0]),
+                "norm": user, "reference_norm": ref, "ratio": ratio,
+                "per_token_norm": float(np.mean(np.sqrt(lg["sq"][scored]))) if n else float("nan"),
+                "reference_per_token_norm": float(np.mean(np.sqrt(lg["reference_sq"][scored])))
+                if n else float("nan"),
+                "cause": _likely_cause(ratio, n, rows)}
+
+    def conditions(self, th: dict[str, Any]) -> list[Condition]:
+        p_lo, p_hi = th.get("scale_pass_low", 0.5), th.get("scale_pass_high", 2.0)
+        f_lo, f_hi = th.get("scale_fail_low", 0.2), th.get("scale_fail_high", 5.0)
+
+        def judge(v):
+            x = v["ratio"]
+            verdict = band(x, pass_if=lambda a: p_lo <= a <= p_hi, fail_if=lambda a: a < f_lo or a > f_hi)
+            return verdict, (
+                f"logit-gradient norm = {x:.3g}x a standard mean cross-entropy on the same logits "
+                f"(reference, {v['scored_tokens']} scored tokens; per token {v['per_token_norm']:.3g} vs "
+                f"{v['reference_per_token_norm']:.3g}): {v['cause']}; pass in [{p_lo}, {p_hi}], "
+                f"fail outside [{f_lo}, {f_hi}]"), x
+
+        return [Condition("OBJ207", f"logit_grad_ratio_in_{p_lo}_{p_hi}", judge)]
+
+
+def _likely_cause(ratio: float, n_tokens: int, rows: int) -> str:
+    if not math.isfinite(ratio):
+        return "the objective's logit gradient is not finite"
+    if n_tokens > 2 and abs(ratio / n_tokens - 1) < 0.25:
+        return f"likely a sum instead of a mean over tokens (ratio ~ {n_tokens} scored tokens)"
+    per_row = n_tokens / max(rows, 1)
+    if rows > 1 and per_row > 2 and abs(ratio / per_row - 1) < 0.25:
+        return f"likely a sum over tokens and a mean over rows (ratio ~ {per_row:.0f} tokens per row)"
+    if 0.8 <= ratio <= 1.25:
+        return "consistent with a mean cross-entropy"
+    if ratio > 1:
+        return (f"likely a temperature T ~ {1 / ratio:.2g} on the logits or a loss weight ~ "
+                f"{ratio:.2g}")
+    return (f"likely a temperature T ~ {1 / ratio:.2g}, a loss weight ~ {ratio:.2g}, "
+            "or a mean over masked positions too")
+
+
+class FiniteDifferences(Check):
+    """Directional derivative g.d (autodiff) vs (L(θ+εd) - L(θ-εd)) / 2ε of the real objective."""
+
+    name = "finite-differences"
+    stage = "grad"
+    codes = ("OBJ206",)
+
+    def measure(self, ctx: Context) -> dict[str, Any]:
+        s = _settings(ctx)
+        probe, batch = grad_probe(ctx), grad_batch(ctx)
+        g = param_gradients(ctx)
+        dirs = fd_directions(ctx)
+        theta = probe.parameter_norm()
+        # Directions have unit norm; a step relative to the parameter norm keeps the perturbation
+        # at the same relative size for any model: float32 rounding of the loss (~1e-7 relative)
+        # divided by 2ε stays well below typical |g.d|, while the O(ε²) truncation error stays small.
+        rel_step = float(s.get("fd_rel_step", 1e-2))
+        eps = rel_step * theta if theta > 0 else rel_step
+        # Below this |g.d| the float32 difference of two losses cannot resolve the derivative.
+        floor = float(s.get("fd_noise_ulps", 16)) * _F32_EPS * max(abs(g.loss), 1.0) / (2 * eps)
+        rows = []
+        for k in range(len(g.gdot)):
+            plus = probe.loss_at(batch, dirs, eps, k)
+            minus = probe.loss_at(batch, dirs, -eps, k)
+            fd = (plus - minus) / (2 * eps)
+            ad = float(g.gdot[k])
+            scale = max(abs(fd), abs(ad), floor)
+            err = abs(fd - ad) / scale if math.isfinite(fd) and math.isfinite(ad) else float("nan")
+            rows.append({"direction": k, "autodiff": ad, "finite_difference": fd, "rel_error": err,
+                         "loss_plus": plus, "loss_minus": minus})
+        errs = [r["rel_error"] for r in rows]
+        return {"loss": g.loss, "finite": bool(math.isfinite(g.loss) and not g.nonfinite.any()),
+                "n_directions": len(rows), "epsilon": eps, "parameter_norm": theta,
+                "noise_floor": floor, "seed": int(s.get("seed", 0)),
+                "max_rel_error": float(max(errs)) if errs else float("nan"), "directions": rows}
+
+    def conditions(self, th: dict[str, Any]) -> list[Condition]:
+        e_pass, e_fail = th.get("fd_pass", 1e-2), th.get("fd_fail", 1e-1)
+
+        def judge(v):
+            if not v["finite"]:
+                return Verdict.SKIP, (f"not judged: the loss ({v['loss']:.4g}) or its gradient is "
+                                      "not finite, see OBJ203"), None
+            x = v["max_rel_error"]
+            verdict = band(x, pass_if=lambda a: a < e_pass, fail_if=lambda a: a > e_fail)
+            pairs = "; ".join(f"{r['autodiff']:.4g} vs {r['finite_difference']:.4g}"
+                              for r in v["directions"])
+            return verdict, (
+                f"autodiff vs central finite differences along {v['n_directions']} random directions "
+                f"(ε = {v['epsilon']:.3g}): max relative error {x:.2g} (g·d vs FD: {pairs}); "
+                f"pass < {e_pass}, fail > {e_fail}"), x
+
+        return [Condition("OBJ206", f"fd_rel_error_less_than_{e_pass}", judge)]
+
+
+def checks() -> list[Check]:
+    return [GradientHealth(), PaddingLeakage(), LogitGradientScale(), FiniteDifferences()]

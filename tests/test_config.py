@@ -1,0 +1,86 @@
+"""The target contract: discovery, overrides, validation, path resolution."""
+
+from pathlib import Path
+
+import pytest
+
+from objdebug.config import find_config, load_config, parse_override
+from objdebug.errors import InputError
+from objdebug.profile import builtin_profiles, code_selected, load_profile
+
+from .conftest import TARGETS
+
+
+def test_demo_config_resolves_paths():
+    cfg = load_config(demo=True)
+    assert Path(cfg.model.checkpoint).is_absolute() and Path(cfg.model.checkpoint).is_file()
+    assert Path(cfg.data.align).is_file() and Path(cfg.data.scores).is_file()
+    assert cfg.objective.call == "flat" and not cfg.end_to_end
+
+
+def test_overrides_parse_toml_values():
+    assert parse_override("data.label_pad_id=0") == ("data.label_pad_id", 0)
+    assert parse_override("objective.kwargs={ignore_index = 3}") == ("objective.kwargs", {"ignore_index": 3})
+    assert parse_override("run.device=GPU") == ("run.device", "GPU")  # bare words stay strings
+    cfg = load_config(TARGETS / "tiny" / "objdebug.toml", overrides=dict([parse_override("data.shift=false")]))
+    assert cfg.data.shift is False
+    with pytest.raises(InputError, match="section.key=value"):
+        parse_override("nonsense")
+    with pytest.raises(InputError, match="section"):
+        load_config(TARGETS / "tiny" / "objdebug.toml", overrides={"label_pad_id": 0})
+
+
+def test_pyproject_tool_table_is_found(tmp_path):
+    (tmp_path / "pyproject.toml").write_text(
+        '[project]\nname = "x"\n[tool.objdebug.objective]\nfactory = "mindspore.nn:CrossEntropyLoss"\n')
+    assert find_config(tmp_path) == tmp_path / "pyproject.toml"
+    cfg = load_config(tmp_path / "pyproject.toml")
+    assert cfg.end_to_end and cfg.objective.factory == "mindspore.nn:CrossEntropyLoss"
+
+
+def test_pyproject_without_tool_table_is_not_a_config(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n')
+    assert find_config(tmp_path) is None
+
+
+@pytest.mark.parametrize("text, message", [
+    ('[model]\nfactory = "a:b"\n', "missing [objective]"),
+    ('[objective]\nfactory = "no_colon"\n', "'module:callable'"),
+    ('[objective]\nfactory = "a:b"\ncall = "weird"\n', "objective.call"),
+    ('[objective]\nfactory = "a:b"\n[run]\nmode = "eager"\n', "run.mode"),
+    ('[objective]\nfactory = "a:b"\n[data]\npad_id = "zero"\n', "data.pad_id"),
+    ('[objective]\nfactory = "a:b"\n[data]\nshift = 1\n', "data.shift"),
+    ('[objective]\nfactory = "a:b"\n[extra]\nx = 1\n', "unknown section"),
+    ('[objective]\nkwargs = {}\n', "[objective]"),
+])
+def test_invalid_configs(tmp_path, text, message):
+    path = tmp_path / "objdebug.toml"
+    path.write_text(text)
+    with pytest.raises(InputError) as err:
+        load_config(path)
+    assert message in str(err.value)
+    assert str(path) in str(err.value)
+
+
+def test_profiles_ship_and_extend():
+    assert "default" in builtin_profiles()
+    prof = load_profile("default")
+    assert prof.section("align")["gap_pass"] == 1.5 and prof.section("align")["gap_fail"] == 0.1
+    assert prof.stages == ["align", "grad", "decompose", "correlate", "stress"]
+
+
+def test_profile_path_extends_default(tmp_path):
+    path = tmp_path / "mine.toml"
+    path.write_text('extends = "default"\nname = "mine"\n[align]\ngap_pass = 3.0\n')
+    prof = load_profile(str(path))
+    assert prof.name == "mine"
+    assert prof.section("align")["gap_pass"] == 3.0
+    assert prof.section("align")["gap_fail"] == 0.1  # inherited
+
+
+def test_code_selection_more_specific_wins():
+    assert code_selected("OBJ101", [], [])
+    assert not code_selected("OBJ101", [], ["OBJ1"])
+    assert code_selected("OBJ101", ["OBJ101"], ["OBJ1"])
+    assert not code_selected("OBJ102", ["OBJ1"], ["OBJ102"])
+    assert not code_selected("OBJ201", ["OBJ1"], [])
