@@ -182,3 +182,30 @@ def test_internal_error_is_exit_3(tiny_target, monkeypatch):
     assert result.exit_code == 3
     assert "internal error: ZeroDivisionError: simulated bug" in result.output
     assert "Traceback" not in result.output
+
+
+def test_checkpoint_dtype_mismatch_is_listed(tiny_target):
+    """MindSpore would convert an fp16 checkpoint into the fp32 model silently; objdebug refuses."""
+    import mindspore as ms
+
+    from objdebug.demo.model import build_model
+
+    net = build_model(vocab_size=256, d_model=16, n_layers=1, n_heads=2)
+    half = [{"name": n, "data": ms.Tensor(p.asnumpy().astype("float16"))}
+            for n, p in net.parameters_and_names()]
+    path = tiny_target / "half.ckpt"
+    ms.save_checkpoint(half, str(path))
+    assert_input_error(invoke(["align", "-c", str(tiny_target / "objdebug.toml"), "--checkpoint",
+                               str(path)]), "dtype Float16 != model Float32")
+
+
+def test_safetensors_checkpoint_loads(tiny_target):
+    import mindspore as ms
+
+    from objdebug.demo.model import build_model
+
+    path = tiny_target / "w.safetensors"
+    ms.save_checkpoint(build_model(vocab_size=256, d_model=16, n_layers=1, n_heads=2), str(path),
+                       format="safetensors")
+    result = invoke(["align", "-c", str(tiny_target / "objdebug.toml"), "--checkpoint", str(path)])
+    assert result.exit_code in (0, 1), result.output

@@ -18,6 +18,9 @@ def write_atomic(path: str | os.PathLike, data: str | bytes) -> None:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; reports are shared artefacts
         os.replace(tmp, path)
     except BaseException:
         try:

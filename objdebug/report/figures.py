@@ -109,7 +109,7 @@ def _named_numbers(obj: Any, field: str | None = None) -> dict[str, float]:
     elif isinstance(obj, list):
         for i, item in enumerate(obj):
             if isinstance(item, dict):
-                name = item.get("name", item.get("param", item.get("component", str(i))))
+                name = next((item[k] for k in ("name", "layer", "param", "component") if k in item), str(i))
                 out[str(name)] = _num(item.get(field)) if field else math.nan
     return out
 
@@ -166,10 +166,10 @@ def align_gaps(report: dict[str, Any]) -> bytes:
     return _png(fig)
 
 
-_GRAD_KEYS = ("per_param", "param_norms", "grad_norms", "per_layer", "layer_norms", "norms", "params")
+_GRAD_KEYS = ("layers", "per_layer", "params", "per_param")  # per layer first: fewer, readable bars
 
 
-@figure("grad_norms", "Grad: gradient norm per parameter", "grad", "grad value: {param: norm}")
+@figure("grad_norms", "Grad: gradient norm per layer", "grad", "grad value.layers[].layer/norm")
 def grad_norms(report: dict[str, Any]) -> bytes:
     value, key = _value(report, "grad", _GRAD_KEYS)
     norms = _named_numbers(value[key], field="norm")

@@ -277,18 +277,17 @@ class LogitGradientScale(Check):
     def measure(self, ctx: Context) -> dict[str, Any]:
         batch = grad_batch(ctx)
         lg = logit_gradients(ctx)
+        sq, ref_sq = lg["sq"], lg["reference_sq"]
         scored = batch.labels != ctx.config.data.label_pad_id
         n = int(scored.sum())
-        user = float(np.sqrt(np.sum(lg["sq"][scored])))
-        ref = float(np.sqrt(np.sum(lg["reference_sq"][scored])))
+        user = float(np.sqrt(np.sum(sq[scored])))
+        ref = float(np.sqrt(np.sum(ref_sq[scored])))
         ratio = user / ref if ref > 0 else float("nan")
-        rows = int(batch.labels.shape[0])
-        return {"scored_tokens": n, "rows": rows, "loss": float(lg["outputs"][0]),
-                "norm": user, "reference_norm": ref, "ratio": ratio,
-                "per_token_norm": float(np.mean(np.sqrt(lg["sq"][scored]))) if n else float("nan"),
-                "reference_per_token_norm": float(np.mean(np.sqrt(lg["reference_sq"][scored])))
-                if n else float("nan"),
-                "cause": _likely_cause(ratio, n, rows)}
+        return {"scored_tokens": n, "rows": int(batch.labels.shape[0]), "positions": int(scored.size),
+                "loss": float(lg["outputs"][0]), "norm": user, "reference_norm": ref, "ratio": ratio,
+                "per_token_norm": float(np.mean(np.sqrt(sq[scored]))) if n else float("nan"),
+                "reference_per_token_norm": float(np.mean(np.sqrt(ref_sq[scored]))) if n else float("nan"),
+                "cause": _likely_cause(ratio, sq, ref_sq, scored)}
 
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
         p_lo, p_hi = th.get("scale_pass_low", 0.5), th.get("scale_pass_high", 2.0)
@@ -296,9 +295,12 @@ class LogitGradientScale(Check):
 
         def judge(v):
             x = v["ratio"]
+            if not math.isfinite(x):
+                return Verdict.SKIP, (f"not judged: the objective's logit gradient is not finite "
+                                      f"(loss {v['loss']:.4g}), see OBJ203"), None
             verdict = band(x, pass_if=lambda a: p_lo <= a <= p_hi, fail_if=lambda a: a < f_lo or a > f_hi)
             return verdict, (
-                f"logit-gradient norm = {x:.3g}x a standard mean cross-entropy on the same logits "
+                f"logit-gradient norm = {x:#.3g}x a standard mean cross-entropy on the same logits "
                 f"(reference, {v['scored_tokens']} scored tokens; per token {v['per_token_norm']:.3g} vs "
                 f"{v['reference_per_token_norm']:.3g}): {v['cause']}; pass in [{p_lo}, {p_hi}], "
                 f"fail outside [{f_lo}, {f_hi}]"), x
@@ -306,21 +308,38 @@ class LogitGradientScale(Check):
         return [Condition("OBJ207", f"logit_grad_ratio_in_{p_lo}_{p_hi}", judge)]
 
 
-def _likely_cause(ratio: float, n_tokens: int, rows: int) -> str:
+def _likely_cause(ratio: float, sq: np.ndarray, ref_sq: np.ndarray, scored: np.ndarray) -> str:
+    """Name the likely cause from the per-position ratio user / reference.
+
+    A reduction or a loss weight rescales every position's gradient by the same factor c; a
+    temperature (or another loss shape) changes the softmax, so the factor varies by position.
+    """
     if not math.isfinite(ratio):
         return "the objective's logit gradient is not finite"
-    if n_tokens > 2 and abs(ratio / n_tokens - 1) < 0.25:
-        return f"likely a sum instead of a mean over tokens (ratio ~ {n_tokens} scored tokens)"
-    per_row = n_tokens / max(rows, 1)
-    if rows > 1 and per_row > 2 and abs(ratio / per_row - 1) < 0.25:
-        return f"likely a sum over tokens and a mean over rows (ratio ~ {per_row:.0f} tokens per row)"
+    n, rows, positions = int(scored.sum()), scored.shape[0], scored.size
+    use = scored & (ref_sq > 1e-12 * max(float(ref_sq.max()), 1e-30))
+    r = np.sqrt(sq[use] / ref_sq[use])
+    if r.size and r.std() <= 1e-3 * r.mean():
+        c = float(r.mean())
+
+        def near(x: float) -> bool:
+            return abs(c / x - 1) < 0.02
+
+        if near(1.0):
+            return "consistent with a mean cross-entropy over scored tokens"
+        if n > 1 and near(n):
+            return f"likely a sum instead of a mean over tokens (factor {c:.4g} ~ {n} scored tokens)"
+        if rows > 1 and near(n / rows):
+            return (f"likely a sum over tokens and a mean over rows (factor {c:.4g} ~ {n}/{rows} "
+                    "scored tokens per row)")
+        if n < positions and near(n / positions):
+            return (f"likely a mean over all {positions} positions, masked ones included (factor "
+                    f"{c:.3g} ~ {n}/{positions} scored)")
+        return f"the same cross-entropy gradient scaled by a constant {c:.4g} (a loss weight?)"
     if 0.8 <= ratio <= 1.25:
-        return "consistent with a mean cross-entropy"
-    if ratio > 1:
-        return (f"likely a temperature T ~ {1 / ratio:.2g} on the logits or a loss weight ~ "
-                f"{ratio:.2g}")
-    return (f"likely a temperature T ~ {1 / ratio:.2g}, a loss weight ~ {ratio:.2g}, "
-            "or a mean over masked positions too")
+        return "close to a mean cross-entropy (not a pure rescaling: label smoothing or per-row means?)"
+    return (f"not a pure rescaling: likely a temperature T ~ {1 / ratio:.2g} applied to the logits "
+            "(or a different loss shape)")
 
 
 class FiniteDifferences(Check):

@@ -17,6 +17,7 @@ import numpy as np
 
 from objdebug.context import Context
 from objdebug.data import Sample
+from objdebug.errors import InputError
 from objdebug.findings import Check, Condition, Verdict
 from objdebug.stages.stress_cases._common import (POISONED, error_line, forward_loss, loss_and_grad,
                                                   packed, short_length)
@@ -113,7 +114,11 @@ class OutOfRangeIds(Check):
 
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
         def judge_path(path: str, setting: str, default: str):
-            verdict = Verdict(str(th.get(setting, default)).upper())
+            value = str(th.get(setting, default)).lower()
+            if value not in ("warn", "fail"):
+                raise InputError(f"For '[stress] {setting}', the value must be in ['warn', 'fail'], "
+                                 f"but got {value!r}.")
+            verdict = Verdict(value.upper())
 
             def judge(v):
                 mine = {k: r for k, r in v["probes"].items() if k.startswith(path)}

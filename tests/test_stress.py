@@ -1,0 +1,321 @@
+"""stress: each case fails on the fixture built to break it and passes on the healthy target, with
+the measured numbers checked against numpy float64 references where one exists.
+
+Fast by construction: a tiny model (vocab 256, d_model 16, 1 layer), the test profile
+fixtures/targets/stress_common/profile.toml (batch 4, short inputs of 32 tokens, long inputs of
+256 and 512), one loaded target per fixture (module scope), and only the case under test on each
+broken fixture.
+"""
+
+import math
+
+import numpy as np
+import pytest
+
+from objdebug import runtime
+from objdebug.config import load_config
+from objdebug.context import Context
+from objdebug.data import pack
+from objdebug.datasets import text_samples
+from objdebug.engine import Engine
+from objdebug.errors import InputError
+from objdebug.findings import Verdict
+from objdebug.profile import load_profile
+from objdebug.rules import get_rule
+from objdebug.stages import stress
+from objdebug.target import load_target
+
+from .conftest import TARGETS
+
+PROFILE = TARGETS / "stress_common" / "profile.toml"
+
+
+class Target:
+    """One loaded fixture target; `run(name)` runs one stress case on it (once, then cached)."""
+
+    def __init__(self, name: str, overrides: dict | None = None):
+        self.cfg = load_config(TARGETS / name / "objdebug.toml", overrides=overrides)
+        self.profile = load_profile(str(PROFILE))
+        self.th = self.profile.section("stress")
+        runtime.setup(self.cfg.run.device, self.cfg.run.mode, self.cfg.run.seed)
+        engine = Engine(load_target(self.cfg), batch_size=self.profile.section("engine")["batch_size"])
+        engine.stage = "stress"
+        self.ctx = Context(config=self.cfg, target=engine.target, engine=engine, profile=self.profile)
+        self.results = {}
+
+    def run(self, name: str):
+        if name not in self.results:
+            check = next(c for c in stress.checks() if c.name == name)
+            with runtime.scratch_dir():
+                self.results[name] = check.run(self.ctx, self.th)
+        return self.results[name]
+
+    def verdicts(self, name: str) -> dict[str, list[Verdict]]:
+        out: dict[str, list[Verdict]] = {}
+        for f in self.run(name).findings:
+            out.setdefault(f.code, []).append(f.verdict)
+        return out
+
+
+def _log_softmax64(logits):
+    x = logits.astype(np.float64)
+    x = x - x.max(-1, keepdims=True)
+    return x - np.log(np.exp(x).sum(-1, keepdims=True))
+
+
+def _ce64(logits, labels, ignore):
+    """Reference masked mean cross-entropy per row, float64."""
+    logp = _log_softmax64(logits)
+    keep = labels != ignore
+    nll = -np.take_along_axis(logp, np.where(keep, labels, 0)[..., None], -1)[..., 0]
+    return (nll * keep).sum(-1) / np.maximum(keep.sum(-1), 1)
+
+
+@pytest.fixture(scope="module")
+def healthy():
+    return Target("stress_healthy")
+
+
+@pytest.fixture(scope="module")
+def ms_ce():
+    return Target("stress_ms_ce")
+
+
+# --------------------------------------------------------------------------- healthy: every case
+CASES = ["all-padding", "padding-invariance", "random-ids", "out-of-range-ids", "extreme-logits",
+         "low-precision", "determinism", "over-smoothing", "long-inputs"]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_masked_cross_entropy_passes_every_case(healthy, case):
+    res = healthy.run(case)
+    assert res.error is None, res.error
+    for f in res.findings:
+        assert get_rule(f.code).stage == "stress"
+        if f.code == "OBJ507":  # the demo model's ops.gather wraps input id -1: the model's, not the loss's
+            assert f.verdict == Verdict.WARN and "input -1: accepted" in f.message
+        elif f.code == "OBJ509" and "bfloat16" in f.condition:  # no bfloat16 kernels on CPU
+            assert f.verdict in (Verdict.PASS, Verdict.SKIP)
+        else:
+            assert f.verdict == Verdict.PASS, f.message
+        assert any(ch.isdigit() for ch in f.message)
+    assert res.seconds > 0
+
+
+def test_checks_are_one_per_case_with_rule_pages():
+    checks = stress.checks()
+    assert [c.name for c in checks] == CASES and all(c.stage == "stress" for c in checks)
+    codes = [code for c in checks for code in c.codes]
+    assert len(codes) == len(set(codes)) == 12
+    for code in codes:
+        rule = get_rule(code)
+        assert rule.fix and "## How to fix" in rule.doc
+
+
+# --------------------------------------------------------------------------- all padding
+def test_all_padding_masked_ce_is_zero_with_zero_gradients(healthy):
+    v = healthy.run("all-padding").value
+    assert v["loss"] == 0.0 and v["grad_norm"] == 0.0 and v["nonfinite_params"] == 0
+
+
+def test_all_padding_nn_cross_entropy_is_nan_and_fails(ms_ce):
+    res = ms_ce.run("all-padding")
+    f = res.findings[0]
+    assert f.code == "OBJ503" and f.verdict == Verdict.FAIL
+    assert math.isnan(res.value["loss"]) and "loss nan" in f.message
+    assert "MaskedCrossEntropy" in f.fix
+
+
+# --------------------------------------------------------------------------- padding invariance
+def test_padding_invariance_fails_when_label_padding_is_scored():
+    t = Target("stress_pad_mismatch")  # labels padded with 0, the loss ignores -100
+    res = t.run("padding-invariance")
+    assert res.findings[0].verdict == Verdict.FAIL
+    rows = res.value["rows"]
+    assert [r["extra_pad"] for r in rows] == [0, 10, 500]
+    # a flat random model prices "predict id 0" near log(V) like any token: small but real shifts
+    assert rows[2]["loss_rel_diff"] > 10 * t.th["pad_loss_rtol"]
+    assert rows[2]["grad_rel_diff"] > 10 * t.th["pad_grad_rtol"]
+    # reference: at +10 the objective scores every position, the padded ones as "predict id 0"
+    n = res.value["tokens"]
+    sample_ids = np.array(t.ctx.cache["stress.stream"][:n])
+    ids = np.zeros((1, n + 10), np.int32)
+    ids[0, :n] = sample_ids
+    labels = np.zeros((1, n + 10), np.int64)
+    labels[0, :n - 1] = sample_ids[1:]
+    ref = _ce64(t.ctx.engine.logits(ids), labels, ignore=-100)[0]
+    assert rows[1]["loss"] == pytest.approx(ref, rel=1e-5)
+    # the all-padding batch is scored too: a finite, non-zero loss fails
+    pad = t.run("all-padding")
+    assert pad.findings[0].verdict == Verdict.FAIL and pad.value["loss"] > 1.0
+
+
+def test_padding_invariance_healthy_numbers(healthy):
+    v = healthy.run("padding-invariance").value
+    assert v["max_loss_rel_diff"] <= 1e-6 and v["max_grad_rel_diff"] <= 1e-6
+
+
+# --------------------------------------------------------------------------- garbage ids
+def test_random_ids_losses_match_reference(healthy, ms_ce):
+    for t in (healthy, ms_ce):
+        v = t.run("random-ids").value
+        ids, labels = t.ctx.cache["stress.random_batch"]
+        ref = _ce64(t.ctx.engine.logits(ids), labels, ignore=-100)
+        np.testing.assert_allclose(v["losses"], ref, rtol=1e-5)
+    # untrained flat model: log(V); the confident (sharp) model: far above it
+    assert ms_ce.run("random-ids").value["mean_loss"] == pytest.approx(math.log(256), rel=0.02)
+    assert healthy.run("random-ids").value["mean_loss"] > 1.5 * math.log(256)
+
+
+def test_random_ids_warns_below_log_vocab(healthy):
+    th = dict(healthy.th, random_ids_min_ratio=5.0)  # the same measurement under a stricter profile
+    check = next(c for c in stress.checks() if c.name == "random-ids")
+    cond = check.conditions(th)[0]
+    verdict, message, ratio = cond.judge(healthy.run("random-ids").value)
+    assert verdict == Verdict.WARN and ratio < 5.0 and "log(V=256)" in message
+
+
+def test_out_of_range_probes_healthy(healthy):
+    v = healthy.run("out-of-range-ids").value
+    p = v["probes"]
+    assert p["label 256"]["rejected"] and p["label -1"]["rejected"] and p["input 256"]["rejected"]
+    assert not p["input -1"]["rejected"] and math.isfinite(p["input -1"]["value"])
+    assert "GatherD" in p["label -1"]["error"]
+
+
+def test_out_of_range_label_minus_one_scored_as_last_class_fails(ms_ce):
+    res = ms_ce.run("out-of-range-ids")
+    verdicts = ms_ce.verdicts("out-of-range-ids")
+    assert verdicts["OBJ506"] == [Verdict.FAIL]
+    p = res.value["probes"]
+    assert p["label 256"]["rejected"] and not p["label -1"]["rejected"]
+    # reference: nn.CrossEntropyLoss scores label -1 as class V-1
+    ids, labels = ms_ce.ctx.cache["stress.random_batch"]
+    bad = labels[:1].copy()
+    bad[0, res.value["position"]] = 255
+    ref = _ce64(ms_ce.ctx.engine.logits(np.repeat(ids[:1], 4, 0))[:1], bad, ignore=-100)[0]
+    assert p["label -1"]["value"] == pytest.approx(ref, rel=1e-5)
+
+
+def test_out_of_range_verdict_setting_is_validated(ms_ce):
+    check = next(c for c in stress.checks() if c.name == "out-of-range-ids")
+    with pytest.raises(InputError, match="label_out_of_range"):
+        check.conditions(dict(ms_ce.th, label_out_of_range="maybe"))
+
+
+# --------------------------------------------------------------------------- logits: scale, precision
+def test_extreme_logits_match_reference(healthy):
+    v = healthy.run("extreme-logits").value
+    logits, labels = healthy.ctx.cache["stress.logits_batch"]
+    for row in v["rows"]:
+        scaled = logits.astype(np.float64) * row["scale"]
+        keep = labels != -100
+        ref = float((_ce64(scaled, labels, -100) * keep.sum(-1)).sum() / keep.sum())
+        assert row["loss"] == pytest.approx(ref, rel=1e-4)
+    assert [r["scale"] for r in v["rows"]] == [1.0, 100.0, 10000.0]
+
+
+def test_fp16_naive_loss_overflows():
+    t = Target("stress_fp16")
+    ext = t.run("extreme-logits")
+    assert ext.findings[0].verdict == Verdict.FAIL
+    rows = {r["scale"]: r for r in ext.value["rows"]}
+    assert math.isfinite(rows[1.0]["loss"]) and not math.isfinite(rows[100.0]["loss"])
+    assert rows[1.0]["loss"] == pytest.approx(rows[1.0]["reference_ce"], rel=1e-2)  # fp16 rounding
+    low = t.run("low-precision")
+    fp16 = next(f for f in low.findings if "float16" in f.condition and "bfloat16" not in f.condition)
+    assert fp16.verdict == Verdict.FAIL and "NaN/Inf in float16" in fp16.message
+
+
+def test_nn_cross_entropy_is_nan_in_float16(ms_ce):
+    low = ms_ce.run("low-precision")
+    fp16 = low.value["dtypes"]["float16"]["rows"]
+    assert all(math.isnan(r["loss"]) for r in fp16) and all(math.isfinite(r["fp32_loss"]) for r in fp16)
+    assert Verdict.FAIL in ms_ce.verdicts("low-precision")["OBJ509"]
+
+
+def test_low_precision_healthy_within_tolerance(healthy):
+    rows = healthy.run("low-precision").value["dtypes"]["float16"]["rows"]
+    ran = [r for r in rows if "loss" in r]
+    assert len(ran) >= 2 and max(r["rel_diff"] for r in ran) < 1e-3
+    assert any("skipped" in r and "65504" in r["skipped"] for r in rows)  # x1e4 exceeds float16
+
+
+# --------------------------------------------------------------------------- long inputs
+def test_long_inputs_healthy_numbers(healthy):
+    v = healthy.run("long-inputs").value
+    for length in ("256", "512"):
+        r = v["lengths"][length]
+        assert r["ran"] and math.isfinite(r["loss"]) and r["nonfinite_params"] == 0
+        assert r["seconds"] > 0 and r["peak_rss_bytes"] > 0 and r["estimate_bytes"] > 0
+        assert 0.5 < r["ratio"] < 2.0
+    assert v["model_shape"]["layers"] == 1 and v["model_shape"]["heads"] == 2
+    assert v["model_shape"]["width"] == 16
+
+
+def test_long_inputs_summed_loss_grows_with_length():
+    t = Target("stress_sum")
+    res = t.run("long-inputs")
+    verdicts = t.verdicts("long-inputs")
+    assert verdicts["OBJ501"] == [Verdict.PASS, Verdict.PASS] and verdicts["OBJ502"] == [Verdict.FAIL]
+    ref_len = res.value["reference"]["length"]
+    for length in (256, 512):
+        ratio = res.value["lengths"][str(length)]["ratio"]
+        # a flat random model scores every token near log(V): the sum grows with the token count
+        assert ratio == pytest.approx((length - 1) / (ref_len - 1), rel=0.05)
+
+
+def test_long_inputs_skip_when_memory_would_not_fit(healthy):
+    th = dict(healthy.th, long_lengths=[1 << 20])  # 1M tokens: the T^2 attention alone is TiBs
+    check = next(c for c in stress.checks() if c.name == "long-inputs")
+    healthy.ctx.profile.data["stress"]["long_lengths"] = th["long_lengths"]
+    try:
+        res = check.run(healthy.ctx, th)
+    finally:
+        healthy.ctx.profile.data["stress"]["long_lengths"] = healthy.th["long_lengths"]
+    finding = next(f for f in res.findings if f.code == "OBJ501")
+    assert finding.verdict == Verdict.SKIP and "available" in finding.message
+    assert res.value["lengths"][str(1 << 20)]["ran"] is False
+
+
+# --------------------------------------------------------------------------- determinism, smoothing
+def test_determinism_numbers(healthy):
+    v = healthy.run("determinism").value
+    np.testing.assert_array_equal(v["repeat_first"], v["repeat_second"])
+    np.testing.assert_allclose(v["alone"], v["in_batch"], rtol=1e-6)
+
+
+def test_determinism_judges_differences(healthy):
+    check = next(c for c in stress.checks() if c.name == "determinism")
+    v = dict(healthy.run("determinism").value)
+    v["alone"] = v["in_batch"] * 1.05
+    v["batch_max_rel"] = 0.05
+    verdict, message, _ = check.conditions(healthy.th)[1].judge(v)
+    assert verdict == Verdict.FAIL and "depends on the other rows" in message
+
+
+def test_over_smoothing_matches_reference_and_warns_on_flat_model(healthy, ms_ce):
+    for t, expect in ((healthy, Verdict.PASS), (ms_ce, Verdict.WARN)):
+        res = t.run("over-smoothing")
+        assert res.findings[0].verdict == expect
+        samples = text_samples(t.ctx, 6)
+        tops = []
+        for s in samples:
+            length = t.ctx.engine.bucket(s.length)
+            ids, labels = pack([s] * 4, length, 0, -100, True)
+            p = np.exp(_log_softmax64(t.ctx.engine.logits(ids)[0]))[labels[0] != -100]
+            tops.append(np.sort(p, -1)[:, -5:].sum(-1))
+        assert res.value["mean_topk"] == pytest.approx(np.concatenate(tops).mean(), rel=1e-6)
+    assert ms_ce.run("over-smoothing").value["mean_topk"] < 0.3 < healthy.run("over-smoothing").value["mean_topk"]
+
+
+def test_end_to_end_form_skips_logit_cases(healthy):
+    saved = healthy.ctx.target.model
+    healthy.ctx.target.model = None  # the end-to-end form: no model, no logits
+    try:
+        for case in ("extreme-logits", "low-precision", "over-smoothing"):
+            res = next(c for c in stress.checks() if c.name == case).run(healthy.ctx, healthy.th)
+            assert [f.verdict for f in res.findings] == [Verdict.SKIP]
+            assert "end-to-end" in res.findings[0].message
+    finally:
+        healthy.ctx.target.model = saved
