@@ -1,11 +1,10 @@
 """Compiled gradient machinery: the user's objective, its parameter and logit gradients.
 
-Three graphs, each built once per engine through `engine.cell` and called through `engine.call`
-so every compile is counted:
+Two graphs, each built once per engine through `engine.cell` and called through `engine.call`
+so every compile is counted. Both call the objective on a whole batch exactly as the user does
+(flat / sequence / end-to-end) and return `(total, outputs)`, so
+`value_and_grad(..., has_aux=True)` differentiates the total only.
 
-- `grad.batch_loss` is not a graph of its own: `_BatchLoss` calls the objective on a whole batch
-  exactly as the user does (flat / sequence / end-to-end) and returns `(total, outputs)`, so
-  `value_and_grad(..., has_aux=True)` differentiates the total only.
 - `grad.param_probe` (input_ids, labels, directions) runs one forward + backward and reduces the
   gradients inside the graph to small tensors per parameter (squared L2 norm, max |g|, exact
   zeros, non-finite count) and to the directional derivatives g.d along the given directions, so

@@ -286,6 +286,9 @@ class TrainingMonitor:
         `components`: a sequence aligned with the names, a dict, or a Tensor of shape [K].
         `grads`/`params`: the gradient tuple of `value_and_grad` and the parameters it was taken for.
         """
+        if self.closed:
+            raise RuntimeError(f"For 'TrainingMonitor.step', the monitor of '{self.path}' is closed; "
+                               f"call reopen() to append to it.")
         self.steps = self.steps + 1 if step is None else int(step)
         rec: dict[str, Any] = {"type": "step", "step": self.steps,
                                "time": round(time.perf_counter() - self._t0, 4), "loss": _scalar(loss)}
@@ -340,6 +343,13 @@ class TrainingMonitor:
         self._fh.close()
         self.closed = True
         return findings
+
+    def reopen(self) -> None:
+        """Append to the same log (a second `Model.train` call with the same callback)."""
+        if self.closed:
+            self._fh = open(self.path, "a", encoding="utf-8")
+            self.closed = False
+            self.should_stop = False
 
     def __enter__(self) -> TrainingMonitor:
         return self
@@ -404,6 +414,12 @@ class _MonitorCallbackMixin:
         self.loss_net = loss_net
         self._grad = None
         self._params: list = []
+        self._offset = 0  # steps logged by earlier Model.train calls with this callback
+
+    def on_train_begin(self, run_context: Any) -> None:
+        if self.monitor.closed:
+            self.monitor.reopen()
+        self._offset = self.monitor.steps
 
     def _gradients(self, cb: Any) -> tuple[Any, list, Any]:
         import mindspore as ms
@@ -430,10 +446,11 @@ class _MonitorCallbackMixin:
         else:
             loss = out
         grads = params = None
-        if self.monitor.due(cb.cur_step_num) and getattr(cb, "train_dataset_element", None) is not None:
+        step = self._offset + cb.cur_step_num
+        if self.monitor.due(step) and getattr(cb, "train_dataset_element", None) is not None:
             grads, params, aux = self._gradients(cb)
             comps = comps if comps is not None else aux
-        self.monitor.step(loss, comps, grads, params, step=cb.cur_step_num)
+        self.monitor.step(loss, comps, grads, params, step=step)
         if self.monitor.should_stop:
             run_context.request_stop()
 

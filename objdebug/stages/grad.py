@@ -19,6 +19,7 @@ import numpy as np
 
 from objdebug.context import Context
 from objdebug.datasets import text_samples
+from objdebug.errors import InputError
 from objdebug.findings import Check, Condition, Verdict, band
 from objdebug.gradients import (Batch, GradientProbe, ParamGradients, layer_of, make_batch,
                                 reference_mean_ce_grad)
@@ -45,8 +46,6 @@ def grad_batch(ctx: Context) -> Batch:
         n = int(ctx.option("samples", rows))
         for name, value in (("--batch-size", rows), ("--samples", n)):
             if value < 1:
-                from objdebug.errors import InputError
-
                 raise InputError(f"For '{name}', the value must be >= 1, but got {value}.")
         samples = text_samples(ctx, n)
         length = ctx.engine.bucket(max(s.length for s in samples))
@@ -317,7 +316,11 @@ def _likely_cause(ratio: float, sq: np.ndarray, ref_sq: np.ndarray, scored: np.n
     if not math.isfinite(ratio):
         return "the objective's logit gradient is not finite"
     n, rows, positions = int(scored.sum()), scored.shape[0], scored.size
-    use = scored & (ref_sq > 1e-12 * max(float(ref_sq.max()), 1e-30))
+    # Confident positions (||softmax - onehot|| < 1e-2) carry float32 cancellation error in the
+    # objective's own gradient: leave them out of the per-position comparison.
+    use = scored & (np.sqrt(ref_sq) * n > 1e-2)
+    if not use.any():
+        use = scored & (ref_sq > 0)
     r = np.sqrt(sq[use] / ref_sq[use])
     if r.size and r.std() <= 1e-3 * r.mean():
         c = float(r.mean())
@@ -355,27 +358,34 @@ class FiniteDifferences(Check):
         g = param_gradients(ctx)
         dirs = fd_directions(ctx)
         theta = probe.parameter_norm()
-        # Directions have unit norm; a step relative to the parameter norm keeps the perturbation
-        # at the same relative size for any model: float32 rounding of the loss (~1e-7 relative)
-        # divided by 2ε stays well below typical |g.d|, while the O(ε²) truncation error stays small.
-        rel_step = float(s.get("fd_rel_step", 1e-2))
-        eps = rel_step * theta if theta > 0 else rel_step
-        # Below this |g.d| the float32 difference of two losses cannot resolve the derivative.
-        floor = float(s.get("fd_noise_ulps", 16)) * _F32_EPS * max(abs(g.loss), 1.0) / (2 * eps)
+        # Directions have unit norm; steps are relative to the parameter norm. In float32 a small
+        # step drowns the loss difference in rounding, a large one adds curvature error; which
+        # wins depends on the model, so each direction is tried at a few steps and the best
+        # agreement counts. A wrong backward (custom bprop, non-differentiable op) disagrees at
+        # every step.
+        steps = [float(x) * (theta if theta > 0 else 1.0)
+                 for x in s.get("fd_rel_steps", [1e-3, 3e-3, 1e-2])]
         rows = []
         for k in range(len(g.gdot)):
-            plus = probe.loss_at(batch, dirs, eps, k)
-            minus = probe.loss_at(batch, dirs, -eps, k)
-            fd = (plus - minus) / (2 * eps)
             ad = float(g.gdot[k])
-            scale = max(abs(fd), abs(ad), floor)
-            err = abs(fd - ad) / scale if math.isfinite(fd) and math.isfinite(ad) else float("nan")
-            rows.append({"direction": k, "autodiff": ad, "finite_difference": fd, "rel_error": err,
-                         "loss_plus": plus, "loss_minus": minus})
+            best: dict[str, Any] | None = None
+            for eps in steps:
+                plus = probe.loss_at(batch, dirs, eps, k)
+                minus = probe.loss_at(batch, dirs, -eps, k)
+                fd = (plus - minus) / (2 * eps)
+                # below this |g.d| the float32 difference of two losses cannot resolve it
+                floor = float(s.get("fd_noise_ulps", 16)) * _F32_EPS * max(abs(g.loss), 1.0) / (2 * eps)
+                scale = max(abs(fd), abs(ad), floor)
+                err = abs(fd - ad) / scale if math.isfinite(fd) and math.isfinite(ad) else float("nan")
+                row = {"direction": k, "autodiff": ad, "finite_difference": fd, "rel_error": err,
+                       "epsilon": eps, "loss_plus": plus, "loss_minus": minus}
+                if best is None or not err >= best["rel_error"]:  # NaN never replaces a number
+                    best = row
+            rows.append(best)
         errs = [r["rel_error"] for r in rows]
         return {"loss": g.loss, "finite": bool(math.isfinite(g.loss) and not g.nonfinite.any()),
-                "n_directions": len(rows), "epsilon": eps, "parameter_norm": theta,
-                "noise_floor": floor, "seed": int(s.get("seed", 0)),
+                "n_directions": len(rows), "epsilons": steps, "parameter_norm": theta,
+                "seed": int(s.get("seed", 0)),
                 "max_rel_error": float(max(errs)) if errs else float("nan"), "directions": rows}
 
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
@@ -391,7 +401,7 @@ class FiniteDifferences(Check):
                               for r in v["directions"])
             return verdict, (
                 f"autodiff vs central finite differences along {v['n_directions']} random directions "
-                f"(ε = {v['epsilon']:.3g}): max relative error {x:.2g} (g·d vs FD: {pairs}); "
+                f"(best of ε = {', '.join(f'{e:.2g}' for e in v['epsilons'])}): max relative error {x:.2g} (g·d vs FD: {pairs}); "
                 f"pass < {e_pass}, fail > {e_fail}"), x
 
         return [Condition("OBJ206", f"fd_rel_error_less_than_{e_pass}", judge)]

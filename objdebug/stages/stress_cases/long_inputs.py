@@ -20,7 +20,7 @@ from objdebug.stages.stress_cases._common import loss_and_grad, packed, short_le
 
 
 def _lengths(th: dict[str, Any]) -> list[int]:
-    return [int(t) for t in th.get("long_lengths", [2048, 4096, 8192])]
+    return [int(t) for t in th.get("long_lengths", [2048, 4096])]
 
 
 def _gib(n: float) -> str:
