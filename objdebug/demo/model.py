@@ -39,6 +39,10 @@ class TokenEmbedding(nn.Cell):
                                 name="weight")
 
     def construct(self, ids):
+        # Gather wraps a negative id silently (-1 reads the last row); map negatives to the
+        # vocabulary size, which Gather rejects as out of range, like ids >= vocab.
+        vocab = self.weight.shape[0]
+        ids = ops.where(ids < 0, ops.full_like(ids, vocab), ids)
         return ops.gather(self.weight, ids, 0)
 
 
