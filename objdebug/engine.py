@@ -54,43 +54,6 @@ class CompileLog:
                 "graphs": [asdict(r) for r in self.records]}
 
 
-def _build_per_sample_cell(target: Target, batch: int, n_out: int):
-    """A Cell returning float32[B, n_out]: the user's objective called once per sample."""
-    import mindspore as ms
-    from mindspore import nn, ops
-
-    call = target.config.objective.call
-
-    class PerSampleObjective(nn.Cell):
-        def __init__(self, model, objective):
-            super().__init__(auto_prefix=False)  # keep the user's parameter names
-            self.model = model
-            self.objective = objective
-            self.batch = batch
-            self.split = model is not None
-            self.flat = call == "flat"
-
-        def construct(self, input_ids, labels):
-            outs = []
-            if self.split:
-                logits = self.model(input_ids)
-            for b in range(self.batch):
-                if self.split:
-                    if self.flat:
-                        r = self.objective(logits[b], labels[b])
-                    else:
-                        r = self.objective(logits[b:b + 1], labels[b:b + 1])
-                else:
-                    r = self.objective(input_ids[b:b + 1], labels[b:b + 1])
-                if isinstance(r, tuple):
-                    outs.append(ops.stack([ops.cast(ops.reshape(x, ()), ms.float32) for x in r]))
-                else:
-                    outs.append(ops.reshape(ops.cast(r, ms.float32), (1,)))
-            return ops.stack(outs)
-
-    return PerSampleObjective(target.model, target.objective)
-
-
 class Engine:
     """Compiled, reusable evaluation of one target."""
 
@@ -151,9 +114,9 @@ class Engine:
         """The objective on each row of a [batch_size, T] batch -> float64[B, K] (K = total + components)."""
         import mindspore as ms
 
-        n_out = 1 + len(self.target.config.objective.components)
-        cell = self.cell("objective.per_sample",
-                         lambda: _build_per_sample_cell(self.target, self.batch_size, n_out))
+        from objdebug.cells import PerSampleObjective
+
+        cell = self.cell("objective.per_sample", lambda: PerSampleObjective(self.target, self.batch_size))
         out = self.call("objective.per_sample", cell, ms.Tensor(input_ids, ms.int32),
                         ms.Tensor(labels, ms.int32))
         return out.asnumpy().astype(np.float64)

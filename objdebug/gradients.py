@@ -23,45 +23,11 @@ import mindspore as ms
 import numpy as np
 from mindspore import nn, ops
 
+from objdebug.cells import BatchObjective, ObjectiveOnLogits
 from objdebug.data import Sample, pack
 
 PARAM_PROBE = "grad.param_probe"
 LOGIT_PROBE = "grad.logit_probe"
-
-
-def _as_outputs(r):
-    """The objective's result -> (total float32 scalar, float32[K] of every output)."""
-    if isinstance(r, tuple):
-        parts = [ops.cast(ops.reshape(x, ()), ms.float32) for x in r]
-        return parts[0], ops.stack(parts)
-    total = ops.cast(ops.reshape(r, ()), ms.float32)
-    return total, ops.reshape(total, (1,))
-
-
-def _build_batch_loss(target):
-    """A Cell (input_ids, labels) -> (total, outputs[K]): the objective on the whole batch."""
-    call = target.config.objective.call
-
-    class BatchLoss(nn.Cell):
-        def __init__(self, model, objective):
-            super().__init__(auto_prefix=False)  # keep the user's parameter names
-            self.model = model
-            self.objective = objective
-            self.split = model is not None
-            self.flat = call == "flat"
-
-        def construct(self, input_ids, labels):
-            if self.split:
-                logits = self.model(input_ids)
-                if self.flat:
-                    r = self.objective(logits.reshape((-1, logits.shape[-1])), labels.reshape((-1,)))
-                else:
-                    r = self.objective(logits, labels)
-            else:
-                r = self.objective(input_ids, labels)
-            return _as_outputs(r)
-
-    return BatchLoss(target.model, target.objective)
 
 
 def _build_param_probe(target, params):
@@ -88,31 +54,16 @@ def _build_param_probe(target, params):
                 gdot = gdot + (d * ops.expand_dims(g32, 0)).reshape((n, -1)).sum(1)
             return outputs, ops.stack(sq), ops.stack(mx), ops.stack(zeros), ops.stack(bad), gdot
 
-    return ParamProbe(_build_batch_loss(target), params)
+    return ParamProbe(BatchObjective(target), params)
 
 
 def _build_logit_probe(target):
-    flat = target.config.objective.call == "flat"
-
-    class ObjectiveOnLogits(nn.Cell):
-        def __init__(self, objective):
-            super().__init__(auto_prefix=False)
-            self.objective = objective
-            self.flat = flat
-
-        def construct(self, logits, labels):
-            if self.flat:
-                r = self.objective(logits.reshape((-1, logits.shape[-1])), labels.reshape((-1,)))
-            else:
-                r = self.objective(logits, labels)
-            return _as_outputs(r)
-
     class LogitProbe(nn.Cell):
         """(logits [B,T,V], labels [B,T]) -> (outputs, squared logit-gradient norm per position)."""
 
-        def __init__(self, objective):
+        def __init__(self):
             super().__init__(auto_prefix=False)
-            self.loss = ObjectiveOnLogits(objective)
+            self.loss = ObjectiveOnLogits(target)
             self.grad_fn = ms.value_and_grad(self.loss, 0, None, has_aux=True)
 
         def construct(self, logits, labels):
@@ -120,7 +71,7 @@ def _build_logit_probe(target):
             g32 = ops.cast(g, ms.float32)
             return outputs, (g32 * g32).sum(-1)
 
-    return LogitProbe(target.objective)
+    return LogitProbe()
 
 
 # --------------------------------------------------------------------------- host side

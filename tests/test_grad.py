@@ -133,7 +133,7 @@ def test_every_grad_code_has_a_rule_page():
 def test_healthy_masked_ce_passes_and_matches_host_gradients(ctx_of):
     import mindspore as ms
 
-    from objdebug.gradients import _build_batch_loss
+    from objdebug.cells import BatchObjective
 
     ctx = ctx_of("grad_healthy")
     probe = G.grad_probe(ctx)
@@ -147,7 +147,7 @@ def test_healthy_masked_ce_passes_and_matches_host_gradients(ctx_of):
 
     # Independent reference: value_and_grad pulled to the host, norms in float64.
     batch = G.grad_batch(ctx)
-    fn = ms.value_and_grad(_build_batch_loss(ctx.target), None, ms.ParameterTuple(probe.params),
+    fn = ms.value_and_grad(BatchObjective(ctx.target), None, ms.ParameterTuple(probe.params),
                            has_aux=True)
     (total, _), grads = fn(ms.Tensor(batch.input_ids), ms.Tensor(batch.labels))
     host = [g.asnumpy().astype(np.float64) for g in grads]

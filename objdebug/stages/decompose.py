@@ -101,27 +101,16 @@ def _build_weighted_grad(ctx: Context):
     import mindspore as ms
     from mindspore import nn, ops
 
-    target = ctx.target
-    flat = target.config.objective.call == "flat"
+    from objdebug.cells import BatchObjective
 
     class WeightedComponents(nn.Cell):
-        def __init__(self, model, objective):
+        def __init__(self, target):
             super().__init__(auto_prefix=False)  # keep the user's parameter names
-            self.model = model
-            self.objective = objective
-            self.split = model is not None
-            self.flat = flat
+            self.batch = BatchObjective(target)
 
         def construct(self, input_ids, labels, w):
-            if self.split:
-                logits = self.model(input_ids)
-                if self.flat:
-                    r = self.objective(logits.reshape((-1, logits.shape[-1])), labels.reshape((-1,)))
-                else:
-                    r = self.objective(logits, labels)
-            else:
-                r = self.objective(input_ids, labels)
-            comps = ops.stack([ops.cast(ops.reshape(x, ()), ms.float32) for x in r[1:]])
+            _, outputs = self.batch(input_ids, labels)
+            comps = outputs[1:]
             return (comps * w).sum(), comps
 
     class ComponentGrad(nn.Cell):
@@ -133,7 +122,7 @@ def _build_weighted_grad(ctx: Context):
         def construct(self, input_ids, labels, w):
             return self.grad(input_ids, labels, w)
 
-    return ComponentGrad(WeightedComponents(target.model, target.objective), shared_params(ctx))
+    return ComponentGrad(WeightedComponents(ctx.target), shared_params(ctx))
 
 
 def shared_params(ctx: Context) -> list:

@@ -1,14 +1,15 @@
 """Shared pieces of the stress cases: the compiled Cells they run and the inputs they build.
 
-Two Cells of our own, both built once per engine through `engine.cell` and called through
-`engine.call` so every (graph, shape) compile is counted:
+Two graphs over the shared Cells of `objdebug.cells`, both built once per engine through
+`engine.cell` and called through `engine.call` so every (graph, shape) compile is counted:
 
 - `loss_and_grad`: the user's model + objective under `ms.value_and_grad` -> loss, per-parameter
   squared gradient norms, per-parameter non-finite counts and the gradients themselves. Batch 1
   for long inputs, padding invariance and the all-padding batch, so they share a few shapes.
 - `objective_on_logits`: the objective alone, fed logits directly (scaled, fp16, bf16).
 
-And `forward_loss`: model + objective forward only, one fresh Cell per caller-given name. A
+And `forward_loss`: model + objective forward only (`BatchObjective`), one fresh Cell per
+caller-given name. A
 MindSpore 2.10 graph that raised at run time refuses every later call ("An error occurred in the
 previous step of this model execution"), so a probe that is expected to raise gets a graph of its
 own and never touches the engine's shared graphs.
@@ -32,32 +33,14 @@ def _build_loss_and_grad(ctx: Context):
     import mindspore as ms
     from mindspore import nn, ops
 
-    target = ctx.target
-    flat = target.config.objective.call == "flat"
+    from objdebug.cells import BatchObjective
 
     class LossAndGrad(nn.Cell):
-        def __init__(self, model, objective, params):
+        def __init__(self, target, params):
             super().__init__(auto_prefix=False)  # keep the user's parameter names
-            self.model = model
-            self.objective = objective
-            self.split = model is not None
-            self.flat = flat
             self.params = ms.ParameterTuple(params)
-            self.grad_fn = ms.value_and_grad(self.forward, None, self.params, has_aux=True)
-
-        def forward(self, input_ids, labels):
-            if self.split:
-                logits = self.model(input_ids)
-                if self.flat:
-                    r = self.objective(logits.reshape((-1, logits.shape[-1])), labels.reshape((-1,)))
-                else:
-                    r = self.objective(logits, labels)
-            else:
-                r = self.objective(input_ids, labels)
-            total = r[0] if isinstance(r, tuple) else r
-            total = ops.reshape(ops.cast(total, ms.float32), ())
-            # has_aux: only the first output is differentiated
-            return total, ops.stop_gradient(total)
+            # has_aux: only the total (first output) is differentiated
+            self.grad_fn = ms.value_and_grad(BatchObjective(target), None, self.params, has_aux=True)
 
         def construct(self, input_ids, labels):
             (loss, _), grads = self.grad_fn(input_ids, labels)
@@ -68,7 +51,7 @@ def _build_loss_and_grad(ctx: Context):
                 bad.append(ops.logical_not(ops.isfinite(g32)).astype(ms.float32).sum())
             return loss, ops.stack(sq), ops.stack(bad), grads
 
-    return LossAndGrad(target.model, target.objective, target.trainable_params())
+    return LossAndGrad(ctx.target, ctx.target.trainable_params())
 
 
 def loss_and_grad(ctx: Context, ids: np.ndarray, labels: np.ndarray) -> dict[str, Any]:
@@ -85,42 +68,15 @@ def loss_and_grad(ctx: Context, ids: np.ndarray, labels: np.ndarray) -> dict[str
             "grads": grads}
 
 
-def _build_forward_loss(ctx: Context):
-    import mindspore as ms
-    from mindspore import nn, ops
-
-    flat = ctx.target.config.objective.call == "flat"
-
-    class ForwardLoss(nn.Cell):
-        def __init__(self, model, objective):
-            super().__init__(auto_prefix=False)
-            self.model = model
-            self.objective = objective
-            self.split = model is not None
-            self.flat = flat
-
-        def construct(self, input_ids, labels):
-            if self.split:
-                logits = self.model(input_ids)
-                if self.flat:
-                    r = self.objective(logits.reshape((-1, logits.shape[-1])), labels.reshape((-1,)))
-                else:
-                    r = self.objective(logits, labels)
-            else:
-                r = self.objective(input_ids, labels)
-            total = r[0] if isinstance(r, tuple) else r
-            return ops.reshape(ops.cast(total, ms.float32), ())
-
-    return ForwardLoss(ctx.target.model, ctx.target.objective)
-
-
 def forward_loss(ctx: Context, name: str, ids: np.ndarray, labels: np.ndarray) -> float:
     """The objective's forward loss through the fresh graph `name` (see the module docstring)."""
     import mindspore as ms
 
-    cell = ctx.engine.cell(name, lambda: _build_forward_loss(ctx))
-    out = ctx.engine.call(name, cell, ms.Tensor(ids, ms.int32), ms.Tensor(labels, ms.int32))
-    return float(out.asnumpy())
+    from objdebug.cells import BatchObjective
+
+    cell = ctx.engine.cell(name, lambda: BatchObjective(ctx.target))
+    total, _ = ctx.engine.call(name, cell, ms.Tensor(ids, ms.int32), ms.Tensor(labels, ms.int32))
+    return float(total.asnumpy())
 
 
 POISONED = "error occurred in the previous step"
@@ -137,36 +93,15 @@ def flat_grads(grads) -> np.ndarray:
     return np.concatenate([g.asnumpy().astype(np.float64).ravel() for g in grads])
 
 
-def _build_objective_on_logits(ctx: Context):
-    import mindspore as ms
-    from mindspore import nn, ops
-
-    flat = ctx.target.config.objective.call == "flat"
-
-    class ObjectiveOnLogits(nn.Cell):
-        def __init__(self, objective):
-            super().__init__(auto_prefix=False)
-            self.objective = objective
-            self.flat = flat
-
-        def construct(self, logits, labels):
-            if self.flat:
-                r = self.objective(logits.reshape((-1, logits.shape[-1])), labels.reshape((-1,)))
-            else:
-                r = self.objective(logits, labels)
-            total = r[0] if isinstance(r, tuple) else r
-            return ops.reshape(ops.cast(total, ms.float32), ())
-
-    return ObjectiveOnLogits(ctx.target.objective)
-
-
 def objective_on_logits(ctx: Context, logits, labels: np.ndarray) -> float:
     """The objective alone on a logits Tensor (any dtype) -> its scalar loss as float."""
     import mindspore as ms
 
-    cell = ctx.engine.cell(OBJECTIVE_ON_LOGITS, lambda: _build_objective_on_logits(ctx))
-    out = ctx.engine.call(OBJECTIVE_ON_LOGITS, cell, logits, ms.Tensor(labels, ms.int32))
-    return float(out.asnumpy())
+    from objdebug.cells import ObjectiveOnLogits
+
+    cell = ctx.engine.cell(OBJECTIVE_ON_LOGITS, lambda: ObjectiveOnLogits(ctx.target))
+    total, _ = ctx.engine.call(OBJECTIVE_ON_LOGITS, cell, logits, ms.Tensor(labels, ms.int32))
+    return float(total.asnumpy())
 
 
 # --------------------------------------------------------------------------- inputs
