@@ -20,11 +20,23 @@ from objdebug.errors import InputError
 _MAX_LISTED = 12
 
 
+def _package_root(top: str, base_dir: str, levels: int = 6) -> str:
+    """The config's directory, or the nearest parent holding the package `top` (a config kept in
+    `configs/` of a repository names `mypkg.models:build`, with `mypkg/` at the repository root)."""
+    here = Path(base_dir).resolve()
+    for folder in [here, *here.parents][:levels]:
+        if (folder / top).is_dir() or (folder / f"{top}.py").is_file():
+            return str(folder)
+    return str(here)
+
+
 def import_factory(spec: str, where: str, base_dir: str) -> Any:
-    """'pkg.module:attr' -> the attribute; the config's directory is importable first."""
+    """'pkg.module:attr' -> the attribute; importable from the config's directory (or the parent
+    that holds the package), then from installed packages."""
     module_name, _, attr = spec.partition(":")
-    if base_dir not in sys.path:
-        sys.path.insert(0, base_dir)
+    root = _package_root(module_name.split(".")[0], base_dir)
+    if root not in sys.path:
+        sys.path.insert(0, root)
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:  # ImportError, or an error raised while importing the user's module

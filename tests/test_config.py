@@ -84,3 +84,17 @@ def test_code_selection_more_specific_wins():
     assert code_selected("OBJ101", ["OBJ101"], ["OBJ1"])
     assert not code_selected("OBJ102", ["OBJ1"], ["OBJ102"])
     assert not code_selected("OBJ201", ["OBJ1"], [])
+
+
+def test_factory_package_found_in_a_parent_folder(tmp_path):
+    """A config in configs/ names mypkg.models:build with mypkg/ at the repository root."""
+    from objdebug.target import import_factory
+
+    pkg = tmp_path / "odbg_parentpkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "models.py").write_text("def build():\n    return 'built'\n")
+    configs = tmp_path / "configs" / "deep"
+    configs.mkdir(parents=True)
+    fn = import_factory("odbg_parentpkg.models:build", "model", str(configs))
+    assert fn() == "built"
