@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from objdebug import runtime
+from objdebug.compile_cache import open_cache
 from objdebug.config import Config, load_config  # noqa: F401  (re-exported)
 from objdebug.context import Context
 from objdebug.engine import Engine
@@ -81,8 +82,12 @@ def resolve_stages(cfg: Config, profile: Profile, stages: list[str] | None) -> l
 def run(cfg: Config, *, stages: list[str] | None = None, profile: Profile | str | None = None,
         options: dict[str, Any] | None = None, out_dir: str | None = None, strict: bool = False,
         select: list[str] | None = None, ignore: list[str] | None = None, debug: bool = False,
-        progress: Progress | None = None) -> RunResult:
-    """Run `stages` on the target described by `cfg`; never raises for a failing check."""
+        progress: Progress | None = None, compile_cache: str | None = None) -> RunResult:
+    """Run `stages` on the target described by `cfg`; never raises for a failing check.
+
+    `compile_cache` (or `run.compile_cache`): a directory for MindSpore's compile cache, opt-in
+    and checked graph by graph (see objdebug/compile_cache.py); it only helps a process's first run.
+    """
     if out_dir:  # checks run inside a scratch directory: a relative path would be lost there
         out_dir = str(Path(out_dir).resolve())
     if not isinstance(profile, Profile):
@@ -105,16 +110,22 @@ def run(cfg: Config, *, stages: list[str] | None = None, profile: Profile | str 
                         progress=progress)
         ctx = Context(config=cfg, target=target, engine=engine, profile=profile,
                       options=dict(options or {}), out_dir=out_dir, debug=debug)
-        for stage in chosen:
-            engine.stage = stage
-            t = time.perf_counter()
-            thresholds = profile.section(stage)
-            for check in stage_checks(stage):
-                res = check.run(ctx, thresholds)
-                res.findings = [f for f in res.findings if code_selected(f.code, select, ignore)]
-                result.results.append(res)
-            result.timings[stage] = time.perf_counter() - t
+        cache = open_cache(compile_cache or cfg.run.compile_cache, cfg, profile, chosen,
+                           dict(options or {}), engine.batch_size)
+        cache.attach(engine)
+        with cache:  # writes the cache's manifest after a clean run only
+            for stage in chosen:
+                engine.stage = stage
+                t = time.perf_counter()
+                thresholds = profile.section(stage)
+                for check in stage_checks(stage):
+                    res = check.run(ctx, thresholds)
+                    res.findings = [f for f in res.findings if code_selected(f.code, select, ignore)]
+                    result.results.append(res)
+                result.timings[stage] = time.perf_counter() - t
         result.extra.update(ctx.cache.get("report_extra", {}))
+        if cache.status != "off":
+            result.extra["compile_cache"] = cache.summary()
     result.timings["total"] = time.perf_counter() - t0
     result.compiles = engine.compiles.to_dict()
     return result

@@ -80,12 +80,11 @@ def _load(config, demo, sets, device, mode, seed, checkpoint):
     from objdebug.config import load_config, parse_override
 
     overrides = dict(parse_override(s) for s in (sets or []))
+    checkpoint = str(Path(checkpoint).resolve()) if checkpoint is not None else None
     for key, value in (("run.device", device), ("run.mode", mode), ("run.seed", seed),
                        ("model.checkpoint", checkpoint)):
         if value is not None:
             overrides[key] = value
-    if checkpoint is not None:
-        overrides["model.checkpoint"] = str(Path(checkpoint).resolve())
     return load_config(config, overrides=overrides, demo=demo)
 
 
@@ -129,16 +128,10 @@ def execute(*, stages, config, demo, sets, device, mode, seed, checkpoint, profi
             json_report.write(result, str(json_path))
         write_reports(report, junit=junit, junit_warnings_as_skipped=junit_warnings_as_skipped,
                       html=html, markdown=markdown)
-        for writer in _extra_writers:
-            writer(result, report, out_dir)
         typer.echo(terminal.render(report, colour=sys.stdout.isatty(), verbose=verbose), nl=False)
         raise typer.Exit(result.exit_code)
 
     guarded(debug, body)
-
-
-# Report writers that other modules (JUnit, HTML, ...) register: f(result, report_dict, out_dir).
-_extra_writers: list = []
 
 
 def _stage_command(stage: str, doc: str):
@@ -267,10 +260,7 @@ def report_log(
 
 
 def main() -> None:
-    try:
-        app()
-    except SystemExit:
-        raise
+    app()
 
 
 if __name__ == "__main__":

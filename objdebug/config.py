@@ -60,6 +60,7 @@ class RunSpec:
     stages: list[str] | None = None
     select: list[str] = field(default_factory=list)
     ignore: list[str] = field(default_factory=list)
+    compile_cache: str | None = None  # opt-in MindSpore compile cache directory (--compile-cache)
 
 
 @dataclass
@@ -81,7 +82,8 @@ class Config:
 
 
 _SECTIONS = {"model": ModelSpec, "objective": ObjectiveSpec, "data": DataSpec, "run": RunSpec}
-_PATH_KEYS = {("model", "checkpoint"), ("objective", "checkpoint"), ("data", "align"), ("data", "scores")}
+_PATH_KEYS = {("model", "checkpoint"), ("objective", "checkpoint"), ("data", "align"), ("data", "scores"),
+              ("run", "compile_cache")}
 
 
 def find_config(start: Path | None = None) -> Path | None:
@@ -235,3 +237,5 @@ def _validate(cfg: Config, src: str) -> None:
         raise InputError(f"For 'run.mode', the value must be in {list(MODES)}, but got '{r.mode}'.",
                          source=src)
     _check_type(r.seed, int, "run.seed", src)
+    if r.compile_cache is not None:
+        _check_type(r.compile_cache, str, "run.compile_cache", src)

@@ -1,0 +1,374 @@
+"""Opt-in MindSpore compile cache, made safe for objdebug's many-graph runs (`--compile-cache DIR`).
+
+What MindSpore 2.10 does (measured, see docs/performance.md): with `MS_COMPILER_CACHE_ENABLE=1`
+and `MS_COMPILER_CACHE_PATH=D`, the n-th graph compiled in a process is saved as
+`D/rank_0/graph_cache/compile_cache_<n>.mindir` and, in a later process, the n-th compile loads
+that file whatever its Cell or input shapes are. The only validity check is a hash of the entry
+script's source. A different compile order, model size or sequence length therefore loads a stale
+graph: it crashes, or worse returns the old graph's numbers silently. The path and the switch are
+read once per process (later changes are ignored). After the first miss (no file for index n),
+MindSpore stops loading for the rest of the process and writes fresh files. Parameter values are
+bound at run time, so a new checkpoint with the same shapes is safe.
+
+How objdebug makes it safe:
+- one directory per key: a hash of the model and objective config, the data files, the profile,
+  stages and options (they decide the shape set), the objdebug and user sources, and the
+  MindSpore / objdebug / Python versions;
+- a manifest of the compile sequence (graph name + input shapes -> the file each compile wrote).
+  Every new (graph, shapes) call of the engine is checked against it BEFORE it compiles; at the
+  first difference every file the verified prefix does not own is removed, so MindSpore misses
+  and compiles fresh from there on;
+- the manifest is removed while a run is in progress and written back only after a clean run
+  whose every file is accounted for (a compile outside the engine, a crash or an interrupted run
+  leaves no manifest, and the next run starts from an empty directory);
+- only the first run of a process can use it (MindSpore's counter is per process), and one
+  process at a time per directory (a lock);
+- any error in this bookkeeping turns the cache off for the run; it never fails a run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+MANIFEST = "objdebug-manifest.json"
+LOCK = "objdebug.lock"
+SCHEMA = 1
+
+_process: dict[str, Any] = {"dir": None}  # the directory MindSpore was pointed at in this process
+
+
+# --------------------------------------------------------------------------- key
+def _file_digest(path: str | None) -> str | None:
+    if not path or not os.path.isfile(path):
+        return None
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _installed_roots() -> tuple[str, ...]:
+    roots = {sys.prefix, sys.base_prefix, sys.exec_prefix}
+    return tuple(os.path.realpath(r) + os.sep for r in roots)
+
+
+def source_files() -> list[str]:
+    """Python sources that can shape a graph: the objdebug package, every loaded module that is not
+    installed (the user's model and objective, fixtures) and the entry script MindSpore hashes."""
+    import objdebug
+
+    files = {str(p) for p in Path(objdebug.__file__).parent.rglob("*.py")}
+    installed = _installed_roots()
+    for module in list(sys.modules.values()):
+        path = getattr(module, "__file__", None)
+        if path and path.endswith(".py"):
+            real = os.path.realpath(path)
+            if not real.startswith(installed):
+                files.add(real)
+    if sys.argv and os.path.isfile(sys.argv[0]):
+        files.add(os.path.realpath(sys.argv[0]))
+    return sorted(files)
+
+
+def sources_digest(files: list[str]) -> str:
+    h = hashlib.sha256()
+    for path in files:
+        h.update(path.encode())
+        h.update((_file_digest(path) or "-").encode())
+    return h.hexdigest()
+
+
+def key_parts(cfg: Any, profile: Any, stages: list[str], options: dict[str, Any],
+              batch_size: int) -> dict[str, Any]:
+    """Everything that decides which graphs a run compiles and what they contain."""
+    from objdebug.runtime import versions
+
+    v = versions()
+    spec = {}
+    for name in ("model", "objective"):
+        section = getattr(cfg, name)
+        if section is not None:  # the checkpoint is left out: parameters are bound at run time
+            spec[name] = {k: val for k, val in dataclasses.asdict(section).items() if k != "checkpoint"}
+    data = dataclasses.asdict(cfg.data)
+    for name in ("align", "scores"):  # their rows decide the length buckets and batch counts
+        data[name] = _file_digest(data[name])
+    return {
+        "schema": SCHEMA,
+        "versions": {k: v.get(k) for k in ("mindspore", "objdebug", "python")},
+        "target": spec,
+        "data": data,
+        "run": {"device": cfg.run.device, "mode": cfg.run.mode},
+        "profile": profile.data,
+        "stages": list(stages),
+        "options": {k: val for k, val in sorted(options.items()) if val is not None},
+        "batch_size": int(batch_size),
+        "sources": sources_digest(source_files()),
+    }
+
+
+def cache_key(parts: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+# --------------------------------------------------------------------------- session
+def _signature(args: tuple) -> str:
+    return ",".join(f"{getattr(a, 'dtype', type(a).__name__)}{list(getattr(a, 'shape', ()))}"
+                    for a in args)
+
+
+def _any_graph_compiled() -> bool:
+    """True when this process already compiled a graph (MindSpore's counter is past 0)."""
+    try:
+        from mindspore.graph import api as graph_api
+
+        return bool(graph_api.ms_compile_cache) or any(graph_api.cells_compile_cache.values())
+    except Exception:  # an internal that moved: assume the worst
+        return True
+
+
+class CompileCache:
+    """One run's use of a cache directory; `summary()` goes into the report."""
+
+    def __init__(self, root: str | None):
+        self.root = root
+        self.dir: Path | None = None
+        self.key = ""
+        self.status = "off" if not root else "pending"
+        self.reason = ""
+        self.events: list[dict[str, Any]] = []
+        self.expected: list[dict[str, Any]] | None = None  # the manifest's sequence, when valid
+        self.verified = 0         # leading events that matched the manifest
+        self.diverged_at: int | None = None
+        self.hits = 0
+        self.misses = 0
+        self.unsafe = ""
+        self._seen: set[tuple[str, str]] = set()
+        self._lock_fd: int | None = None
+        self._last: dict[str, tuple[int, int]] = {}
+
+    # ------------------------------------------------------------------ set-up
+    def open(self, cfg: Any, profile: Any, stages: list[str], options: dict[str, Any],
+             batch_size: int) -> CompileCache:
+        """Point MindSpore at this key's directory; must run before the run's first compile."""
+        if not self.root:
+            return self
+        try:
+            self._open(cfg, profile, stages, options, batch_size)
+        except Exception as exc:  # never let the cache fail a run
+            self._disable(f"{type(exc).__name__}: {exc}")
+        return self
+
+    def _open(self, cfg, profile, stages, options, batch_size) -> None:
+        parts = key_parts(cfg, profile, stages, options, batch_size)
+        self.key = cache_key(parts)
+        self.dir = Path(self.root).expanduser().resolve() / self.key[:24]
+        if _process["dir"] is not None or _any_graph_compiled():
+            # MindSpore reads the path once per process and numbers compiles per process
+            self._disable("this process already compiled graphs; the cache works for the first "
+                          "run of a process only")
+            return
+        self.dir.mkdir(parents=True, exist_ok=True)
+        if not self._lock():
+            self._disable(f"'{self.dir}' is in use by another objdebug process")
+            return
+        manifest = self._read_manifest()
+        (self.dir / MANIFEST).unlink(missing_ok=True)  # restored only by a clean close()
+        files = self._files()
+        if manifest is None:
+            self._remove(set(files))
+        else:
+            self.expected = manifest["events"]
+            owned = {e["file"] for e in self.expected if e.get("file")}
+            self._remove(set(files) - owned)
+        os.environ["MS_COMPILER_CACHE_ENABLE"] = "1"
+        os.environ["MS_COMPILER_CACHE_PATH"] = str(self.dir)
+        _process["dir"] = str(self.dir)
+        (self.dir / "key.json").write_text(json.dumps(parts, indent=1, sort_keys=True, default=str))
+        self._last = self._files()
+        self.status = "warm" if self.expected else "cold"
+
+    def _lock(self) -> bool:
+        import fcntl
+
+        fd = os.open(self.dir / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return False
+        self._lock_fd = fd
+        return True
+
+    def _unlock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # closing releases the flock
+            self._lock_fd = None
+
+    def _read_manifest(self) -> dict[str, Any] | None:
+        try:
+            data = json.loads((self.dir / MANIFEST).read_text())
+        except (OSError, ValueError):
+            return None
+        if data.get("schema") != SCHEMA or data.get("key") != self.key or not isinstance(
+                data.get("events"), list):
+            return None
+        return data
+
+    def _files(self) -> dict[str, tuple[int, int]]:
+        folder = self.dir / "rank_0" / "graph_cache" if self.dir else None
+        if folder is None or not folder.is_dir():
+            return {}
+        out = {}
+        for p in folder.glob("*.mindir"):
+            st = p.stat()
+            out[p.name] = (st.st_mtime_ns, st.st_size)
+        return out
+
+    def _remove(self, names: set[str]) -> None:
+        for name in names:
+            (self.dir / "rank_0" / "graph_cache" / name).unlink(missing_ok=True)
+
+    def _disable(self, reason: str) -> None:
+        if self.status in ("warm", "cold"):
+            # MindSpore is already pointed here: leave it nothing to load
+            try:
+                self._remove(set(self._files()))
+            except Exception:
+                pass
+        self.status = "unavailable"
+        self.reason = reason
+        self._unlock()
+
+    # ------------------------------------------------------------------ during the run
+    @property
+    def active(self) -> bool:
+        return self.status in ("warm", "cold")
+
+    def attach(self, engine: Any) -> None:
+        """Check every first (graph, shapes) call of `engine` against the manifest before it compiles."""
+        if not self.active:
+            return
+        original = engine.call
+
+        def call(name, fn, *args):
+            key = (name, _signature(args))
+            if not self.active or key in self._seen:
+                return original(name, fn, *args)
+            self._seen.add(key)
+            try:
+                self._before(key)
+            except Exception as exc:
+                self._disable(f"{type(exc).__name__}: {exc}")
+                return original(name, fn, *args)
+            start = time.perf_counter()
+            try:
+                return original(name, fn, *args)
+            finally:
+                try:
+                    self._after(key, time.perf_counter() - start)
+                except Exception as exc:
+                    self._disable(f"{type(exc).__name__}: {exc}")
+
+        engine.call = call
+
+    def _before(self, key: tuple[str, str]) -> None:
+        now = self._files()
+        if now != self._last:
+            self.unsafe = "a graph was compiled outside the engine"
+            self._remove(set(now))  # nothing stale may be loaded from here on
+            self.expected = None
+        i = len(self.events)
+        if self.expected is not None and self.diverged_at is None:
+            want = self.expected[i] if i < len(self.expected) else None
+            if want is None or (want["graph"], want["shapes"]) != key:
+                # MindSpore would load the manifest's i-th graph for this different one
+                self.diverged_at = i
+                owned = {e["file"] for e in self.expected[:i] if e.get("file")}
+                self._remove(set(now) - owned)
+        self._before_files = self._files()
+
+    def _after(self, key: tuple[str, str], seconds: float) -> None:
+        now = self._files()
+        new = sorted(n for n in now if self._before_files.get(n) != now[n])
+        i = len(self.events)
+        event = {"graph": key[0], "shapes": key[1], "file": new[0] if len(new) == 1 else None,
+                 "seconds": round(seconds, 3)}
+        if len(new) > 1:
+            self.unsafe = f"one call of '{key[0]}' wrote {len(new)} graph files"
+        verified = (self.expected is not None and self.diverged_at is None
+                    and i < len(self.expected))
+        if new:
+            self.misses += 1
+            if verified:  # a miss: MindSpore compiles fresh from here on; keep it that way
+                self.diverged_at = i
+                owned = {e["file"] for e in self.events if e.get("file")} | set(new)
+                self._remove(set(now) - owned)
+                now = self._files()
+        elif verified and self.expected[i].get("file"):
+            self.hits += 1
+            event["file"] = self.expected[i]["file"]
+            self.verified = i + 1
+        self.events.append(event)
+        self._last = now
+
+    # ------------------------------------------------------------------ end
+    def close(self, ok: bool = True) -> None:
+        """Write the manifest back after a clean run; otherwise leave an empty directory."""
+        if not self.active:
+            return
+        try:
+            now = self._files()
+            if now != self._last:
+                self.unsafe = self.unsafe or "a graph was compiled outside the engine"
+            if (self.expected is not None and self.diverged_at is None and not self.misses
+                    and not self.unsafe):
+                events = self.expected  # every compile hit a prefix of the manifest: keep it all
+            else:
+                events = self.events
+            owned = {e["file"] for e in events if e.get("file")}
+            if not ok or self.unsafe or set(now) != owned:
+                self._remove(set(now))
+            else:
+                body = {"schema": SCHEMA, "key": self.key,
+                        "events": [{k: e[k] for k in ("graph", "shapes", "file")} for e in events]}
+                tmp = self.dir / (MANIFEST + ".tmp")
+                tmp.write_text(json.dumps(body, indent=1))
+                os.replace(tmp, self.dir / MANIFEST)
+        except Exception as exc:
+            self._disable(f"{type(exc).__name__}: {exc}")
+        finally:
+            self._unlock()
+
+    def __enter__(self) -> CompileCache:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.close(ok=exc_type is None)
+
+    def summary(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"status": self.status}
+        if self.status == "off":
+            return out
+        out.update({"dir": str(self.dir) if self.dir else None, "key": self.key[:24],
+                    "compiles": len(self.events), "hits": self.hits, "misses": self.misses})
+        if self.diverged_at is not None:
+            out["diverged_at"] = self.diverged_at
+        if self.unsafe:
+            out["unsafe"] = self.unsafe
+        if self.reason:
+            out["reason"] = self.reason
+        return out
+
+
+def open_cache(root: str | None, cfg: Any, profile: Any, stages: list[str],
+               options: dict[str, Any], batch_size: int) -> CompileCache:
+    """A cache session for one run (a no-op when `root` is None); never raises."""
+    return CompileCache(root).open(cfg, profile, stages, options, batch_size)
