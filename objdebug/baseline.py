@@ -37,8 +37,26 @@ DIRECTIONS: dict[str, str | tuple[str, float]] = {
     "OBJ103": ("lower", 0.01),      # Wilcoxon p-value
     "OBJ104": "lower",              # count of non-finite losses
     "OBJ105": "abs_lower",          # loss of a fully masked sample
+    "OBJ2": "none",                 # grad: in-band numbers (norm range, scale ratio ~ 1)
+    "OBJ202": "lower",              # max/mean gradient-norm ratio
+    "OBJ203": "lower",              # non-finite gradient elements
+    "OBJ204": "lower",              # disconnected parameters
+    "OBJ205": "lower",              # masked positions receiving gradient
+    "OBJ206": ("lower", 0.01),      # autodiff vs finite-difference relative error
+    "OBJ3": "none",                 # decompose: inventory and shares
+    "OBJ301": "lower",              # share of batches where a term is exactly zero
+    "OBJ302": "lower",              # reconstruction residual
+    "OBJ303": "lower",              # largest / smallest component magnitude
     "OBJ4": "lower",                # correlate: r(loss, score), healthy is negative (-0.6 .. -0.8)
     "OBJ403": "abs_lower",          # |corr(loss, response length)|: a length confound
+    "OBJ5": "none",                 # stress: per-case numbers without one good direction
+    "OBJ503": "abs_lower",          # loss on an all-padding batch
+    "OBJ504": "lower",              # loss / gradient change under extra padding
+    "OBJ505": "higher",             # random-id loss / log(V)
+    "OBJ509": "lower",              # low-precision relative difference
+    "OBJ510": "lower",              # repeat-call difference
+    "OBJ511": "lower",              # alone-vs-batched difference
+    "OBJ512": "higher",             # mean top-5 probability
 }
 
 _RANK = {"PASS": 0, "SKIP": 0, "WARN": 1, "FAIL": 2, "ERROR": 3}

@@ -39,7 +39,7 @@ def test_identical_reports_have_no_regression(report):
     assert res.stage == "baseline" and res.verdict.value == "PASS"
     assert [f.code for f in res.findings] == ["OBJ001", "OBJ002", "OBJ003"]
     # compared: findings with a number and a direction, not SKIP/ERROR
-    assert res.value["compared"] == 4  # OBJ101, OBJ102, OBJ105, OBJ401 (OBJ201, OBJ303: no direction)
+    assert res.value["compared"] == 5  # OBJ101, OBJ102, OBJ105, OBJ303, OBJ401 (OBJ201: in-band, none)
     assert res.value["value_regressions"] == [] and res.value["verdict_regressions"] == []
 
 
