@@ -107,12 +107,22 @@ def worker_objdebug(spec: dict) -> dict:
     from objdebug.engine import Engine
 
     counts: Counter = Counter()
+    seconds: Counter = Counter()
+    raised: Counter = Counter()
     original = Engine.call
 
     def counting(self, name, fn, *args):
-        counts[(name, ",".join(f"{getattr(a, 'dtype', type(a).__name__)}{list(getattr(a, 'shape', ()))}"
-                               for a in args))] += 1
-        return original(self, name, fn, *args)
+        key = (name, ",".join(f"{getattr(a, 'dtype', type(a).__name__)}{list(getattr(a, 'shape', ()))}"
+                              for a in args))
+        counts[key] += 1
+        start = time.perf_counter()
+        try:
+            return original(self, name, fn, *args)
+        except Exception:
+            raised[key] += 1  # a probe meant to raise (out-of-range ids): the bare side raises too
+            raise
+        finally:
+            seconds[key] += time.perf_counter() - start
 
     Engine.call = counting
     cfg = api.load_config(demo=True, overrides=spec.get("overrides") or None)
@@ -125,7 +135,9 @@ def worker_objdebug(spec: dict) -> dict:
     return {"side": "objdebug", "wall": wall, "import": t_import, "timings": result.timings,
             "compiles": {"count": result.compiles["count"], "seconds": result.compiles["seconds"]},
             "graphs": result.compiles["graphs"], "counts": result.counts(),
-            "calls": [{"graph": g, "shapes": s, "calls": n} for (g, s), n in counts.items()],
+            "calls": [{"graph": g, "shapes": s, "calls": n, "seconds": seconds[(g, s)],
+                       "raised": raised[(g, s)]}
+                      for (g, s), n in counts.items()],
             "compile_cache": result.extra.get("compile_cache")}
 
 
@@ -230,7 +242,7 @@ def worker_bare(spec: dict) -> dict:
         return ms.Tensor(rng.standard_normal(shape).astype(np_dtype), ms_dtype)
 
     cells: dict = {}
-    done, skipped = [], []
+    done, skipped, failed = [], [], []
     for item in spec["calls"]:
         name, args = item["graph"], [(d, [int(v) for v in s.split(",") if v.strip()])
                                      for d, s in SIG.findall(item["shapes"])]
@@ -252,14 +264,22 @@ def worker_bare(spec: dict) -> dict:
             continue
         cell = cells.setdefault(name, build())  # one Cell per objdebug graph name
         inputs = [tensor(d, s, "labels" if i == 1 else "ids") for i, (d, s) in enumerate(args[:use])]
-        for _ in range(item["calls"]):
-            out = cell(*inputs)
-            first = out[0] if isinstance(out, tuple) else out
-            first.asnumpy()
-        done.append(item)
+        bad = [ms.Tensor(np.full(a.shape, vocab, np.int32)) if a.dtype == ms.int32 else a
+               for a in inputs[:1]] + inputs[1:]  # ids == vocab: the model's Gather raises
+        start = time.perf_counter()
+        for k in range(item["calls"]):
+            try:
+                out = cell(*(bad if k >= item["calls"] - item.get("raised", 0) else inputs))
+                first = out[0] if isinstance(out, tuple) else out
+                first.asnumpy()
+            except (RuntimeError, TypeError, ValueError) as exc:  # e.g. bf16 on CPU: objdebug SKIPs
+                lines = [ln for ln in str(exc).splitlines() if any(ch.isalpha() for ch in ln)]
+                failed.append({**item, "error": (lines or [type(exc).__name__])[0][:200]})
+        done.append({**item, "seconds": time.perf_counter() - start})
     wall = time.perf_counter() - t
     return {"side": "bare", "wall": wall, "import": t_import, "calls_done": sum(c["calls"] for c in done),
-            "graphs_done": len({c["graph"] for c in done}), "skipped": skipped}
+            "graphs_done": len({c["graph"] for c in done}), "skipped": skipped, "failed": failed,
+            "calls": done, "in_calls": sum(c["seconds"] for c in done)}
 
 
 def _subprocess(kind: str, spec: dict, timeout: float = 1800) -> dict:
@@ -342,6 +362,14 @@ def render(results: dict) -> str:
         verdict = "within" if c["overhead"] <= TARGET_OVERHEAD else "OVER"
         out.append(f"ratio {c['ratio']:.3f} (overhead {c['overhead']:+.1%}, {verdict} the "
                    f"{TARGET_OVERHEAD:.0%} target); process ratio {c['process_ratio']:.3f}")
+        in_calls = sum(x["seconds"] for x in od["calls"])
+        out.append(f"time inside engine calls: objdebug {in_calls:.1f} s of {od['wall']:.1f} s "
+                   f"(host work outside calls {od['wall'] - in_calls:.1f} s); bare {bare['in_calls']:.1f} s "
+                   f"of {bare['wall']:.1f} s")
+        bare_by = {(x["graph"], x["shapes"]): x["seconds"] for x in bare["calls"]}
+        out.append(_table(["graph", "shapes", "calls", "objdebug_s", "bare_s"], [
+            [x["graph"], x["shapes"][:40], x["calls"], x["seconds"], bare_by.get((x["graph"], x["shapes"]))]
+            for x in od["calls"]]))
         if bare["skipped"]:
             out.append(f"bare side skipped graphs it has no equivalent for: {bare['skipped']}")
         out.append("per stage (objdebug, s): " + ", ".join(

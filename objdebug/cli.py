@@ -47,6 +47,7 @@ JunitOpt = Annotated[Optional[Path], typer.Option("--junit", help="Write a JUnit
 JunitSkipOpt = Annotated[bool, typer.Option("--junit-warnings-as-skipped", help="JUnit: report WARN findings as skipped instead of failures.")]
 HtmlOpt = Annotated[Optional[Path], typer.Option("--html", help="Write a self-contained HTML report (DIR/index.html, figures inlined).")]
 MarkdownOpt = Annotated[Optional[Path], typer.Option("--markdown", help="Write a Markdown report (DIR/report.md) with PNG figures beside it.")]
+CacheOpt = Annotated[Optional[Path], typer.Option("--compile-cache", help="Opt-in MindSpore compile cache in this directory (one sub-folder per target, profile and shape set; checked graph by graph). Speeds up a repeated run.")]
 BaselineOpt = Annotated[Optional[Path], typer.Option("--baseline", help="An earlier JSON report: regressions against it are findings (OBJ0xx).")]
 
 
@@ -107,7 +108,8 @@ def write_reports(report, *, junit=None, junit_warnings_as_skipped=False, html=N
 
 def execute(*, stages, config, demo, sets, device, mode, seed, checkpoint, profile, json_path, out,
             strict, debug, select, ignore, verbose, options, junit=None,
-            junit_warnings_as_skipped=False, html=None, markdown=None, baseline=None) -> None:
+            junit_warnings_as_skipped=False, html=None, markdown=None, baseline=None,
+            compile_cache=None) -> None:
     """Shared body of `run`, `demo` and the stage commands."""
     def body():
         from objdebug import api
@@ -120,7 +122,8 @@ def execute(*, stages, config, demo, sets, device, mode, seed, checkpoint, profi
         out_dir = str(out.resolve()) if out else None
         result = api.run(cfg, stages=stages, profile=profile, options=options, out_dir=out_dir,
                          strict=strict, select=select, ignore=ignore, debug=debug,
-                         progress=Progress())
+                         progress=Progress(),
+                         compile_cache=str(compile_cache.resolve()) if compile_cache else None)
         if old is not None:
             baseline_mod.apply(result, old, select=select, ignore=ignore)
         report = json_report.to_dict(result)
@@ -143,14 +146,14 @@ def _stage_command(stage: str, doc: str):
         ignore: IgnoreOpt = None, verbose: VerboseOpt = False, synthesize: SynthOpt = False,
         batch_size: BatchOpt = None, samples: SamplesOpt = None, junit: JunitOpt = None,
         junit_warnings_as_skipped: JunitSkipOpt = False, html: HtmlOpt = None,
-        markdown: MarkdownOpt = None, baseline: BaselineOpt = None,
+        markdown: MarkdownOpt = None, baseline: BaselineOpt = None, compile_cache: CacheOpt = None,
     ) -> None:
         execute(stages=[stage], config=config, demo=demo, sets=set_, device=device, mode=mode,
                 seed=seed, checkpoint=checkpoint, profile=profile, json_path=json_path, out=out,
                 strict=strict, debug=debug, select=select, ignore=ignore, verbose=verbose,
                 options={"synthesize": synthesize, "batch_size": batch_size, "samples": samples},
                 junit=junit, junit_warnings_as_skipped=junit_warnings_as_skipped, html=html,
-                markdown=markdown, baseline=baseline)
+                markdown=markdown, baseline=baseline, compile_cache=compile_cache)
 
     command.__doc__ = doc
     return command
@@ -176,7 +179,7 @@ def run(
     select: SelectOpt = None, ignore: IgnoreOpt = None, verbose: VerboseOpt = False,
     synthesize: SynthOpt = False, batch_size: BatchOpt = None, samples: SamplesOpt = None,
     junit: JunitOpt = None, junit_warnings_as_skipped: JunitSkipOpt = False, html: HtmlOpt = None,
-    markdown: MarkdownOpt = None, baseline: BaselineOpt = None,
+    markdown: MarkdownOpt = None, baseline: BaselineOpt = None, compile_cache: CacheOpt = None,
 ) -> None:
     """Run the pipeline (all stages, or --stages) on one target: the CI gate."""
     chosen = [s.strip() for s in stages.split(",") if s.strip()] if stages else None
@@ -185,20 +188,20 @@ def run(
             debug=debug, select=select, ignore=ignore, verbose=verbose,
             options={"synthesize": synthesize, "batch_size": batch_size, "samples": samples},
             junit=junit, junit_warnings_as_skipped=junit_warnings_as_skipped, html=html,
-            markdown=markdown, baseline=baseline)
+            markdown=markdown, baseline=baseline, compile_cache=compile_cache)
 
 
 @app.command()
 def demo(
     json_path: JsonOpt = None, out: OutOpt = None, profile: ProfileOpt = None,
     debug: DebugOpt = False, verbose: VerboseOpt = False, junit: JunitOpt = None,
-    html: HtmlOpt = None, markdown: MarkdownOpt = None,
+    html: HtmlOpt = None, markdown: MarkdownOpt = None, compile_cache: CacheOpt = None,
 ) -> None:
     """Run every stage on the bundled demo target (a tiny causal LM trained by this project)."""
     execute(stages=None, config=None, demo=True, sets=None, device=None, mode=None, seed=None,
             checkpoint=None, profile=profile, json_path=json_path, out=out, strict=False, debug=debug,
             select=None, ignore=None, verbose=verbose, options={}, junit=junit, html=html,
-            markdown=markdown)
+            markdown=markdown, compile_cache=compile_cache)
 
 
 @app.command()

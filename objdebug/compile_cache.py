@@ -134,6 +134,26 @@ def _any_graph_compiled() -> bool:
         return True
 
 
+def _entry_script_problem() -> str:
+    """Why MindSpore's cache would crash this process, or ''. It parses the entry script to hash
+    it: under `python -c` or in a notebook there is none and every compile raises FileNotFoundError."""
+    import ast
+
+    try:
+        from mindspore.graph import api as graph_api
+
+        path = graph_api.entry_script_path
+    except Exception:  # an internal that moved: do not risk it
+        return "cannot find MindSpore's entry script"
+    try:
+        with open(path, encoding="utf-8") as fh:
+            ast.parse(fh.read(), path)
+    except (OSError, TypeError, ValueError, SyntaxError):
+        return (f"MindSpore's compile cache hashes the entry script, and '{path}' is not a readable "
+                "Python file (python -c, a notebook?); run objdebug from a script or the CLI")
+    return ""
+
+
 class CompileCache:
     """One run's use of a cache directory; `summary()` goes into the report."""
 
@@ -174,6 +194,10 @@ class CompileCache:
             # MindSpore reads the path once per process and numbers compiles per process
             self._disable("this process already compiled graphs; the cache works for the first "
                           "run of a process only")
+            return
+        script = _entry_script_problem()
+        if script:
+            self._disable(script)
             return
         self.dir.mkdir(parents=True, exist_ok=True)
         if not self._lock():

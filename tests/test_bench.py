@@ -1,0 +1,78 @@
+"""bench/bench_run.py: its pieces (fast), and the full objdebug-vs-bare comparison (slow)."""
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("bench_run", ROOT / "bench" / "bench_run.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_make_data_replicates_rows_with_unique_ids(bench, tmp_path):
+    paths = bench.make_data(tmp_path / "d", 100)
+    align = [json.loads(x) for x in Path(paths["data.align"]).read_text().splitlines()]
+    scores = [json.loads(x) for x in Path(paths["data.scores"]).read_text().splitlines()]
+    assert len(align) == len(scores) == 100
+    assert len({r["id"] for r in align}) == 100 and len({r["id"] for r in scores}) == 100
+    assert align[0]["good"] != align[24]["good"]  # copies are perturbed, not identical
+
+
+@pytest.mark.parametrize("length", [64, 256, 1024])
+def test_make_data_fills_the_length_bucket(bench, tmp_path, length):
+    from objdebug.data import bucket_length
+
+    paths = bench.make_data(tmp_path / "d", 24, length)
+    rows = [json.loads(x) for x in Path(paths["data.align"]).read_text().splitlines()]
+    sizes = [len((r["prompt"] + r["good"]).encode()) for r in rows]
+    assert max(bucket_length(n) for n in sizes) == length
+    assert bucket_length(sorted(sizes)[len(sizes) // 2]) == length  # most rows land in the bucket
+
+
+def test_profile_override_and_signature_parsing(bench):
+    profile = bench.bench_profile("default", [2048])
+    assert profile.section("stress")["long_lengths"] == [2048] and "long2048" in profile.name
+    assert bench.bench_profile("quick", None).section("stress")["long_lengths"] == [2048]
+    found = bench.SIG.findall("Int32[8, 64],Int32[8, 64],Float32[3, 256, 64]")
+    assert found == [("Int32", "8, 64"), ("Int32", "8, 64"), ("Float32", "3, 256, 64")]
+
+
+def test_render_tables(bench):
+    calls = [{"graph": "model.forward", "shapes": "Int32[8, 32]", "calls": 2, "seconds": 1.0}]
+    od = {"wall": 12.0, "process_wall": 13.0, "compiles": {"count": 1, "seconds": 0.9},
+          "calls": calls, "timings": {"align": 1.0}}
+    bare = {"wall": 10.0, "process_wall": 11.0, "calls_done": 2, "skipped": [], "calls": calls,
+            "in_calls": 10.0}
+    text = bench.render({"profile": "p", "stages": None,
+                         "compare": {"objdebug": od, "bare": bare, "ratio": 1.2, "overhead": 0.2,
+                                     "process_ratio": 13 / 11},
+                         "scaling_stages": ["align"],
+                         "scaling": [{"axis": "rows", "value": 10, "rows": 10, "wall": 3.0,
+                                      "compile_s": 2.0, "compiles": 2, "calls": 5,
+                                      "bare_wall": 2.5, "ratio": 1.2}]})
+    assert "ratio 1.200 (overhead +20.0%, within the 25% target)" in text
+    assert "scaling with rows" in text
+
+
+@pytest.mark.slow
+def test_full_benchmark_objdebug_within_target(tmp_path):
+    """The issue's target: objdebug adds at most 25% over the bare computation (about 90 s)."""
+    import subprocess
+
+    out = tmp_path / "bench.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_run.py"), "--only", "compare",
+                           "--out", str(out)], capture_output=True, text=True, timeout=1200)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    res = json.loads(out.read_text())["compare"]
+    assert res["bare"]["calls_done"] == sum(c["calls"] for c in res["objdebug"]["calls"])
+    assert not res["bare"]["skipped"]
+    assert res["overhead"] <= 0.25, res["ratio"]
