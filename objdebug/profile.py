@@ -40,9 +40,17 @@ class Profile:
         return {"name": self.name, "source": self.source, "settings": self.data}
 
 
+def _profiles_dir():
+    """The shipped profiles: `objdebug.checks` when installed, `checks/` in a source checkout
+    (there the top-level folder is not inside the package)."""
+    try:
+        return resources.files("objdebug.checks")
+    except ModuleNotFoundError:
+        return Path(__file__).resolve().parent.parent / "checks"
+
+
 def builtin_profiles() -> list[str]:
-    return sorted(p.name[:-5] for p in resources.files("objdebug.checks").iterdir()
-                  if p.name.endswith(".toml"))
+    return sorted(p.name[:-5] for p in _profiles_dir().iterdir() if p.name.endswith(".toml"))
 
 
 def _read(name_or_path: str) -> tuple[dict[str, Any], str]:
@@ -52,7 +60,7 @@ def _read(name_or_path: str) -> tuple[dict[str, Any], str]:
             raise InputError("profile file not found", source=str(path))
         text, source = path.read_text(encoding="utf-8"), str(path.resolve())
     else:
-        res = resources.files("objdebug.checks") / f"{name_or_path}.toml"
+        res = _profiles_dir() / f"{name_or_path}.toml"
         if not res.is_file():
             raise InputError(f"For '--profile', the value must be one of {builtin_profiles()} "
                              f"or a .toml path, but got '{name_or_path}'.")
