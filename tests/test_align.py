@@ -179,3 +179,32 @@ def test_compiles_are_counted_once_per_shape(tiny_runs):
     buckets = {bucket_length(len((r["prompt"] + r[k]).encode())) for r in rows
                for k in ("good", "medium", "bad")}
     assert sum(1 for g, _ in graphs if g == "objective.per_sample") == len(buckets) == 2
+
+
+def test_nonfinite_losses_fail_obj104():
+    """A loss normalised by a zero count returns Inf on ordinary samples: OBJ104 names them."""
+    cfg = load_config(TARGETS / "tiny" / "objdebug.toml",
+                      overrides={"objective.factory": "fixtures.grad_losses:ZeroCountCE",
+                                 "objective.kwargs": {}})
+    result = api.run(cfg, stages=["align"])
+    f = next(f for f in result.findings if f.code == "OBJ104")
+    assert f.verdict.value == "FAIL" and f.value == 21.0  # 7 rows x good/medium/bad
+    assert "21 non-finite losses" in f.message and "t1/good" in f.message
+
+
+@pytest.mark.parametrize("accuracy, verdict", [(1.0, "PASS"), (0.8, "PASS"), (0.7, "WARN"),
+                                               (0.5, "WARN"), (0.4, "FAIL")])
+def test_order_conditions_from_profile(accuracy, verdict):
+    from objdebug.stages.align import AlignmentLoss
+
+    cond = {c.code: c for c in AlignmentLoss().conditions({})}["OBJ102"]
+    v = {"order_accuracy": accuracy, "pair_accuracy": 1.0, "violations": ["a", "b"]}
+    assert cond.judge(v)[0].value == verdict
+
+
+@pytest.mark.parametrize("p, verdict", [(0.001, "PASS"), (0.02, "WARN"), (0.05, "FAIL"), (0.5, "FAIL")])
+def test_significance_conditions_from_profile(p, verdict):
+    from objdebug.stages.align import AlignmentLoss
+
+    cond = {c.code: c for c in AlignmentLoss().conditions({})}["OBJ103"]
+    assert cond.judge({"n_rows": 24, "p_wilcoxon": p, "p_ttest": p})[0].value == verdict
