@@ -90,6 +90,8 @@ def run(cfg: Config, *, stages: list[str] | None = None, profile: Profile | str 
     """
     if out_dir:  # checks run inside a scratch directory: a relative path would be lost there
         out_dir = str(Path(out_dir).resolve())
+    if compile_cache:  # same: the cache is opened inside the scratch directory
+        compile_cache = str(Path(compile_cache).expanduser().resolve())
     if not isinstance(profile, Profile):
         profile = load_profile(profile or cfg.run.profile)
     chosen = resolve_stages(cfg, profile, stages)

@@ -116,7 +116,7 @@ def _worse_by(how: str, old: float, new: float) -> float:
         return abs(old) - abs(new)
     if how == "abs_lower":
         return abs(new) - abs(old)
-    raise ValueError(f"For 'baseline.directions', each direction must be in ['higher', 'lower', "
+    raise InputError(f"For '[baseline] directions', each direction must be in ['higher', 'lower', "
                      f"'abs_higher', 'abs_lower', 'none'], but got '{how}'.")
 
 
@@ -156,7 +156,11 @@ def compare(new: dict[str, Any], old: dict[str, Any], settings: dict[str, Any] |
     rel_tol = float(th.get("rel_tolerance", 0.10))
     per_code_tol = dict(th.get("tolerances", {}))
     dir_overrides = dict(th.get("directions", {}))
-    value_verdict = Verdict(str(th.get("regression_verdict", "fail")).upper())
+    value_verdict = str(th.get("regression_verdict", "fail")).upper()
+    if value_verdict not in ("WARN", "FAIL"):
+        raise InputError(f"For '[baseline] regression_verdict', the value must be in ['warn', 'fail'], "
+                         f"but got {th.get('regression_verdict')!r}.")
+    value_verdict = Verdict(value_verdict)
 
     result = CheckResult(stage=STAGE, check=CHECK)
     now, before = _keyed(new), _keyed(old)

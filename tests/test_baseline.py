@@ -84,6 +84,15 @@ def test_profile_overrides_direction_tolerance_and_verdict(report):
     assert baseline.compare(report, old, settings).verdict.value == "WARN"
 
 
+def test_bad_baseline_settings_are_input_errors(report):
+    old = copy.deepcopy(report)
+    _finding(old, "OBJ101")["value"] = 2.5
+    with pytest.raises(InputError, match="regression_verdict"):
+        baseline.compare(report, old, {"regression_verdict": "eror"})
+    with pytest.raises(InputError, match="directions"):
+        baseline.compare(report, old, {"directions": {"OBJ101": "up"}})
+
+
 def test_nonfinite_new_value_is_a_regression(report):
     new = copy.deepcopy(report)
     _finding(new, "OBJ105")["value"] = "NaN"
@@ -138,6 +147,15 @@ def test_load_rejects_bad_files(tmp_path):
     bad.write_text(json.dumps({"tool": "objdebug", "schema_version": 1, "results": {}}))
     with pytest.raises(InputError, match="must have a 'results' list"):
         baseline.load(str(bad))
+
+
+def test_load_rejects_a_directory_and_binary_file(tmp_path):
+    with pytest.raises(InputError, match="cannot read the report"):
+        baseline.load(str(tmp_path))
+    binary = tmp_path / "b.json"
+    binary.write_bytes(b"\xff\xfe\x00garbage")
+    with pytest.raises(InputError, match="not a JSON report"):
+        baseline.load(str(binary))
 
 
 def _invoke(args):

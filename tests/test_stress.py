@@ -323,3 +323,23 @@ def test_end_to_end_form_skips_logit_cases(healthy):
             assert "end-to-end" in res.findings[0].message
     finally:
         healthy.ctx.target.model = saved
+
+
+def test_padding_invariance_nan_in_a_later_row_is_not_hidden(monkeypatch):
+    """max() over [0.0, 0.0, nan] is 0.0: a NaN loss at +500 padding must still fail OBJ504."""
+    from types import SimpleNamespace
+
+    from objdebug.stages.stress_cases import padding_invariance as pi
+
+    losses = iter([1.0, 1.0, float("nan")])
+    monkeypatch.setattr(pi, "text_sample", lambda ctx, n, name: None)
+    monkeypatch.setattr(pi, "packed", lambda ctx, rows, length: (None, None))
+    monkeypatch.setattr(pi, "flat_grads", lambda grads: np.ones(3))
+    monkeypatch.setattr(pi, "loss_and_grad",
+                        lambda ctx, ids, labels: {"loss": next(losses), "grad_norm": 1.0, "grads": None})
+    ctx = SimpleNamespace(profile=SimpleNamespace(section=lambda name: {}))
+    check = pi.PaddingInvariance()
+    v = check.measure(ctx)
+    assert math.isnan(v["max_loss_rel_diff"])
+    (cond,) = check.conditions({})
+    assert cond.judge(v)[0] == Verdict.FAIL

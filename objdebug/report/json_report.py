@@ -54,6 +54,10 @@ def load(path: str) -> dict[str, Any]:
         raise InputError("report not found", source=path) from None
     except json.JSONDecodeError as exc:
         raise InputError(f"not a JSON report: {exc.msg} (line {exc.lineno})", source=path) from None
+    except UnicodeDecodeError:
+        raise InputError("not a JSON report (not UTF-8 text)", source=path) from None
+    except OSError as exc:  # a directory, no permission
+        raise InputError(f"cannot read the report: {exc.strerror}", source=path) from None
     if not isinstance(data, dict) or data.get("tool") != "objdebug" or "schema_version" not in data:
         raise InputError("not an objdebug JSON report (no 'schema_version')", source=path)
     return data

@@ -386,7 +386,8 @@ class FiniteDifferences(Check):
         return {"loss": g.loss, "finite": bool(math.isfinite(g.loss) and not g.nonfinite.any()),
                 "n_directions": len(rows), "epsilons": steps, "parameter_norm": theta,
                 "seed": int(s.get("seed", 0)),
-                "max_rel_error": float(max(errs)) if errs else float("nan"), "directions": rows}
+                # np.max propagates NaN (builtin max() keeps whatever came first)
+                "max_rel_error": float(np.max(errs)) if errs else float("nan"), "directions": rows}
 
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
         e_pass, e_fail = th.get("fd_pass", 1e-2), th.get("fd_fail", 1e-1)

@@ -41,9 +41,10 @@ class PaddingInvariance(Check):
             rows.append({"extra_pad": extra, "length": base + extra, "loss": out["loss"],
                          "grad_norm": out["grad_norm"], "loss_rel_diff": rel_diff(out["loss"], ref_loss),
                          "grad_rel_diff": gdiff})
+        # np.max, not max(): a NaN at +500 must not hide behind a finite +10 row
         return {"tokens": base, "rows": rows,
-                "max_loss_rel_diff": max(r["loss_rel_diff"] for r in rows),
-                "max_grad_rel_diff": max(r["grad_rel_diff"] for r in rows)}
+                "max_loss_rel_diff": float(np.max([r["loss_rel_diff"] for r in rows])),
+                "max_grad_rel_diff": float(np.max([r["grad_rel_diff"] for r in rows]))}
 
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
         ltol, gtol = float(th.get("pad_loss_rtol", 1e-4)), float(th.get("pad_grad_rtol", 1e-3))
