@@ -59,7 +59,13 @@ DIRECTIONS: dict[str, str | tuple[str, float]] = {
     "OBJ512": "higher",             # mean top-5 probability
 }
 
-_RANK = {"PASS": 0, "SKIP": 0, "WARN": 1, "FAIL": 2, "ERROR": 3}
+
+def _rank(verdict: Any) -> int:
+    """A saved verdict's severity; an unknown string counts as a pass (nothing to regress from)."""
+    try:
+        return Verdict(verdict).rank
+    except ValueError:
+        return 0
 
 
 def load(path: str) -> dict[str, Any]:
@@ -171,7 +177,7 @@ def compare(new: dict[str, Any], old: dict[str, Any], settings: dict[str, Any] |
             continue
         stage, check, code, _ = key
         where = f"{code} [{stage}/{check}]"
-        old_rank, new_rank = _RANK.get(g["verdict"], 0), _RANK.get(f["verdict"], 0)
+        old_rank, new_rank = _rank(g.get("verdict")), _rank(f.get("verdict"))
         if new_rank > old_rank:
             verdict = Verdict(f["verdict"])
             if verdict == Verdict.ERROR:

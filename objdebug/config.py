@@ -192,6 +192,8 @@ def _build(raw: dict, path: Path) -> Config:
         spec = getattr(cfg, section)
         if spec is not None and getattr(spec, key):
             setattr(spec, key, str((path.parent / getattr(spec, key)).resolve()))
+    if cfg.run.profile.endswith(".toml"):  # a profile file is relative to the config, like data
+        cfg.run.profile = str((path.parent / cfg.run.profile).resolve())
     return cfg
 
 
@@ -218,8 +220,6 @@ def _validate(cfg: Config, src: str) -> None:
         raise InputError(f"For 'objective.call', the value must be in {list(CALLS)}, "
                          f"but got '{cfg.objective.call}'.", source=src)
     _check_type(cfg.objective.components, list, "objective.components", src)
-    if cfg.end_to_end and cfg.objective.checkpoint is None:
-        pass  # an end-to-end objective may be randomly initialised on purpose
     if not cfg.end_to_end and cfg.objective.checkpoint is not None:
         raise InputError("objective.checkpoint is only for the end-to-end form (no [model]); "
                          "put the checkpoint under [model]", source=src)
@@ -237,5 +237,6 @@ def _validate(cfg: Config, src: str) -> None:
         raise InputError(f"For 'run.mode', the value must be in {list(MODES)}, but got '{r.mode}'.",
                          source=src)
     _check_type(r.seed, int, "run.seed", src)
+    _check_type(r.profile, str, "run.profile", src)
     if r.compile_cache is not None:
         _check_type(r.compile_cache, str, "run.compile_cache", src)

@@ -158,10 +158,6 @@ def build_labels(prompt: list[int], response: list[int], label_pad_id: int, shif
     return labels
 
 
-def scored_positions(n_prompt: int, n_response: int, shift: bool) -> int:
-    return n_response - (1 if shift and n_prompt == 0 else 0)
-
-
 def bucket_length(n: int, buckets: tuple[int, ...] = BUCKETS) -> int:
     for b in buckets:
         if n <= b:

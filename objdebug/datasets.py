@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -51,9 +52,8 @@ def _synthesize(good: list[int], kind: str, rng: np.random.Generator, vocab: int
 def align_rows(ctx: Context) -> list[dict[str, Any]]:
     """Rows of {id, line, samples: {kind: Sample}, synthetic: [kinds]} from data.align."""
     def build() -> list[dict[str, Any]]:
-        enc = encoder(ctx)
         path = ctx.config.data.align
-        enc.source = str(path)
+        enc = replace(encoder(ctx), source=str(path))  # errors name this file
         synthesize = bool(ctx.option("synthesize", False))
         rng = np.random.default_rng(ctx.profile.section("align").get("seed", 0))
         rows, seen = [], set()
@@ -91,9 +91,8 @@ def score_rows(ctx: Context) -> list[dict[str, Any]]:
     `scores`: {aspect: number} for per-aspect human ratings.
     """
     def build() -> list[dict[str, Any]]:
-        enc = encoder(ctx)
         path = ctx.config.data.scores
-        enc.source = str(path)
+        enc = replace(encoder(ctx), source=str(path))
         rows, seen = [], set()
         for lineno, raw in read_jsonl(path, "scores"):
             rid = str(raw.get("id", f"line{lineno}"))

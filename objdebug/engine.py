@@ -96,7 +96,8 @@ class Engine:
     def vocab_size(self) -> int | None:
         """Model vocabulary: from the config, else the logits' last dimension (split form)."""
         if self._vocab is None and self.target.model is not None:
-            ids = np.full((self.batch_size, self.bucket(1)), self.target.config.data.pad_id, np.int32)
+            # token 0, not pad_id: pad_id is checked against the vocabulary this probe measures
+            ids = np.zeros((self.batch_size, self.bucket(1)), np.int32)
             self._vocab = int(self.logits(ids).shape[-1])
         return self._vocab
 

@@ -57,9 +57,15 @@ class Condition:
     judge: Callable[[dict[str, Any]], tuple[Verdict, str, float | None]]
 
 
+def listing(items: list, limit: int = 8) -> str:
+    """'a, b, c, ... (12 more)': names or ids in a one-line message."""
+    items = [str(i) for i in items]
+    return ", ".join(items[:limit]) + (f", ... ({len(items) - limit} more)" if len(items) > limit else "")
+
+
 def band(x: float, *, pass_if: Callable[[float], bool], fail_if: Callable[[float], bool]) -> Verdict:
     """PASS / FAIL / WARN in between; a non-finite measurement fails."""
-    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+    if x is None or not math.isfinite(float(x)):  # numpy scalars too
         return Verdict.FAIL
     if pass_if(x):
         return Verdict.PASS

@@ -87,8 +87,37 @@ def load_profile(name_or_path: str = "default", _depth: int = 0) -> Profile:
     if parent:
         if _depth > 5:
             raise InputError("profile 'extends' chain is too deep", source=source)
+        if str(parent).endswith(".toml") and not Path(parent).is_absolute() and not source.startswith("builtin:"):
+            parent = str(Path(source).parent / parent)  # relative to the extending profile
         data = _merge(load_profile(parent, _depth + 1).data, data)
+    if _depth == 0:
+        _validate(data, source)
     return Profile(name=str(data.get("name", Path(name_or_path).stem)), source=source, data=data)
+
+
+def _validate(data: dict[str, Any], source: str) -> None:
+    """The gate policy keys: a typo here would silently change what fails a CI run."""
+    from objdebug.stages import STAGES
+
+    if data.get("fail_on", "fail") not in ("fail", "warn"):
+        raise InputError(f"For 'fail_on', the value must be in ['fail', 'warn'], but got "
+                         f"{data.get('fail_on')!r}.", source=source)
+    if not isinstance(data.get("error_fails", True), bool):
+        raise InputError(f"For 'error_fails', the value must be true or false, but got "
+                         f"{data.get('error_fails')!r}.", source=source)
+    bad = [s for s in data.get("stages", []) if s not in STAGES]
+    if bad:
+        raise InputError(f"For 'stages', each stage must be in {list(STAGES)}, but got {bad}.",
+                         source=source)
+    for key in ("select", "ignore"):
+        value = data.get(key, [])
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise InputError(f"For '{key}', the value must be a list of code prefixes, but got "
+                             f"{value!r}.", source=source)
+    batch = data.get("engine", {}).get("batch_size", 8)
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise InputError(f"For '[engine] batch_size', the value must be an integer >= 1, but got "
+                         f"{batch!r}.", source=source)
 
 
 def code_selected(code: str, select: list[str], ignore: list[str]) -> bool:

@@ -8,7 +8,6 @@ is an InputError that lists the names.
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import Any
 
 from objdebug.config import Config
 from objdebug.errors import InputError
+from objdebug.findings import listing
 
 _MAX_LISTED = 12
 
@@ -69,11 +69,6 @@ def _call_factory(spec: str, kwargs: dict, where: str, base_dir: str) -> Any:
     return cell
 
 
-def _listing(names: list[str]) -> str:
-    shown = ", ".join(names[:_MAX_LISTED])
-    return shown + (f", ... ({len(names) - _MAX_LISTED} more)" if len(names) > _MAX_LISTED else "")
-
-
 def load_checkpoint_strict(net: Any, path: str, where: str) -> int:
     """Load `path` into `net`; any missing/unexpected name, shape or dtype mismatch is an InputError."""
     import mindspore as ms
@@ -95,9 +90,9 @@ def load_checkpoint_strict(net: Any, path: str, where: str) -> int:
     unexpected = sorted(set(params) - set(own))
     problems = []
     if missing:
-        problems.append(f"missing in checkpoint: {_listing(missing)}")
+        problems.append(f"missing in checkpoint: {listing(missing, _MAX_LISTED)}")
     if unexpected:
-        problems.append(f"unexpected in checkpoint: {_listing(unexpected)}")
+        problems.append(f"unexpected in checkpoint: {listing(unexpected, _MAX_LISTED)}")
     mism = []
     for name in sorted(set(own) & set(params)):
         a, b = own[name], params[name]
@@ -106,13 +101,13 @@ def load_checkpoint_strict(net: Any, path: str, where: str) -> int:
         elif a.dtype != b.dtype:
             mism.append(f"{name} dtype {b.dtype} != model {a.dtype}")
     if mism:
-        problems.append(f"mismatched: {_listing(mism)}")
+        problems.append(f"mismatched: {listing(mism, _MAX_LISTED)}")
     if problems:
         raise InputError(f"For '{where}.checkpoint', the checkpoint does not match the model: "
                          + "; ".join(problems), source=path)
     not_loaded, _ = ms.load_param_into_net(net, params, strict_load=True)
     if not_loaded:  # pragma: no cover - guarded by the name check above
-        raise InputError(f"For '{where}.checkpoint', parameters not loaded: {_listing(list(not_loaded))}",
+        raise InputError(f"For '{where}.checkpoint', parameters not loaded: {listing(list(not_loaded), _MAX_LISTED)}",
                          source=path)
     return len(params)
 
@@ -157,7 +152,6 @@ class Target:
 
 def load_target(cfg: Config) -> Target:
     base = cfg.base_dir
-    os.environ.setdefault("GLOG_v", "3")
     model = None
     n_loaded = 0
     if cfg.model is not None:

@@ -208,3 +208,11 @@ def test_significance_conditions_from_profile(p, verdict):
 
     cond = {c.code: c for c in AlignmentLoss().conditions({})}["OBJ103"]
     assert cond.judge({"n_rows": 24, "p_wilcoxon": p, "p_ttest": p})[0].value == verdict
+
+
+def test_without_align_data_the_stage_is_skipped_with_the_reason():
+    cfg = load_config(TARGETS / "tiny" / "objdebug.toml", overrides={"data.align": ""})
+    result = api.run(cfg, stages=["align"])
+    assert {f.verdict.value for f in result.findings} == {"SKIP"}
+    assert "set data.align" in result.findings[0].message
+    assert result.exit_code == 0

@@ -98,3 +98,30 @@ def test_factory_package_found_in_a_parent_folder(tmp_path):
     configs.mkdir(parents=True)
     fn = import_factory("odbg_parentpkg.models:build", "model", str(configs))
     assert fn() == "built"
+
+
+def test_profile_paths_are_relative_to_the_file_that_names_them(tmp_path):
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "profiles" / "base.toml").write_text('extends = "default"\n[align]\ngap_pass = 2.5\n')
+    (tmp_path / "profiles" / "team.toml").write_text('extends = "base.toml"\nname = "team"\n')
+    (tmp_path / "objdebug.toml").write_text(
+        '[objective]\nfactory = "a:b"\n[run]\nprofile = "profiles/team.toml"\n')
+    cfg = load_config(tmp_path / "objdebug.toml")
+    assert cfg.run.profile == str(tmp_path / "profiles" / "team.toml")
+    prof = load_profile(cfg.run.profile)
+    assert prof.name == "team" and prof.section("align")["gap_pass"] == 2.5
+
+
+@pytest.mark.parametrize("text, message", [
+    ('fail_on = "warning"\n', "'fail_on'"),
+    ('error_fails = "yes"\n', "'error_fails'"),
+    ('stages = ["align", "gradient"]\n', "'stages'"),
+    ('ignore = "OBJ1"\n', "'ignore'"),
+    ('[engine]\nbatch_size = 0\n', "batch_size"),
+])
+def test_profile_gate_keys_are_validated(tmp_path, text, message):
+    path = tmp_path / "p.toml"
+    path.write_text('extends = "default"\n' + text)
+    with pytest.raises(InputError) as err:
+        load_profile(str(path))
+    assert message in str(err.value) and str(path) in str(err.value)

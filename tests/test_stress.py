@@ -343,3 +343,42 @@ def test_padding_invariance_nan_in_a_later_row_is_not_hidden(monkeypatch):
     assert math.isnan(v["max_loss_rel_diff"])
     (cond,) = check.conditions({})
     assert cond.judge(v)[0] == Verdict.FAIL
+
+
+def test_low_precision_dtypes_run_on_graphs_of_their_own(healthy, monkeypatch):
+    """A float16 kernel that raises poisons its graph: bfloat16 must not run on that graph."""
+    from objdebug.stages.stress_cases import precision
+
+    calls, poisoned = [], set()
+
+    def fake(ctx, logits, labels, name=precision.OBJECTIVE_ON_LOGITS):
+        calls.append(name)
+        if name in poisoned:
+            raise RuntimeError("An error occurred in the previous step of this model execution")
+        if "float16" in name and "bfloat16" not in name:
+            poisoned.add(name)
+            raise RuntimeError("Unsupported data type float16 on this device")
+        return 1.0
+
+    monkeypatch.setattr(precision, "objective_on_logits", fake)
+    check = precision.LowPrecision()
+    v = check.measure(healthy.ctx)
+    assert "float16" in v["dtypes"]["float16"]["skipped"]
+    assert [r["loss"] for r in v["dtypes"]["bfloat16"]["rows"]] == [1.0] * 3
+    assert len({n for n in calls}) == 2 and precision.OBJECTIVE_ON_LOGITS not in calls
+
+
+def test_garbage_ids_skip_when_vocabulary_is_unknown(healthy, monkeypatch):
+    monkeypatch.setattr(healthy.ctx.engine, "vocab_size", lambda: None)
+    for case in ("random-ids", "out-of-range-ids"):
+        res = next(c for c in stress.checks() if c.name == case).run(healthy.ctx, healthy.th)
+        assert res.error is None
+        assert [f.verdict for f in res.findings] == [Verdict.SKIP]
+        assert "data.vocab_size" in res.findings[0].message
+
+
+def test_over_smoothing_without_scored_positions_skips(healthy):
+    check = next(c for c in stress.checks() if c.name == "over-smoothing")
+    v = dict(healthy.run("over-smoothing").value, positions=0, mean_topk=float("nan"))
+    verdict, message, key = check.conditions(healthy.th)[0].judge(v)
+    assert verdict == Verdict.SKIP and "no scored positions" in message and key is None

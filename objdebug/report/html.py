@@ -11,6 +11,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from objdebug.findings import Verdict
 from objdebug.report import write_atomic
 from objdebug.report.figures import Drawn, draw_all
 
@@ -90,9 +91,8 @@ def _errors(results: list[dict[str, Any]]) -> str:
 
 
 def _stage_verdict(results: list[dict[str, Any]]) -> str:
-    rank = {"PASS": 0, "SKIP": 0, "WARN": 1, "FAIL": 2, "ERROR": 3}
-    verdicts = [f["verdict"] for r in results for f in r.get("findings", [])]
-    return max(verdicts, key=lambda v: rank.get(v, 0)) if verdicts else "SKIP"
+    verdicts = [Verdict(f["verdict"]) for r in results for f in r.get("findings", [])]
+    return max(verdicts, key=lambda v: v.rank).value if verdicts else "SKIP"
 
 
 def render(report: dict[str, Any], figures: list[Drawn] | None = None) -> str:

@@ -13,7 +13,7 @@ import numpy as np
 
 from objdebug.context import Context
 from objdebug.datasets import align_rows
-from objdebug.findings import Check, Condition, Verdict, band
+from objdebug.findings import Check, Condition, Verdict, band, listing
 
 
 def _finite(x: float) -> bool:
@@ -21,12 +21,21 @@ def _finite(x: float) -> bool:
 
 
 # --------------------------------------------------------------------------- checks
+def _no_align_data(ctx: Context) -> str | None:
+    if not ctx.config.data.align:
+        return "no align data: set data.align to a JSONL of {id, prompt, good, medium, bad} rows"
+    return None
+
+
 class AlignmentLoss(Check):
     """Loss of good / medium / bad answers per row: gap, ordering, significance, finiteness."""
 
     name = "alignment"
     stage = "align"
     codes = ("OBJ101", "OBJ102", "OBJ103", "OBJ104")
+
+    def skip_reason(self, ctx: Context) -> str | None:
+        return _no_align_data(ctx)
 
     def measure(self, ctx: Context) -> dict[str, Any]:
         from scipy import stats
@@ -102,7 +111,7 @@ class AlignmentLoss(Check):
             x = v["order_accuracy"]
             verdict = band(x, pass_if=lambda a: a >= ord_pass, fail_if=lambda a: a < ord_fail)
             viol = v["violations"]
-            shown = ", ".join(viol[:8]) + (f", ... ({len(viol) - 8} more)" if len(viol) > 8 else "")
+            shown = listing(viol)
             return verdict, (f"{x:.0%} of rows ordered bad > medium > good, bad > good in "
                              f"{v['pair_accuracy']:.0%}" + (f"; out of order: {shown}" if viol else "")
                              + f"; pass >= {ord_pass:.0%}, fail < {ord_fail:.0%}"), x
@@ -119,7 +128,7 @@ class AlignmentLoss(Check):
         def finite(v):
             bad = v["nonfinite"]
             if bad:
-                shown = ", ".join(f"{b['id']}/{b['kind']}" for b in bad[:8])
+                shown = listing([f"{b['id']}/{b['kind']}" for b in bad])
                 return Verdict.FAIL, f"{len(bad)} non-finite losses (NaN/Inf): {shown}", float(len(bad))
             return Verdict.PASS, f"all {sum(len(r['response_tokens']) for r in v['rows'])} losses finite", 0.0
 
@@ -135,6 +144,9 @@ class LabelPadMasking(Check):
     name = "label-pad-masking"
     stage = "align"
     codes = ("OBJ105",)
+
+    def skip_reason(self, ctx: Context) -> str | None:
+        return _no_align_data(ctx)
 
     def measure(self, ctx: Context) -> dict[str, Any]:
         rows = align_rows(ctx)

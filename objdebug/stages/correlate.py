@@ -17,7 +17,7 @@ import numpy as np
 from objdebug import stats
 from objdebug.context import Context
 from objdebug.datasets import score_rows
-from objdebug.findings import Check, Condition, Verdict, band
+from objdebug.findings import Check, Condition, Verdict, band, listing
 
 SCATTER_NAME = "correlate_scatter.png"
 _SHOWN = 8
@@ -25,10 +25,6 @@ _SHOWN = 8
 
 def _fmt(x: float | None, spec: str = ".3f") -> str:
     return "n/a" if x is None or not math.isfinite(x) else format(x, spec)
-
-
-def _listing(ids: list[str]) -> str:
-    return ", ".join(ids[:_SHOWN]) + (f", ... ({len(ids) - _SHOWN} more)" if len(ids) > _SHOWN else "")
 
 
 def response_losses(ctx: Context) -> dict[str, Any]:
@@ -205,7 +201,7 @@ class ScoreCorrelation(Check):
             bad = v["nonfinite"]
             if bad:
                 return Verdict.FAIL, (f"{len(bad)} of {v['n_rows']} scored responses have a "
-                                      f"non-finite loss (NaN/Inf): {_listing(bad)}"), float(len(bad))
+                                      f"non-finite loss (NaN/Inf): {listing(bad, _SHOWN)}"), float(len(bad))
             return Verdict.PASS, f"all {v['n_rows']} response losses finite", 0.0
 
         def length(v):

@@ -20,17 +20,12 @@ import numpy as np
 from objdebug.context import Context
 from objdebug.datasets import text_samples
 from objdebug.errors import InputError
-from objdebug.findings import Check, Condition, Verdict, band
+from objdebug.findings import Check, Condition, Verdict, band, listing
 from objdebug.gradients import (Batch, GradientProbe, ParamGradients, layer_of, make_batch,
                                 reference_mean_ce_grad)
 
 _LISTED = 8
 _F32_EPS = 2.0 ** -23
-
-
-def _listing(names: list[str]) -> str:
-    shown = ", ".join(names[:_LISTED])
-    return shown + (f", ... ({len(names) - _LISTED} more)" if len(names) > _LISTED else "")
 
 
 def _settings(ctx: Context) -> dict[str, Any]:
@@ -169,7 +164,7 @@ class GradientHealth(Check):
             if n or not math.isfinite(v["loss"]):
                 return Verdict.FAIL, (f"loss = {v['loss']:.4g}; {n} NaN/Inf gradient elements in "
                                       f"{len(names)} of {v['n_params']} parameters"
-                                      + (f": {_listing(names)}" if names else "")), float(n)
+                                      + (f": {listing(names, _LISTED)}" if names else "")), float(n)
             return Verdict.PASS, (f"loss {v['loss']:.4g} and all gradients of {v['n_params']} "
                                   f"parameters finite"), 0.0
 
@@ -178,7 +173,7 @@ class GradientHealth(Check):
             if names:
                 return Verdict.FAIL, (
                     f"{len(names)} of {v['n_params']} parameters get an all-zero gradient "
-                    f"(disconnected from the loss: argmax, stop_gradient or unused): {_listing(names)}"
+                    f"(disconnected from the loss: argmax, stop_gradient or unused): {listing(names, _LISTED)}"
                 ), float(len(names))
             return Verdict.PASS, f"all {v['n_params']} parameters receive gradient", 0.0
 

@@ -6,7 +6,9 @@ Two graphs over the shared Cells of `objdebug.cells`, both built once per engine
 - `loss_and_grad`: the user's model + objective under `ms.value_and_grad` -> loss, per-parameter
   squared gradient norms, per-parameter non-finite counts and the gradients themselves. Batch 1
   for long inputs, padding invariance and the all-padding batch, so they share a few shapes.
-- `objective_on_logits`: the objective alone, fed logits directly (scaled, fp16, bf16).
+- `objective_on_logits`: the objective alone, fed logits directly (scaled, fp16, bf16); one
+  graph per dtype (`OBJECTIVE_ON_LOGITS.<dtype>`), so a dtype whose kernel raises cannot poison
+  the graph the next dtype runs on.
 
 And `forward_loss`: model + objective forward only (`BatchObjective`), one fresh Cell per
 caller-given name. A
@@ -93,14 +95,18 @@ def flat_grads(grads) -> np.ndarray:
     return np.concatenate([g.asnumpy().astype(np.float64).ravel() for g in grads])
 
 
-def objective_on_logits(ctx: Context, logits, labels: np.ndarray) -> float:
-    """The objective alone on a logits Tensor (any dtype) -> its scalar loss as float."""
+def objective_on_logits(ctx: Context, logits, labels: np.ndarray, name: str = OBJECTIVE_ON_LOGITS) -> float:
+    """The objective alone on a logits Tensor (any dtype) -> its scalar loss as float.
+
+    `name` is the graph: a caller whose call may raise passes a name of its own (see the module
+    docstring), e.g. f"{OBJECTIVE_ON_LOGITS}.float16".
+    """
     import mindspore as ms
 
     from objdebug.cells import ObjectiveOnLogits
 
-    cell = ctx.engine.cell(OBJECTIVE_ON_LOGITS, lambda: ObjectiveOnLogits(ctx.target))
-    total, _ = ctx.engine.call(OBJECTIVE_ON_LOGITS, cell, logits, ms.Tensor(labels, ms.int32))
+    cell = ctx.engine.cell(name, lambda: ObjectiveOnLogits(ctx.target))
+    total, _ = ctx.engine.call(name, cell, logits, ms.Tensor(labels, ms.int32))
     return float(total.asnumpy())
 
 

@@ -23,6 +23,13 @@ from objdebug.stages.stress_cases._common import (POISONED, error_line, forward_
                                                   packed, short_length)
 
 _PROBE_POSITION = 5
+_NO_VOCAB = ("the vocabulary size is unknown (the end-to-end form does not expose logits): set "
+             "data.vocab_size to draw random and out-of-range ids")
+
+
+def _vocab_skip(ctx: Context) -> str | None:
+    """SKIP, not ERROR, when the vocabulary the ids are drawn from is unknown."""
+    return None if ctx.engine.vocab_size() else _NO_VOCAB
 
 
 def random_batch(ctx: Context) -> tuple[np.ndarray, np.ndarray]:
@@ -44,6 +51,9 @@ class RandomIds(Check):
     name = "random-ids"
     stage = "stress"
     codes = ("OBJ505",)
+
+    def skip_reason(self, ctx: Context) -> str | None:
+        return _vocab_skip(ctx)
 
     def measure(self, ctx: Context) -> dict[str, Any]:
         ids, labels = random_batch(ctx)
@@ -79,6 +89,9 @@ class OutOfRangeIds(Check):
     name = "out-of-range-ids"
     stage = "stress"
     codes = ("OBJ506", "OBJ507")
+
+    def skip_reason(self, ctx: Context) -> str | None:
+        return _vocab_skip(ctx)
 
     def _probe(self, ctx: Context, name: str, ids: np.ndarray, labels: np.ndarray,
                bad_ids: np.ndarray, bad_labels: np.ndarray) -> dict[str, Any]:

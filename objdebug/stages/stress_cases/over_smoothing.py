@@ -17,6 +17,14 @@ from objdebug.findings import Check, Condition, Verdict
 from objdebug.stages.stress_cases._common import packed
 
 
+def _flat(parts: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(parts) if parts else np.zeros(0)
+
+
+def _mean(x: np.ndarray) -> float:
+    return float(x.mean()) if x.size else float("nan")
+
+
 class OverSmoothing(Check):
     name = "over-smoothing"
     stage = "stress"
@@ -50,16 +58,19 @@ class OverSmoothing(Check):
                 topk.append(ps[:, :k].sum(-1))
                 top1.append(ps[:, 0])
                 entropy.append(-(p * np.log(np.maximum(p, 1e-300))).sum(-1))
-        topk_all = np.concatenate(topk)
+        topk_all = _flat(topk)
         vocab = ctx.engine.vocab_size()
         return {"k": k, "positions": int(topk_all.size), "samples": len(samples), "vocab": vocab,
-                "mean_topk": float(topk_all.mean()), "mean_top1": float(np.concatenate(top1).mean()),
-                "mean_entropy": float(np.concatenate(entropy).mean()), "uniform_topk": k / vocab}
+                "mean_topk": _mean(topk_all), "mean_top1": _mean(_flat(top1)),
+                "mean_entropy": _mean(_flat(entropy)), "uniform_topk": k / vocab}
 
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
         low = float(th.get("top5_min", 0.3))
 
         def judge(v):
+            if not v["positions"]:  # a mean over nothing is NaN, and NaN < low is False: not a PASS
+                return Verdict.SKIP, (f"no scored positions in {v['samples']} samples (every label "
+                                      f"is label_pad_id): the top-{v['k']} probability is not measured"), None
             x = v["mean_topk"]
             msg = (f"mean top-{v['k']} probability {x:.3f} (top-1 {v['mean_top1']:.3f}, entropy "
                    f"{v['mean_entropy']:.3f} nats; uniform would be {v['uniform_topk']:.3f}) over "

@@ -19,7 +19,8 @@ import numpy as np
 from objdebug.context import Context
 from objdebug.datasets import text_samples
 from objdebug.findings import Check, Condition, Verdict
-from objdebug.stages.stress_cases._common import error_line, objective_on_logits, packed, rel_diff
+from objdebug.stages.stress_cases._common import (OBJECTIVE_ON_LOGITS, error_line, objective_on_logits,
+                                                  packed, rel_diff)
 
 _FP16_MAX = 65504.0
 _END_TO_END = ("the end-to-end form (no [model]) does not expose logits, so the objective cannot "
@@ -60,7 +61,8 @@ def _fp32_losses(ctx: Context, th: dict[str, Any]) -> dict[str, Any]:
         for s in _scales(th):
             scaled = logits * np.float32(s)
             out[s] = {"scale": s, "max_abs_logit": float(np.abs(scaled).max()),
-                      "loss": objective_on_logits(ctx, ms.Tensor(scaled, ms.float32), labels),
+                      "loss": objective_on_logits(ctx, ms.Tensor(scaled, ms.float32), labels,
+                                                  name=f"{OBJECTIVE_ON_LOGITS}.float32"),
                       "reference_ce": reference_ce(scaled, labels, ctx.config.data.label_pad_id)}
         return out
     return ctx.cached("stress.fp32_losses", build)
@@ -121,7 +123,8 @@ class LowPrecision(Check):
                     continue
                 try:
                     x = ms.Tensor(logits * np.float32(s), ms.float32).astype(dtype)
-                    loss = objective_on_logits(ctx, x, labels)
+                    # a graph of its own per dtype: one that raised refuses every later call
+                    loss = objective_on_logits(ctx, x, labels, name=f"{OBJECTIVE_ON_LOGITS}.{name}")
                 except Exception as exc:  # e.g. a kernel without this dtype on this device
                     lines = [ln.strip(" -") for ln in str(exc).splitlines()]
                     why = next((ln for ln in lines if "unsupported" in ln.lower()), error_line(exc))
