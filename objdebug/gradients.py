@@ -16,6 +16,8 @@ so every compile is counted. Both call the objective on a whole batch exactly as
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +27,7 @@ from mindspore import nn, ops
 
 from objdebug.cells import BatchObjective, ObjectiveOnLogits
 from objdebug.data import Sample, pack
+from objdebug.naming import layer_of  # noqa: F401  (re-exported: objdebug.gradients.layer_of)
 
 PARAM_PROBE = "grad.param_probe"
 LOGIT_PROBE = "grad.logit_probe"
@@ -125,26 +128,32 @@ class GradientProbe:
     def __init__(self, engine: Any):
         self.engine = engine
         self.target = engine.target
+        # no parameters is legal here: the logit gradients do not need any; the parameter
+        # gradients raise (the grad checks that need them skip such a target first)
         self.params = list(self.target.trainable_params())
-        if not self.params:
-            raise ValueError("For 'GradientProbe', the target must have trainable parameters, "
-                             "but got none.")
         self.names = [p.name for p in self.params]
         self.sizes = np.array([int(p.size) for p in self.params], dtype=np.int64)
 
     # ------------------------------------------------------------------ parameters
+    def _need_params(self) -> list:
+        if not self.params:
+            raise ValueError("For 'GradientProbe', the target must have trainable parameters, "
+                             "but got none.")
+        return self.params
+
     def zero_directions(self, n: int = 1) -> list[np.ndarray]:
-        return [np.zeros((n, *p.shape), np.float32) for p in self.params]
+        return [np.zeros((n, *p.shape), np.float32) for p in self._need_params()]
 
     def random_directions(self, n: int, seed: int) -> list[np.ndarray]:
         """n directions in parameter space, each of unit L2 norm over all parameters (seeded)."""
         rng = np.random.default_rng(seed)
-        dirs = [rng.standard_normal((n, *p.shape)).astype(np.float32) for p in self.params]
+        dirs = [rng.standard_normal((n, *p.shape)).astype(np.float32) for p in self._need_params()]
         total = np.sqrt(sum((d.astype(np.float64).reshape(n, -1) ** 2).sum(1) for d in dirs))
         return [(d / total.reshape((n,) + (1,) * (d.ndim - 1))).astype(np.float32) for d in dirs]
 
     def parameters(self, batch: Batch, directions: list[np.ndarray] | None = None) -> ParamGradients:
         """One forward + backward of the batch total; statistics reduced inside the graph."""
+        self._need_params()
         directions = directions if directions is not None else self.zero_directions()
         cell = self.engine.cell(PARAM_PROBE, lambda: _build_param_probe(self.target, self.params))
         # one Tensor argument per parameter: a tuple argument would be folded in as a constant
@@ -161,21 +170,36 @@ class GradientProbe:
                               max_abs=mx, zeros=zeros.astype(np.int64), nonfinite=bad.astype(np.int64),
                               gdot=gdot)
 
-    def loss_at(self, batch: Batch, directions: list[np.ndarray], step: float, k: int) -> float:
-        """The batch total at theta + step * d_k; parameters are restored exactly afterwards."""
-        saved = [p.data.asnumpy().copy() for p in self.params]
+    @contextmanager
+    def saved_parameters(self) -> Iterator[list[np.ndarray]]:
+        """The parameters copied to the host once; restored exactly (bit for bit) on exit."""
+        saved = [p.data.asnumpy().copy() for p in self._need_params()]
         try:
-            for p, theta, d in zip(self.params, saved, directions):
-                moved = (theta.astype(np.float64) + step * d[k].astype(np.float64)).astype(theta.dtype)
-                p.set_data(ms.Tensor(moved))
-            return self.parameters(batch, directions).loss
+            yield saved
         finally:
             for p, theta in zip(self.params, saved):
                 p.set_data(ms.Tensor(theta))
 
-    def parameter_norm(self) -> float:
-        return float(np.sqrt(sum(float((p.data.asnumpy().astype(np.float64) ** 2).sum())
-                                 for p in self.params)))
+    def loss_at(self, batch: Batch, directions: list[np.ndarray], step: float, k: int,
+                saved: list[np.ndarray] | None = None) -> float:
+        """The batch total at theta + step * d_k.
+
+        `saved`: theta from an enclosing `saved_parameters()`, which restores the parameters once
+        at its end, so a whole finite-difference measurement copies them to the host once.
+        Without it, this call saves and restores them itself.
+        """
+        if saved is None:
+            with self.saved_parameters() as theta:
+                return self.loss_at(batch, directions, step, k, theta)
+        for p, theta, d in zip(self.params, saved, directions):
+            moved = (theta.astype(np.float64) + step * d[k].astype(np.float64)).astype(theta.dtype)
+            p.set_data(ms.Tensor(moved))
+        return self.parameters(batch, directions).loss
+
+    def parameter_norm(self, saved: list[np.ndarray] | None = None) -> float:
+        """L2 norm over all parameters (of `saved` when given: no copy from the device)."""
+        arrays = saved if saved is not None else [p.data.asnumpy() for p in self.params]
+        return float(np.sqrt(sum(float((a.astype(np.float64) ** 2).sum()) for a in arrays)))
 
     # ------------------------------------------------------------------ logits
     def logits(self, logits: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -184,15 +208,6 @@ class GradientProbe:
         outputs, sq = self.engine.call(LOGIT_PROBE, cell, ms.Tensor(logits, ms.float32),
                                        ms.Tensor(labels, ms.int32))
         return outputs.asnumpy().astype(np.float64), sq.asnumpy().astype(np.float64)
-
-
-def layer_of(name: str) -> str:
-    """Group a parameter by name prefix: up to the first numeric part ('blocks.0'), else the first."""
-    parts = name.split(".")
-    for i, part in enumerate(parts[:-1]):
-        if part.isdigit():
-            return ".".join(parts[:i + 1])
-    return parts[0] if len(parts) > 1 else name
 
 
 def reference_mean_ce_grad(logits: np.ndarray, labels: np.ndarray, label_pad_id: int) -> np.ndarray:

@@ -29,6 +29,7 @@ import numpy as np
 
 from objdebug.errors import InputError
 from objdebug.findings import Finding, Verdict, _clean, band
+from objdebug.naming import layer_of
 from objdebug.rules import get_rule
 
 SCHEMA = "objdebug.monitor/1"
@@ -58,14 +59,6 @@ def monitor_thresholds(profile: str = "default", overrides: dict[str, Any] | Non
 
 
 # --------------------------------------------------------------------------- measurement
-def layer_of(name: str) -> str:
-    """'blocks.0.attn.qkv.weight' -> 'blocks.0'; 'embed.weight' -> 'embed'."""
-    parts = name.split(".")
-    if len(parts) > 2 and parts[1].isdigit():
-        return ".".join(parts[:2])
-    return parts[0]
-
-
 def grad_stats(names: Sequence[str], grads: Sequence[Any]) -> dict[str, Any]:
     """Global norm, per-layer norms, NaN/Inf count, all-zero params, max/mean per-parameter norm
     (over weight matrices when there are two or more; over all parameters in `max_mean_ratio_all`)."""
@@ -413,6 +406,8 @@ class _MonitorCallbackMixin:
         self.monitor.raise_on_stop = False
         self.loss_net = loss_net
         self._grad = None
+        self._net: Any = None
+        self._aux = False  # the gradient cell differentiates the first output only
         self._params: list = []
         self._offset = 0  # steps logged by earlier Model.train calls with this callback
 
@@ -425,12 +420,22 @@ class _MonitorCallbackMixin:
         import mindspore as ms
 
         if self._grad is None:
-            net = self.loss_net or getattr(cb.train_network, "network", cb.train_network)
-            self._params = list(net.trainable_params())
-            self._grad = _grad_cell(net, self._params, bool(self.monitor.components))
+            self._net = self.loss_net or getattr(cb.train_network, "network", cb.train_network)
+            self._params = list(self._net.trainable_params())
+            self._aux = bool(self.monitor.components)
+            self._grad = _grad_cell(self._net, self._params, self._aux)
         inputs = cb.train_dataset_element
         inputs = [x if isinstance(x, ms.Tensor) else ms.Tensor(x) for x in inputs]
         value, grads = self._grad(*inputs)
+        if isinstance(value, tuple) and not self._aux:
+            # (loss, ...) with no components named: without has_aux, value_and_grad would
+            # differentiate the SUM of the outputs; the loss is the first output only
+            log.info("the loss network returns %d outputs and no components are named: the first "
+                     "output is taken as the loss and differentiated alone (name the others with "
+                     "components=[...] to log them)", len(value))
+            self._aux = True
+            self._grad = _grad_cell(self._net, self._params, True)
+            value, grads = self._grad(*inputs)
         comps = value[1:] if isinstance(value, tuple) else None
         return grads, self._params, comps
 
@@ -463,12 +468,19 @@ class _MonitorCallbackMixin:
 def load_log(path: str) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any] | None]:
     """(header, step records, end record or None); a malformed line is an InputError with its number."""
     try:
-        fh = open(path, encoding="utf-8")
+        fh = open(path, "rb")  # bytes: a line that is not UTF-8 is named by its number
     except FileNotFoundError:
         raise InputError("monitor log not found", source=path) from None
+    except OSError as exc:  # a folder, no permission, ...
+        raise InputError(f"cannot read the monitor log: {exc.strerror or exc}", source=path) from None
     header, records, end = None, [], None
     with fh:
-        for lineno, line in enumerate(fh, 1):
+        for lineno, raw in _lines(fh, path):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise InputError(f"not UTF-8 text: {exc.reason} at byte {exc.start}", source=path,
+                                 line=lineno) from None
             if not line.strip():
                 continue
             try:
@@ -485,10 +497,17 @@ def load_log(path: str) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str,
                     raise InputError(f"the first line must be a monitor header with schema '{SCHEMA}', "
                                      f"but got type {kind!r}, schema {obj.get('schema')!r}",
                                      source=path, line=lineno)
+                if not isinstance(obj.get("components", []), list) \
+                        or not isinstance(obj.get("thresholds", {}), dict):
+                    raise InputError("header fields 'components' (a list) and 'thresholds' (an object) "
+                                     "are malformed", source=path, line=lineno)
                 header = obj
             elif kind == "step":
                 records.append(_parse_step(obj, path, lineno, header))
             elif kind == "end":
+                if not _finding_list(obj.get("findings", [])):
+                    raise InputError("end record field 'findings' must be a list of objects",
+                                     source=path, line=lineno)
                 end = obj
             else:
                 raise InputError(f"field 'type' must be 'step' or 'end', but got {kind!r}",
@@ -498,9 +517,26 @@ def load_log(path: str) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str,
     return header, records, end
 
 
+def _lines(fh: Any, path: str):
+    """(number, bytes) per line; a read error (e.g. EIO) is an InputError."""
+    lineno = 0
+    try:
+        for lineno, raw in enumerate(fh, 1):
+            yield lineno, raw
+    except OSError as exc:
+        raise InputError(f"cannot read the monitor log: {exc.strerror or exc}", source=path,
+                         line=lineno + 1) from None
+
+
+def _finding_list(x: Any) -> bool:
+    return isinstance(x, list) and all(isinstance(f, dict) for f in x)
+
+
 def _parse_step(obj: dict[str, Any], path: str, lineno: int, header: dict[str, Any]) -> dict[str, Any]:
     try:
         rec = {"step": int(obj["step"]), "loss": _num(obj["loss"]), "findings": obj.get("findings", [])}
+        if not _finding_list(rec["findings"]):
+            raise ValueError("'findings' must be a list of objects")
         comps = obj.get("components")
         if comps is not None:
             rec["components"] = {str(k): _num(v) for k, v in comps.items()}
@@ -508,8 +544,9 @@ def _parse_step(obj: dict[str, Any], path: str, lineno: int, header: dict[str, A
         if g is not None:
             rec["grad"] = {**g, **{k: _num(g[k]) for k in ("global_norm", "mean_norm", "max_norm",
                                                             "max_mean_ratio")},
-                           "nonfinite": int(g["nonfinite"]), "zero_params": list(g["zero_params"]),
-                           "nonfinite_params": list(g.get("nonfinite_params", [])),
+                           "max_param": str(g["max_param"]),
+                           "nonfinite": int(g["nonfinite"]), "zero_params": [str(x) for x in g["zero_params"]],
+                           "nonfinite_params": [str(x) for x in g.get("nonfinite_params", [])],
                            "n_params": int(g["n_params"])}
     except KeyError as exc:
         raise InputError(f"step record is missing field {exc.args[0]!r}", source=path, line=lineno) from None

@@ -28,10 +28,15 @@ def _canvas(width: float = 6.4, height: float = 4.6):
 
 
 def _save(fig, path: str | Path) -> str:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="png")
-    return str(path)
+    """Write the PNG atomically (no half-written file) and byte-stable (no matplotlib version)."""
+    import io
+
+    from objdebug.report import write_atomic
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", metadata={"Software": None})
+    write_atomic(path, buf.getvalue())  # creates the folder
+    return str(Path(path))
 
 
 def scatter_loss_vs_score(scores: Sequence[float], losses: Sequence[float], path: str | Path, *,

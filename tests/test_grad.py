@@ -303,6 +303,40 @@ def test_samples_option_fills_the_batch_with_copies_and_reuses_the_graph(ctx_of)
     assert base.engine.compiles.count == before  # same shape, same compiled probe
 
 
+def test_target_without_trainable_parameters_skips_parameter_checks(ctx_of, monkeypatch):
+    base = ctx_of("grad_healthy")
+    monkeypatch.setattr(base.target, "trainable_params", lambda: [])  # e.g. everything frozen
+    ctx = Context(config=base.config, target=base.target, engine=base.engine, profile=PROFILE)
+    out = {}
+    for check in stage_checks("grad"):
+        res = check.run(ctx, TH)
+        assert res.error is None, res.error  # was: GradientProbe raised -> four ERRORs
+        out.update({f.code: f for f in res.findings})
+    for code in ("OBJ201", "OBJ206"):
+        assert out[code].verdict == Verdict.SKIP and "no trainable parameters" in out[code].message
+    # the logit gradients need no parameters: these still run and judge
+    assert out["OBJ205"].verdict == out["OBJ207"].verdict == Verdict.PASS
+    with pytest.raises(ValueError, match="trainable parameters"):
+        G.grad_probe(ctx).parameters(G.grad_batch(ctx))
+
+
+def test_loss_at_reuses_one_saved_copy_and_restores_once(ctx_of):
+    ctx = ctx_of("grad_healthy")
+    probe, batch, dirs = G.grad_probe(ctx), G.grad_batch(ctx), G.fd_directions(ctx)
+    before = [p.data.asnumpy().copy() for p in probe.params]
+    alone = probe.loss_at(batch, dirs, 1e-3, 0)  # no saved copy: restores by itself
+    for p, b in zip(probe.params, before):
+        assert np.array_equal(p.data.asnumpy(), b)
+    with probe.saved_parameters() as saved:
+        assert probe.parameter_norm(saved) == pytest.approx(probe.parameter_norm(), rel=1e-12)
+        assert probe.loss_at(batch, dirs, 1e-3, 0, saved) == alone
+        minus = probe.loss_at(batch, dirs, -1e-3, 0, saved)  # moved from theta, not from +eps
+        assert not np.array_equal(probe.params[0].data.asnumpy(), before[0])  # not restored yet
+    assert minus == probe.loss_at(batch, dirs, -1e-3, 0)
+    for p, b in zip(probe.params, before):
+        assert np.array_equal(p.data.asnumpy(), b)
+
+
 @pytest.mark.skipif(not (ROOT / "objdebug" / "demo" / "demo.ckpt").is_file(),
                     reason="the demo checkpoint is not built yet")
 def test_cli_grad_demo_end_to_end(tmp_path):

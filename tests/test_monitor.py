@@ -108,6 +108,39 @@ def test_malformed_log_names_the_line(tmp_path, text, line):
     assert res.exit_code == 2 and f"bad.jsonl:{line}:" in res.output
 
 
+def test_layer_of_is_one_definition_for_grad_stage_and_monitor():
+    from objdebug import naming
+
+    assert monitor.layer_of is naming.layer_of
+    assert monitor.layer_of("model.layers.11.mlp.w") == "model.layers.11"  # was 'model' here
+    s = monitor.grad_stats(["model.layers.0.w", "model.layers.1.w"], [np.ones((2, 2))] * 2)
+    assert set(s["layers"]) == {"model.layers.0", "model.layers.1"}
+
+
+def _header_line():
+    return '{"type": "header", "schema": "objdebug.monitor/1", "components": []}\n'
+
+
+@pytest.mark.parametrize("make,line", [
+    (lambda p: p.mkdir(), None),                                            # a folder
+    (lambda p: p.write_bytes(_header_line().encode() + b'{"type": "step", "step": 1, "loss": 1.0}\n'
+                             b'\xff\xfe\n'), 3),                        # not UTF-8
+    (lambda p: p.write_text(_header_line() + '{"type": "step", "step": 1, "loss": 1.0, "grad": '
+                            '{"global_norm": 1.0, "mean_norm": 1.0, "max_norm": 1.0, "max_mean_ratio": 1.0, '
+                            '"nonfinite": 0, "zero_params": [], "n_params": 2}}\n'), 2),  # no max_param
+    (lambda p: p.write_text(_header_line() + '{"type": "step", "step": 1, "loss": 1.0, "findings": 3}\n'), 2),
+])
+def test_unreadable_log_or_incomplete_record_is_an_input_error(tmp_path, make, line):
+    path = tmp_path / "bad.jsonl"
+    make(path)
+    with pytest.raises(InputError) as exc:
+        monitor.load_log(str(path))
+    assert exc.value.line == line
+    res = runner.invoke(app, ["report", str(path)])
+    assert res.exit_code == 2, res.output
+    assert ("bad.jsonl:" + (f"{line}:" if line else "")) in res.output
+
+
 # --------------------------------------------------------------------------- with MindSpore
 @pytest.fixture(scope="module")
 def ms_graph():
@@ -263,3 +296,28 @@ def test_callback_in_model_train_on_demo_model(tmp_path, ms_graph):
     res = runner.invoke(app, ["report", str(path)])
     assert res.exit_code == 1, res.output
     assert "FAIL OBJ301" in res.output and "fact_consistency" in res.output and "stopped" in res.output
+
+
+def test_callback_differentiates_only_the_first_output_without_components(tmp_path, ms_graph):
+    """A loss network returning (loss, extra) with no components named: d loss, not d (loss + extra)."""
+    from types import SimpleNamespace
+
+    import mindspore as ms
+    from mindspore import nn
+
+    class TwoOutputs(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.w = ms.Parameter(ms.Tensor(np.ones(3, np.float32)), name="w")
+
+        def construct(self, x):
+            return (self.w * x).sum(), 100.0 * self.w.sum()
+
+    cb = monitor.MonitorCallback(tmp_path / "log.jsonl", loss_net=TwoOutputs())
+    x = np.array([1.0, 2.0, 3.0], np.float32)
+    grads, params, _ = cb._gradients(SimpleNamespace(train_network=None, train_dataset_element=[x]))
+    np.testing.assert_allclose(grads[0].asnumpy(), x)  # the sum would give x + 100
+    assert [p.name for p in params] == ["w"]
+    grads, _, _ = cb._gradients(SimpleNamespace(train_network=None, train_dataset_element=[x]))
+    np.testing.assert_allclose(grads[0].asnumpy(), x)
+    cb.monitor.close()

@@ -112,6 +112,23 @@ def test_figure_crash_does_not_sink_report(report):
     assert drawn["grad_norms"].png is None and drawn["grad_norms"].skipped
 
 
+def test_html_scatter_title_names_the_ci_method_like_the_stage_figure(report, monkeypatch):
+    import objdebug.plots
+
+    seen = {}
+    real = objdebug.plots.scatter_loss_vs_score
+
+    def spy(*args, **kwargs):
+        seen.update(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(objdebug.plots, "scatter_loss_vs_score", spy)
+    drawn = {d.name: d for d in draw_all(report)}
+    assert drawn["loss_vs_score"].png is not None
+    ci = next(r for r in report["results"] if r["stage"] == "correlate")["value"]["ci"]
+    assert ci["method"] and seen["ci_method"] == ci["method"]
+
+
 def _links(html: str) -> list[str]:
     return re.findall(r'(?:src|href)="([^"]*)"', html)
 

@@ -140,3 +140,15 @@ def test_scatter_plot_writes_png(tmp_path, tied):
                                  ci=(-0.8, -0.6), fit=stats.linear_fit(y[1:], loss[1:]))
     data = open(path, "rb").read()
     assert path.endswith("s.png") and data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
+
+
+def test_scatter_png_is_byte_stable_and_written_atomically(tmp_path, tied):
+    from objdebug.plots import scatter_loss_vs_score
+
+    x, y = tied
+    a = scatter_loss_vs_score(y, x, tmp_path / "a.png", r=-0.7, ci=(-0.8, -0.6), ci_method="bca")
+    b = scatter_loss_vs_score(y, x, tmp_path / "b.png", r=-0.7, ci=(-0.8, -0.6), ci_method="bca")
+    data = open(a, "rb").read()
+    assert data == open(b, "rb").read()
+    assert b"matplotlib" not in data.lower()  # no Software tag with the version in it
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.png", "b.png"]  # no temp files left

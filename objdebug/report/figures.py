@@ -238,6 +238,7 @@ def loss_vs_score(report: dict[str, Any]) -> bytes:
         path = scatter_loss_vs_score(scores, losses, Path(tmp) / "scatter.png", lengths=lengths,
                                      r=r if math.isfinite(r) else None, ci=interval, fit=line,
                                      level=_num(ci.get("level", 0.95)) if ci else 0.95,
+                                     ci_method=str(ci.get("method", "")) if ci else "",
                                      title=f"per-sample loss vs human score ({report.get('target', {}).get('objective', '')})")
         return Path(path).read_bytes()
 

@@ -76,6 +76,14 @@ def logit_gradients(ctx: Context) -> dict[str, np.ndarray]:
     return ctx.cached("grad.logits", build)
 
 
+_NO_PARAMS = "the target has no trainable parameters: there are no parameter gradients to measure"
+
+
+def _no_params(ctx: Context) -> str | None:
+    """SKIP reason for the checks that differentiate w.r.t. the parameters."""
+    return None if ctx.target.trainable_params() else _NO_PARAMS
+
+
 def _batch_info(ctx: Context, batch: Batch) -> dict[str, Any]:
     pid = ctx.config.data.label_pad_id
     return {"rows": int(batch.input_ids.shape[0]), "length": int(batch.input_ids.shape[1]),
@@ -91,6 +99,9 @@ class GradientHealth(Check):
     name = "gradient-health"
     stage = "grad"
     codes = ("OBJ201", "OBJ202", "OBJ203", "OBJ204")
+
+    def skip_reason(self, ctx: Context) -> str | None:
+        return _no_params(ctx)
 
     def measure(self, ctx: Context) -> dict[str, Any]:
         g = param_gradients(ctx)
@@ -347,36 +358,42 @@ class FiniteDifferences(Check):
     stage = "grad"
     codes = ("OBJ206",)
 
+    def skip_reason(self, ctx: Context) -> str | None:
+        return _no_params(ctx)
+
     def measure(self, ctx: Context) -> dict[str, Any]:
         s = _settings(ctx)
         probe, batch = grad_probe(ctx), grad_batch(ctx)
         g = param_gradients(ctx)
         dirs = fd_directions(ctx)
-        theta = probe.parameter_norm()
         # Directions have unit norm; steps are relative to the parameter norm. In float32 a small
         # step drowns the loss difference in rounding, a large one adds curvature error; which
         # wins depends on the model, so each direction is tried at a few steps and the best
         # agreement counts. A wrong backward (custom bprop, non-differentiable op) disagrees at
         # every step.
-        steps = [float(x) * (theta if theta > 0 else 1.0)
-                 for x in s.get("fd_rel_steps", [1e-3, 3e-3, 1e-2])]
         rows = []
-        for k in range(len(g.gdot)):
-            ad = float(g.gdot[k])
-            best: dict[str, Any] | None = None
-            for eps in steps:
-                plus = probe.loss_at(batch, dirs, eps, k)
-                minus = probe.loss_at(batch, dirs, -eps, k)
-                fd = (plus - minus) / (2 * eps)
-                # below this |g.d| the float32 difference of two losses cannot resolve it
-                floor = float(s.get("fd_noise_ulps", 16)) * _F32_EPS * max(abs(g.loss), 1.0) / (2 * eps)
-                scale = max(abs(fd), abs(ad), floor)
-                err = abs(fd - ad) / scale if math.isfinite(fd) and math.isfinite(ad) else float("nan")
-                row = {"direction": k, "autodiff": ad, "finite_difference": fd, "rel_error": err,
-                       "epsilon": eps, "loss_plus": plus, "loss_minus": minus}
-                if best is None or not err >= best["rel_error"]:  # NaN never replaces a number
-                    best = row
-            rows.append(best)
+        # the parameters go to the host once for all 2 x directions x steps evaluations and are
+        # restored once, bit for bit, at the end (or on an error)
+        with probe.saved_parameters() as saved:
+            theta = probe.parameter_norm(saved)
+            steps = [float(x) * (theta if theta > 0 else 1.0)
+                     for x in s.get("fd_rel_steps", [1e-3, 3e-3, 1e-2])]
+            for k in range(len(g.gdot)):
+                ad = float(g.gdot[k])
+                best: dict[str, Any] | None = None
+                for eps in steps:
+                    plus = probe.loss_at(batch, dirs, eps, k, saved)
+                    minus = probe.loss_at(batch, dirs, -eps, k, saved)
+                    fd = (plus - minus) / (2 * eps)
+                    # below this |g.d| the float32 difference of two losses cannot resolve it
+                    floor = float(s.get("fd_noise_ulps", 16)) * _F32_EPS * max(abs(g.loss), 1.0) / (2 * eps)
+                    scale = max(abs(fd), abs(ad), floor)
+                    err = abs(fd - ad) / scale if math.isfinite(fd) and math.isfinite(ad) else float("nan")
+                    row = {"direction": k, "autodiff": ad, "finite_difference": fd, "rel_error": err,
+                           "epsilon": eps, "loss_plus": plus, "loss_minus": minus}
+                    if best is None or not err >= best["rel_error"]:  # NaN never replaces a number
+                        best = row
+                rows.append(best)
         errs = [r["rel_error"] for r in rows]
         return {"loss": g.loss, "finite": bool(math.isfinite(g.loss) and not g.nonfinite.any()),
                 "n_directions": len(rows), "epsilons": steps, "parameter_norm": theta,
