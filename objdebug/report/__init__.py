@@ -7,6 +7,15 @@ import tempfile
 from pathlib import Path
 
 
+def report_stages(report: dict) -> list[str]:
+    """The report's stages in run order, then any stage only its results name (e.g. baseline)."""
+    stages = list(report.get("stages", []))
+    for r in report.get("results", []):
+        if r["stage"] not in stages:
+            stages.append(r["stage"])
+    return stages
+
+
 def write_atomic(path: str | os.PathLike, data: str | bytes) -> None:
     """Write to a temporary file beside `path`, then rename: readers never see a half-written file."""
     path = Path(path)

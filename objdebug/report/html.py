@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from objdebug.findings import Verdict
-from objdebug.report import write_atomic
+from objdebug.report import report_stages, write_atomic
 from objdebug.report.figures import Drawn, draw_all
 
 FILE_NAME = "index.html"
@@ -102,10 +102,7 @@ def render(report: dict[str, Any], figures: list[Drawn] | None = None) -> str:
     s = report.get("summary", {})
     target = report.get("target", {})
     cfg = report.get("config", {})
-    stages = list(report.get("stages", []))
-    for r in report.get("results", []):
-        if r["stage"] not in stages:
-            stages.append(r["stage"])
+    stages = report_stages(report)
 
     parts = [f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
              f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"

@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from objdebug.report import write_atomic
+from objdebug.report import report_stages, write_atomic
 from objdebug.report.figures import Drawn, draw_all
 
 FILE_NAME = "report.md"
@@ -43,10 +43,7 @@ def render(report: dict[str, Any], figures: list[Drawn] | None = None) -> str:
     s = report.get("summary", {})
     target = report.get("target", {})
     cfg = report.get("config", {})
-    stages = list(report.get("stages", []))
-    for r in report.get("results", []):
-        if r["stage"] not in stages:
-            stages.append(r["stage"])
+    stages = report_stages(report)
 
     def figs(stage: str) -> list[str]:
         out = []
