@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+rom objdebug.report import report_stages
+
 _DPI = 100
 _VERDICT_COLOURS = {"PASS": "#2e7d32", "WARN": "#f9a825", "FAIL": "#c62828", "ERROR": "#6a1b9a",
                     "SKIP": "#78909c"}
@@ -117,10 +119,7 @@ def _named_numbers(obj: Any, field: str | None = None) -> dict[str, float]:
 # --------------------------------------------------------------------------- figures
 @figure("summary", "Findings per stage", "summary", "results[].findings[].verdict")
 def summary(report: dict[str, Any]) -> bytes:
-    stages = list(report.get("stages", []))
-    for r in report.get("results", []):
-        if r["stage"] not in stages:
-            stages.append(r["stage"])
+    stages = report_stages(report)
     if not any(r.get("findings") for r in report.get("results", [])):
         raise Missing("the report has no findings")
     fig = _canvas(6.4, 0.6 + 0.45 * max(len(stages), 2))
