@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-rom objdebug.report import report_stages
+from objdebug.report import report_stages
 
 _DPI = 100
 _VERDICT_COLOURS = {"PASS": "#2e7d32", "WARN": "#f9a825", "FAIL": "#c62828", "ERROR": "#6a1b9a",
