@@ -20,7 +20,16 @@ from objdebug.rules import get_rule
 
 
 class Verdict(str, Enum):
+    """PASS / WARN / FAIL / ERROR / SKIP, and INFO: a note.
+
+    INFO describes the model's or MindSpore's nature, or a state of the target, rather than an
+    objective bug (an embedding that wraps id -1, an untrained model): it is reported with its
+    numbers and fix advice, counted apart, and never fails a run, not even under
+    `fail_on = "warn"` or `--strict`.
+    """
+
     PASS = "PASS"
+    INFO = "INFO"
     WARN = "WARN"
     FAIL = "FAIL"
     ERROR = "ERROR"
@@ -28,7 +37,18 @@ class Verdict(str, Enum):
 
     @property
     def rank(self) -> int:
-        return {"PASS": 0, "SKIP": 0, "WARN": 1, "FAIL": 2, "ERROR": 3}[self.value]
+        return {"PASS": 0, "SKIP": 0, "INFO": 0, "WARN": 1, "FAIL": 2, "ERROR": 3}[self.value]
+
+    @classmethod
+    def from_setting(cls, value: Any, setting: str, allowed: tuple[str, ...] = ("info", "warn", "fail")
+                     ) -> "Verdict":
+        """A profile setting such as `label_out_of_range = "info"` -> Verdict.INFO (InputError if unknown)."""
+        text = str(value).lower()
+        if text not in allowed:
+            from objdebug.errors import InputError
+
+            raise InputError(f"For '{setting}', the value must be in {list(allowed)}, but got {value!r}.")
+        return cls(text.upper())
 
 
 @dataclass
@@ -87,7 +107,8 @@ class CheckResult:
     def verdict(self) -> Verdict:
         if not self.findings:
             return Verdict.SKIP
-        return max((f.verdict for f in self.findings), key=lambda v: v.rank)
+        # a note outranks a pass for display; neither fails the run
+        return max((f.verdict for f in self.findings), key=lambda v: (v.rank, v is Verdict.INFO))
 
     def to_dict(self) -> dict[str, Any]:
         return {"stage": self.stage, "check": self.check, "verdict": self.verdict.value,

@@ -16,6 +16,14 @@ def report_stages(report: dict) -> list[str]:
     return stages
 
 
+def summary_counts(s: dict) -> str:
+    """'3 pass, 1 warn, 0 fail, 0 error, 2 skipped' (+ ', 1 note' when there are INFO findings)."""
+    text = (f"{s.get('PASS', 0)} pass, {s.get('WARN', 0)} warn, {s.get('FAIL', 0)} fail, "
+            f"{s.get('ERROR', 0)} error, {s.get('SKIP', 0)} skipped")
+    notes = s.get("INFO", 0)
+    return text + (f", {notes} note{'s' if notes != 1 else ''}" if notes else "")
+
+
 def write_atomic(path: str | os.PathLike, data: str | bytes) -> None:
     """Write to a temporary file beside `path`, then rename: readers never see a half-written file."""
     path = Path(path)

@@ -20,7 +20,7 @@ from typing import Any
 from objdebug.report import report_stages
 
 _DPI = 100
-_VERDICT_COLOURS = {"PASS": "#2e7d32", "WARN": "#f9a825", "FAIL": "#c62828", "ERROR": "#6a1b9a",
+_VERDICT_COLOURS = {"PASS": "#2e7d32", "INFO": "#1565c0", "WARN": "#f9a825", "FAIL": "#c62828", "ERROR": "#6a1b9a",
                     "SKIP": "#78909c"}
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from objdebug.findings import Verdict
-from objdebug.report import report_stages, write_atomic
+from objdebug.report import report_stages, summary_counts, write_atomic
 from objdebug.report.figures import Drawn, draw_all
 
 FILE_NAME = "index.html"
@@ -26,7 +26,7 @@ th,td{border:1px solid #ddd;padding:.25em .5em;text-align:left;vertical-align:to
 th{background:#f5f5f5}
 .badge{display:inline-block;padding:.15em .6em;border-radius:.3em;color:#fff;font-weight:600}
 .PASS{background:#2e7d32}.WARN{background:#f9a825;color:#212121}.FAIL{background:#c62828}
-.ERROR{background:#6a1b9a}.SKIP{background:#78909c}
+.ERROR{background:#6a1b9a}.INFO{background:#1565c0}.SKIP{background:#78909c}
 .fix{color:#37474f;font-size:.9em}.muted{color:#757575;font-size:.9em}
 figure{margin:1em 0}figure img{max-width:100%;border:1px solid #eee}
 figcaption{font-size:.9em;color:#424242}
@@ -92,7 +92,7 @@ def _errors(results: list[dict[str, Any]]) -> str:
 
 def _stage_verdict(results: list[dict[str, Any]]) -> str:
     verdicts = [Verdict(f["verdict"]) for r in results for f in r.get("findings", [])]
-    return max(verdicts, key=lambda v: v.rank).value if verdicts else "SKIP"
+    return max(verdicts, key=lambda v: (v.rank, v is Verdict.INFO)).value if verdicts else "SKIP"
 
 
 def render(report: dict[str, Any], figures: list[Drawn] | None = None) -> str:
@@ -115,8 +115,7 @@ def render(report: dict[str, Any], figures: list[Drawn] | None = None) -> str:
                  + f"<br>profile <b>{escape(str(report.get('profile', {}).get('name', '')))}</b> · device "
                  f"{escape(str(report.get('device', '')))} · mode {escape(str(report.get('mode', '')))} · seed "
                  f"{escape(str(report.get('seed', '')))} · created {escape(str(report.get('created', '')))}</p>")
-    parts.append(f"<p>{s.get('PASS', 0)} pass, {s.get('WARN', 0)} warn, {s.get('FAIL', 0)} fail, "
-                 f"{s.get('ERROR', 0)} error, {s.get('SKIP', 0)} skipped · exit code "
+    parts.append(f"<p>{summary_counts(s)} · exit code "
                  f"{escape(str(report.get('exit_code')))}"
                  + (" · strict (warnings fail)" if report.get("strict") else "") + "</p>")
     nav = "".join(f'<a href="#stage-{escape(st)}">{escape(st)}</a>' for st in stages)
@@ -131,6 +130,16 @@ def render(report: dict[str, Any], figures: list[Drawn] | None = None) -> str:
     if bad:
         parts.append("<h2 id=\"problems\">What did not pass</h2><ul>")
         for r, f in bad:
+            parts.append(f"<li>{_badge(f['verdict'])} <b>{escape(f['code'])}</b> "
+                         f"[{escape(r['stage'])}/{escape(r['check'])}] {escape(f['message'])}"
+                         + (f"<div class=\"fix\">fix: {escape(f['fix'])}</div>" if f.get("fix") else "")
+                         + "</li>")
+        parts.append("</ul>")
+    notes = [(r, f) for r in report.get("results", []) for f in r.get("findings", [])
+             if f["verdict"] == "INFO"]
+    if notes:  # facts about the model or MindSpore, not objective bugs: never fail the gate
+        parts.append("<h2 id=\"notes\">Notes</h2><ul>")
+        for r, f in notes:
             parts.append(f"<li>{_badge(f['verdict'])} <b>{escape(f['code'])}</b> "
                          f"[{escape(r['stage'])}/{escape(r['check'])}] {escape(f['message'])}"
                          + (f"<div class=\"fix\">fix: {escape(f['fix'])}</div>" if f.get("fix") else "")

@@ -1,7 +1,7 @@
 """JUnit XML: one <testsuite> per stage, one <testcase> per finding, for CI test dashboards.
 
 FAIL -> <failure> with the finding's message and fix advice; ERROR -> <error> with the check's
-exception; SKIP -> <skipped>; WARN -> <failure type="WARN"> (or <skipped> with
+exception; SKIP -> <skipped>; INFO (a note) -> a passing test with its text in <system-out>; WARN -> <failure type="WARN"> (or <skipped> with
 `warnings_as_skipped`, for dashboards where only a red test should mean a failed gate).
 Built from a report dict (json_report.to_dict / json_report.load), so a saved result re-renders
 identically.
@@ -62,9 +62,9 @@ def _testcase(res: dict[str, Any], f: dict[str, Any], seconds: float,
     elif verdict in ("SKIP", "WARN"):
         ET.SubElement(case, "skipped", message=f"{verdict}: {message}")
         kind = "skipped"
-    else:
+    else:  # PASS, and INFO: a note never fails the suite; its text and fix go to system-out
         out = ET.SubElement(case, "system-out")
-        out.text = message
+        out.text = body if verdict == "INFO" else message
     return case, kind
 
 

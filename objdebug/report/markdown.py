@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from objdebug.report import report_stages, write_atomic
+from objdebug.report import report_stages, summary_counts, write_atomic
 from objdebug.report.figures import Drawn, draw_all
 
 FILE_NAME = "report.md"
@@ -60,8 +60,7 @@ def render(report: dict[str, Any], figures: list[Drawn] | None = None) -> str:
                  + ")")
     lines.append(f"- profile: **{report.get('profile', {}).get('name', '')}** · device {report.get('device')} · "
                  f"mode {report.get('mode')} · seed {report.get('seed')} · created {report.get('created')}")
-    lines.append(f"- result: {s.get('PASS', 0)} pass, {s.get('WARN', 0)} warn, {s.get('FAIL', 0)} fail, "
-                 f"{s.get('ERROR', 0)} error, {s.get('SKIP', 0)} skipped · exit code {report.get('exit_code')}"
+    lines.append(f"- result: {summary_counts(s)} · exit code {report.get('exit_code')}"
                  + (" · strict" if report.get("strict") else ""))
     lines.append("")
     lines += figs("summary")
@@ -72,6 +71,15 @@ def render(report: dict[str, Any], figures: list[Drawn] | None = None) -> str:
         lines += ["## What did not pass", ""]
         for r, f in bad:
             lines.append(f"- **{f['verdict']} {f['code']}** [{r['stage']}/{r['check']}] {_text(f['message'])}")
+            if f.get("fix"):
+                lines.append(f"  - fix: {_text(f['fix'])}")
+        lines.append("")
+    notes = [(r, f) for r in report.get("results", []) for f in r.get("findings", [])
+             if f["verdict"] == "INFO"]
+    if notes:  # facts about the model or MindSpore, not objective bugs: never fail the gate
+        lines += ["## Notes", ""]
+        for r, f in notes:
+            lines.append(f"- **INFO {f['code']}** [{r['stage']}/{r['check']}] {_text(f['message'])}")
             if f.get("fix"):
                 lines.append(f"  - fix: {_text(f['fix'])}")
         lines.append("")

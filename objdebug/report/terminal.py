@@ -6,7 +6,9 @@ from typing import Any
 
 from tabulate import tabulate
 
-_COLOURS = {"PASS": "32", "WARN": "33", "FAIL": "31", "ERROR": "35", "SKIP": "36"}
+from objdebug.report import summary_counts
+
+_COLOURS = {"PASS": "32", "INFO": "34", "WARN": "33", "FAIL": "31", "ERROR": "35", "SKIP": "36"}
 
 
 def _v(verdict: str, colour: bool, text: str | None = None) -> str:
@@ -58,6 +60,5 @@ def render(report: dict[str, Any], colour: bool = False, verbose: bool = False) 
     lines.append("")
     status = "PASSED" if report["passed"] else "FAILED"
     lines.append(f"{_v('PASS' if report['passed'] else 'FAIL', colour, status)}"
-                 f": {s.get('PASS', 0)} pass, {s.get('WARN', 0)} warn, {s.get('FAIL', 0)} fail, "
-                 f"{s.get('ERROR', 0)} error, {s.get('SKIP', 0)} skipped (exit {report['exit_code']})")
+                 f": {summary_counts(s)} (exit {report['exit_code']})")
     return "\n".join(lines) + "\n"
