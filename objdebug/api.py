@@ -21,7 +21,7 @@ from objdebug.engine import Engine
 from objdebug.errors import EXIT_CHECK_FAILED, EXIT_OK
 from objdebug.findings import CheckResult, Verdict
 from objdebug.profile import Profile, code_selected, load_profile
-from objdebug.progress import Progress
+from objdebug.progress import Progress, StageSummary
 from objdebug.stages import STAGES, stage_checks
 from objdebug.target import load_target
 
@@ -97,7 +97,18 @@ def run(cfg: Config, *, stages: list[str] | None = None, profile: Profile | str 
     chosen = resolve_stages(cfg, profile, stages)
     select = list(profile.data.get("select", [])) + list(cfg.run.select) + list(select or [])
     ignore = list(profile.data.get("ignore", [])) + list(cfg.run.ignore) + list(ignore or [])
-    progress = progress or Progress(enabled=False)
+    progress = progress or Progress()  # no display unless the caller passes one
+    # the display runs from the first second (importing MindSpore and loading take a while) and
+    # stops on any exception, Ctrl-C included, which goes on to the caller
+    with progress.running(chosen):
+        progress.stage_start("load")
+        return _run(cfg, chosen, profile, options, out_dir, strict, select, ignore, debug, progress,
+                    compile_cache)
+
+
+def _run(cfg: Config, chosen: list[str], profile: Profile, options: dict[str, Any] | None,
+         out_dir: str | None, strict: bool, select: list[str], ignore: list[str], debug: bool,
+         progress: Progress, compile_cache: str | None) -> RunResult:
     result = RunResult(config=cfg, profile=profile, stages=chosen, options=dict(options or {}),
                        versions=runtime.versions(), strict=strict,
                        created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
@@ -118,13 +129,18 @@ def run(cfg: Config, *, stages: list[str] | None = None, profile: Profile | str 
         with cache:  # writes the cache's manifest after a clean run only
             for stage in chosen:
                 engine.stage = stage
+                progress.stage_start(stage)
                 t = time.perf_counter()
+                first_result, first_compile = len(result.results), engine.compiles.count
                 thresholds = profile.section(stage)
                 for check in stage_checks(stage):
                     res = check.run(ctx, thresholds)
                     res.findings = [f for f in res.findings if code_selected(f.code, select, ignore)]
                     result.results.append(res)
                 result.timings[stage] = time.perf_counter() - t
+                progress.stage_end(StageSummary.of(stage, result.results[first_result:],
+                                                   result.timings[stage],
+                                                   engine.compiles.records[first_compile:]))
         result.extra.update(ctx.cache.get("report_extra", {}))
         if cache.status != "off":
             result.extra["compile_cache"] = cache.summary()

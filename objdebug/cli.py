@@ -48,6 +48,9 @@ JunitSkipOpt = Annotated[bool, typer.Option("--junit-warnings-as-skipped", help=
 HtmlOpt = Annotated[Optional[Path], typer.Option("--html", help="Write a self-contained HTML report (DIR/index.html, figures inlined).")]
 MarkdownOpt = Annotated[Optional[Path], typer.Option("--markdown", help="Write a Markdown report (DIR/report.md) with PNG figures beside it.")]
 CacheOpt = Annotated[Optional[Path], typer.Option("--compile-cache", help="Opt-in MindSpore compile cache in this directory (one sub-folder per target, profile and shape set; checked graph by graph). Speeds up a repeated run.")]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Print only the final verdict line (no progress display, no table).")]
+FormatOpt = Annotated[Optional[str], typer.Option("--output-format", help="text, github or gitlab (default: github under GitHub Actions, else text). github: annotations on stdout + the Markdown report appended to $GITHUB_STEP_SUMMARY; gitlab: a Code Quality JSON report (--gitlab-report).")]
+GitlabOpt = Annotated[Optional[Path], typer.Option("--gitlab-report", help="Write a GitLab Code Quality JSON report here (default with --output-format gitlab: gl-code-quality-report.json).")]
 BaselineOpt = Annotated[Optional[Path], typer.Option("--baseline", help="An earlier JSON report: regressions against it are findings (OBJ0xx).")]
 
 
@@ -89,6 +92,32 @@ def _load(config, demo, sets, device, mode, seed, checkpoint):
     return load_config(config, overrides=overrides, demo=demo)
 
 
+OUTPUT_FORMATS = ("text", "github", "gitlab")
+
+
+def output_format(value: str | None) -> str:
+    """--output-format, or what the CI environment implies: GitHub Actions sets GITHUB_ACTIONS=true."""
+    if value is None:
+        return "github" if os.environ.get("GITHUB_ACTIONS") == "true" else "text"
+    if value.lower() not in OUTPUT_FORMATS:
+        raise InputError(f"For '--output-format', the value must be in {list(OUTPUT_FORMATS)}, "
+                         f"but got '{value}'.")
+    return value.lower()
+
+
+def ci_output(report, fmt: str, gitlab_report=None) -> None:
+    """The CI-native output of a report: GitHub annotations + step summary, GitLab Code Quality."""
+    from objdebug.report import github
+    from objdebug.report import gitlab
+
+    if fmt == "gitlab" or gitlab_report:
+        gitlab.write(report, str(gitlab_report or gitlab.DEFAULT_PATH))
+    if fmt == "github":
+        for line in github.annotations(report):
+            typer.echo(line)
+        github.append_summary(report)
+
+
 def write_reports(report, *, junit=None, junit_warnings_as_skipped=False, html=None,
                   markdown=None) -> None:
     """The file reports of a report dict (a live run's or a saved one's): same input, same files."""
@@ -109,20 +138,21 @@ def write_reports(report, *, junit=None, junit_warnings_as_skipped=False, html=N
 def execute(*, stages, config, demo, sets, device, mode, seed, checkpoint, profile, json_path, out,
             strict, debug, select, ignore, verbose, options, junit=None,
             junit_warnings_as_skipped=False, html=None, markdown=None, baseline=None,
-            compile_cache=None) -> None:
+            compile_cache=None, quiet=False, output_format_=None, gitlab_report=None) -> None:
     """Shared body of `run`, `demo` and the stage commands."""
     def body():
         from objdebug import api
         from objdebug import baseline as baseline_mod
-        from objdebug.progress import Progress
+        from objdebug.progress import for_stream
         from objdebug.report import json_report, terminal
 
+        fmt = output_format(output_format_)  # a bad value fails before the run
         cfg = _load(config, demo, sets, device, mode, seed, checkpoint)
         old = baseline_mod.load(str(baseline)) if baseline else None  # a bad baseline fails before the run
         out_dir = str(out.resolve()) if out else None
         result = api.run(cfg, stages=stages, profile=profile, options=options, out_dir=out_dir,
                          strict=strict, select=select, ignore=ignore, debug=debug,
-                         progress=Progress(),
+                         progress=for_stream(sys.stderr, quiet=quiet),
                          compile_cache=str(compile_cache.resolve()) if compile_cache else None)
         if old is not None:
             baseline_mod.apply(result, old, select=select, ignore=ignore)
@@ -131,7 +161,10 @@ def execute(*, stages, config, demo, sets, device, mode, seed, checkpoint, profi
             json_report.write(result, str(json_path))
         write_reports(report, junit=junit, junit_warnings_as_skipped=junit_warnings_as_skipped,
                       html=html, markdown=markdown)
-        typer.echo(terminal.render(report, colour=sys.stdout.isatty(), verbose=verbose), nl=False)
+        colour = sys.stdout.isatty()
+        typer.echo(terminal.final_line(report, colour) if quiet
+                   else terminal.render(report, colour=colour, verbose=verbose).rstrip("\n"))
+        ci_output(report, fmt, gitlab_report)
         raise typer.Exit(result.exit_code)
 
     guarded(debug, body)
@@ -147,13 +180,15 @@ def _stage_command(stage: str, doc: str):
         batch_size: BatchOpt = None, samples: SamplesOpt = None, junit: JunitOpt = None,
         junit_warnings_as_skipped: JunitSkipOpt = False, html: HtmlOpt = None,
         markdown: MarkdownOpt = None, baseline: BaselineOpt = None, compile_cache: CacheOpt = None,
+        quiet: QuietOpt = False, output_format_: FormatOpt = None, gitlab_report: GitlabOpt = None,
     ) -> None:
         execute(stages=[stage], config=config, demo=demo, sets=set_, device=device, mode=mode,
                 seed=seed, checkpoint=checkpoint, profile=profile, json_path=json_path, out=out,
                 strict=strict, debug=debug, select=select, ignore=ignore, verbose=verbose,
                 options={"synthesize": synthesize, "batch_size": batch_size, "samples": samples},
                 junit=junit, junit_warnings_as_skipped=junit_warnings_as_skipped, html=html,
-                markdown=markdown, baseline=baseline, compile_cache=compile_cache)
+                markdown=markdown, baseline=baseline, compile_cache=compile_cache, quiet=quiet,
+                output_format_=output_format_, gitlab_report=gitlab_report)
 
     command.__doc__ = doc
     return command
@@ -180,6 +215,7 @@ def run(
     synthesize: SynthOpt = False, batch_size: BatchOpt = None, samples: SamplesOpt = None,
     junit: JunitOpt = None, junit_warnings_as_skipped: JunitSkipOpt = False, html: HtmlOpt = None,
     markdown: MarkdownOpt = None, baseline: BaselineOpt = None, compile_cache: CacheOpt = None,
+    quiet: QuietOpt = False, output_format_: FormatOpt = None, gitlab_report: GitlabOpt = None,
 ) -> None:
     """Run the pipeline (all stages, or --stages) on one target: the CI gate."""
     chosen = [s.strip() for s in stages.split(",") if s.strip()] if stages else None
@@ -188,7 +224,8 @@ def run(
             debug=debug, select=select, ignore=ignore, verbose=verbose,
             options={"synthesize": synthesize, "batch_size": batch_size, "samples": samples},
             junit=junit, junit_warnings_as_skipped=junit_warnings_as_skipped, html=html,
-            markdown=markdown, baseline=baseline, compile_cache=compile_cache)
+            markdown=markdown, baseline=baseline, compile_cache=compile_cache, quiet=quiet,
+            output_format_=output_format_, gitlab_report=gitlab_report)
 
 
 @app.command()
@@ -196,12 +233,14 @@ def demo(
     json_path: JsonOpt = None, out: OutOpt = None, profile: ProfileOpt = None,
     debug: DebugOpt = False, verbose: VerboseOpt = False, junit: JunitOpt = None,
     html: HtmlOpt = None, markdown: MarkdownOpt = None, compile_cache: CacheOpt = None,
+    quiet: QuietOpt = False, output_format_: FormatOpt = None, gitlab_report: GitlabOpt = None,
 ) -> None:
     """Run every stage on the bundled demo target (a tiny causal LM trained by this project)."""
     execute(stages=None, config=None, demo=True, sets=None, device=None, mode=None, seed=None,
             checkpoint=None, profile=profile, json_path=json_path, out=out, strict=False, debug=debug,
             select=None, ignore=None, verbose=verbose, options={}, junit=junit, html=html,
-            markdown=markdown, compile_cache=compile_cache)
+            markdown=markdown, compile_cache=compile_cache, quiet=quiet,
+            output_format_=output_format_, gitlab_report=gitlab_report)
 
 
 @app.command()
@@ -209,16 +248,18 @@ def render(
     result_json: Annotated[Path, typer.Argument(help="A JSON report written by --json.")],
     html: HtmlOpt = None, markdown: MarkdownOpt = None, junit: JunitOpt = None,
     junit_warnings_as_skipped: JunitSkipOpt = False, verbose: VerboseOpt = False,
-    debug: DebugOpt = False,
+    debug: DebugOpt = False, output_format_: FormatOpt = None, gitlab_report: GitlabOpt = None,
 ) -> None:
     """Re-render a saved JSON report (terminal, and --html/--markdown/--junit files); exit 0 once written."""
     def body():
         from objdebug.report import json_report, terminal
 
+        fmt = output_format(output_format_)
         report = json_report.load(str(result_json))
         write_reports(report, junit=junit, junit_warnings_as_skipped=junit_warnings_as_skipped,
                       html=html, markdown=markdown)
         typer.echo(terminal.render(report, colour=sys.stdout.isatty(), verbose=verbose), nl=False)
+        ci_output(report, fmt, gitlab_report)
 
     guarded(debug, body)
 

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from objdebug.data import Sample, bucket_length, pack
-from objdebug.progress import Progress
+from objdebug.progress import Progress, shapes_text
 from objdebug.target import Target
 
 
@@ -64,7 +64,7 @@ class Engine:
         self.buckets = tuple(buckets) if buckets else None
         self.compiles = CompileLog()
         self.stage = "setup"
-        self.progress = progress or Progress(enabled=False)
+        self.progress = progress or Progress()  # no display unless the caller passes one
         self._cells: dict[str, Any] = {}
         self._seen: set[tuple[str, str]] = set()
         self._vocab: int | None = target.config.data.vocab_size
@@ -83,8 +83,13 @@ class Engine:
         key = (name, sig)
         if key in self._seen:
             return fn(*args)
+        shapes = shapes_text(sig)
+        self.progress.compile_start(name, shapes)  # the display shows what compiles, and for how long
         start = time.perf_counter()
-        out = fn(*args)
+        try:
+            out = fn(*args)
+        finally:
+            self.progress.compile_end(name, shapes, time.perf_counter() - start)
         self._seen.add(key)
         self.compiles.records.append(CompileRecord(name, sig, time.perf_counter() - start, self.stage))
         return out

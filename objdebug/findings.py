@@ -61,11 +61,15 @@ class Finding:
     condition: str = ""
     fix: str = ""
     value: float | None = None  # the key number, for summary tables and baselines
+    location: dict[str, Any] | None = None  # {"file", "line"} in the user's config or data, if any
 
     def to_dict(self) -> dict[str, Any]:
-        return {"code": self.code, "verdict": self.verdict.value, "message": self.message,
-                "check": self.check, "stage": self.stage, "condition": self.condition,
-                "fix": self.fix, "value": _clean(self.value)}
+        out = {"code": self.code, "verdict": self.verdict.value, "message": self.message,
+               "check": self.check, "stage": self.stage, "condition": self.condition,
+               "fix": self.fix, "value": _clean(self.value)}
+        if self.location:  # only when known: reports without locations stay as they were
+            out["location"] = _clean(self.location)
+        return out
 
 
 @dataclass
@@ -75,6 +79,8 @@ class Condition:
     code: str
     name: str
     judge: Callable[[dict[str, Any]], tuple[Verdict, str, float | None]]
+    # where the finding points (objdebug.locations), from the same measurement; CI annotations use it
+    locate: Callable[[dict[str, Any]], dict[str, Any] | None] | None = None
 
 
 def listing(items: list, limit: int = 8) -> str:
@@ -144,7 +150,10 @@ class Check:
             result.value = self.measure(ctx)
             for cond in self.conditions(th):
                 verdict, message, key = cond.judge(result.value)
-                result.findings.append(self._finding(cond.code, verdict, message, cond.name, key))
+                finding = self._finding(cond.code, verdict, message, cond.name, key)
+                if cond.locate is not None and verdict not in (Verdict.PASS, Verdict.SKIP):
+                    finding.location = cond.locate(result.value)
+                result.findings.append(finding)
         except Exception as exc:  # a crash inside a check is ERROR, the run goes on
             from objdebug.errors import InputError
 

@@ -56,9 +56,13 @@ def render(report: dict[str, Any], colour: bool = False, verbose: bool = False) 
                 lines.append(f"    fix: {f['fix']}")
             if f["verdict"] == "ERROR" and res.get("error") and verbose:
                 lines.append("    " + res["error"].replace("\n", "\n    "))
-    s = report["summary"]
     lines.append("")
-    status = "PASSED" if report["passed"] else "FAILED"
-    lines.append(f"{_v('PASS' if report['passed'] else 'FAIL', colour, status)}"
-                 f": {summary_counts(s)} (exit {report['exit_code']})")
+    lines.append(final_line(report, colour))
     return "\n".join(lines) + "\n"
+
+
+def final_line(report: dict[str, Any], colour: bool = False) -> str:
+    """'PASSED: 9 pass, 0 warn, ... (exit 0)': the whole output under --quiet."""
+    status = "PASSED" if report["passed"] else "FAILED"
+    return (f"{_v('PASS' if report['passed'] else 'FAIL', colour, status)}"
+            f": {summary_counts(report['summary'])} (exit {report['exit_code']})")

@@ -14,6 +14,7 @@ import numpy as np
 from objdebug.context import Context
 from objdebug.datasets import align_rows
 from objdebug.findings import Check, Condition, Verdict, band, listing
+from objdebug.locations import config_key, data_row
 
 
 def _finite(x: float) -> bool:
@@ -57,7 +58,7 @@ class AlignmentLoss(Check):
             if not ordered:
                 violations.append(r["id"])
             gaps.append(gap)
-            per_row.append({"id": r["id"], **lo, "gap": gap, "ordered": bool(ordered),
+            per_row.append({"id": r["id"], "line": r["line"], **lo, "gap": gap, "ordered": bool(ordered),
                             "synthetic": r["synthetic"], "response_tokens": {
                                 k: len(s.response) for k, s in r["samples"].items()}})
         g = np.array(gaps, dtype=np.float64)
@@ -90,6 +91,7 @@ class AlignmentLoss(Check):
             "p_ttest": p_ttest,
             "nonfinite": nonfinite,
             "rows": per_row,
+            "file": ctx.config.data.align,
         }
 
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
@@ -132,10 +134,21 @@ class AlignmentLoss(Check):
                 return Verdict.FAIL, f"{len(bad)} non-finite losses (NaN/Inf): {shown}", float(len(bad))
             return Verdict.PASS, f"all {sum(len(r['response_tokens']) for r in v['rows'])} losses finite", 0.0
 
-        return [Condition("OBJ101", f"gap_not_less_than_{gap_pass}", gap),
-                Condition("OBJ102", f"order_accuracy_not_less_than_{ord_pass}", order),
-                Condition("OBJ103", f"p_value_less_than_{p_pass}", significance),
-                Condition("OBJ104", "losses_finite", finite)]
+        def row_of(pick):  # the data row a finding points at: its JSONL line
+            def locate(v):
+                rid = pick(v)
+                line = next((r.get("line") for r in v["rows"] if r["id"] == rid), None)
+                return data_row(v.get("file"), line)
+            return locate
+
+        return [Condition("OBJ101", f"gap_not_less_than_{gap_pass}", gap,
+                          row_of(lambda v: v["min_gap_id"])),
+                Condition("OBJ102", f"order_accuracy_not_less_than_{ord_pass}", order,
+                          row_of(lambda v: (v["violations"] or [None])[0])),
+                Condition("OBJ103", f"p_value_less_than_{p_pass}", significance,
+                          lambda v: data_row(v.get("file"), None)),
+                Condition("OBJ104", "losses_finite", finite,
+                          row_of(lambda v: (v["nonfinite"] or [{}])[0].get("id")))]
 
 
 class LabelPadMasking(Check):
@@ -156,7 +169,8 @@ class LabelPadMasking(Check):
         # Share of the bucket's positions that are real response targets: how much a leak dilutes.
         resp = [len(s.response) for r in rows for s in r["samples"].values()]
         return {"label_pad_id": ctx.config.data.label_pad_id, "masked_loss": masked, "length": length,
-                "response_share": float(np.mean(resp) / length) if resp else float("nan")}
+                "response_share": float(np.mean(resp) / length) if resp else float("nan"),
+                "config_location": config_key(ctx.config.source, "data.label_pad_id")}
 
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
         tol = th.get("masked_tolerance", 1e-6)
@@ -173,7 +187,7 @@ class LabelPadMasking(Check):
                 f"good/bad gap (response targets are {v['response_share']:.0%} of the {v['length']} "
                 f"positions); the objective's ignore_index must equal data.label_pad_id"), x
 
-        return [Condition("OBJ105", "label_pad_not_scored", judge)]
+        return [Condition("OBJ105", "label_pad_not_scored", judge, lambda v: v.get("config_location"))]
 
 
 def checks() -> list[Check]:
