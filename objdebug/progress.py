@@ -250,11 +250,12 @@ class LiveProgress(_Tracking):
     persistent line per finished stage. Drawn on `stream` (stderr), so stdout stays the report.
     """
 
-    def __init__(self, stream: TextIO | None = None, refresh_per_second: float = 8.0) -> None:
+    def __init__(self, stream: TextIO | None = None, refresh_per_second: float = 8.0,
+                 force_terminal: bool | None = None) -> None:
         super().__init__()
         from rich.console import Console
 
-        self.console = Console(file=stream or sys.stderr, highlight=False)
+        self.console = Console(file=stream or sys.stderr, highlight=False, force_terminal=force_terminal)
         self.refresh_per_second = refresh_per_second
         self._live = None
         self._t0 = time.monotonic()
@@ -301,8 +302,7 @@ class LiveProgress(_Tracking):
                                    f" · total {now - self._t0:.0f} s"))
         if comp:
             graph, shapes, t0 = comp
-            grid.add_row("", Text.assemble(("compiling ", "magenta"), (graph, "bold"),
-                                           f" {shapes}… {now - t0:.1f} s"))
+            grid.add_row("", Text(f"compiling {graph} {shapes}… {now - t0:.1f} s", style="magenta"))
         if task:
             label, total, done, t0 = task
             width = 24
