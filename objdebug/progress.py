@@ -75,6 +75,10 @@ def shapes_text(signature: str) -> str:
 class Progress:
     """The no-op display: every hook does nothing. Subclass it and override the hooks you need."""
 
+    def __init__(self, enabled: bool | None = None) -> None:
+        """`enabled` is accepted for code written against the old bar (`Progress(enabled=False)`):
+        this class never draws; use `for_stream` for a display."""
+
     def run_start(self, stages: list[str]) -> None:
         """Before the target loads; `stages` in run order."""
 

@@ -144,3 +144,18 @@ def test_github_step_summary_is_appended(github_run):
     assert "- **FAIL OBJ105** [align/label-pad-masking]" in text
     assert "| OBJ105 | label-pad-masking | FAIL |" in text
     assert "![" not in text  # no figure links: a job summary cannot show local files
+
+
+# --------------------------------------------------------------------------- locations
+def test_config_key_finds_the_line_or_the_section(tmp_path):
+    from objdebug.locations import config_key
+
+    toml = tmp_path / "objdebug.toml"
+    toml.write_text("[objective]\nfactory = 'x:y'\nlabel_pad_id = 1  # not this section\n\n"
+                    "[data]  # comment\npad_id = 0\n  label_pad_id = -100\n")
+    assert config_key(str(toml), "data.label_pad_id") == {"file": str(toml), "line": 7}
+    assert config_key(str(toml), "data.shift") == {"file": str(toml), "line": 5}  # set with --set
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text("[project]\nname = 'p'\n[tool.objdebug.data]\nlabel_pad_id = 0\n")
+    assert config_key(str(pyproject), "data.label_pad_id")["line"] == 4
+    assert config_key(str(tmp_path / "missing.toml"), "data.label_pad_id") is None
