@@ -116,3 +116,14 @@ def test_terminal_shows_the_compile_while_it_runs_and_ctrl_c_leaves_it_sane():
     assert "interrupted" in after
     assert child.exitstatus not in (0, None) or child.signalstatus is not None
     assert seen < 60, f"the compile line took {seen:.0f} s to appear"
+
+
+def test_quiet_prints_only_the_verdict_line():
+    import subprocess
+
+    proc = subprocess.run([sys.executable, "-m", "objdebug.cli", "align", "-q",
+                           "-c", str(TARGET / "objdebug.toml"), "-p", str(LENIENT)],
+                          capture_output=True, text=True, timeout=300, env=_env(), cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "PASSED: 5 pass, 0 warn, 0 fail, 0 error, 0 skipped (exit 0)\n"
+    assert "objdebug:" not in proc.stderr
