@@ -48,12 +48,35 @@ JunitSkipOpt = Annotated[bool, typer.Option("--junit-warnings-as-skipped", help=
 HtmlOpt = Annotated[Optional[Path], typer.Option("--html", help="Write a self-contained HTML report (DIR/index.html, figures inlined).")]
 MarkdownOpt = Annotated[Optional[Path], typer.Option("--markdown", help="Write a Markdown report (DIR/report.md) with PNG figures beside it.")]
 CacheOpt = Annotated[Optional[Path], typer.Option("--compile-cache", help="Opt-in MindSpore compile cache in this directory (one sub-folder per target, profile and shape set; checked graph by graph). Speeds up a repeated run.")]
+WorkersOpt = Annotated[Optional[int], typer.Option("--workers", help="Run N workers through MindSpore's msrun on this machine; rows are sharded, results combined with collectives (docs/distributed.md).")]
 BaselineOpt = Annotated[Optional[Path], typer.Option("--baseline", help="An earlier JSON report: regressions against it are findings (OBJ0xx).")]
 
 
 def _fail(message: str, code: int) -> None:
+    from objdebug.distributed import record_exit
+
+    record_exit(code, message)  # a launched worker tells the launcher (no-op otherwise)
     typer.echo(f"objdebug: error: {message}", err=True)
     raise typer.Exit(code)
+
+
+def _launch_workers(workers: int, debug: bool) -> None:
+    """`--workers N` outside msrun: start N workers running this same command, then report."""
+    from objdebug.distributed import launch
+
+    args, skip = [], False
+    for a in sys.argv[1:]:  # the same command line, less --workers
+        if skip:
+            skip = False
+        elif a == "--workers":
+            skip = True
+        elif not a.startswith("--workers="):
+            args.append(a)
+    res = guarded(debug, launch, args, workers)
+    if res.failed or res.code >= EXIT_INPUT_ERROR:
+        _fail(res.output, res.code)
+    typer.echo(res.output, nl=False)
+    raise typer.Exit(res.code)
 
 
 def guarded(debug: bool, fn, *args, **kwargs):
@@ -109,8 +132,20 @@ def write_reports(report, *, junit=None, junit_warnings_as_skipped=False, html=N
 def execute(*, stages, config, demo, sets, device, mode, seed, checkpoint, profile, json_path, out,
             strict, debug, select, ignore, verbose, options, junit=None,
             junit_warnings_as_skipped=False, html=None, markdown=None, baseline=None,
-            compile_cache=None) -> None:
+            compile_cache=None, workers=None) -> None:
     """Shared body of `run`, `demo` and the stage commands."""
+    from objdebug import distributed
+
+    if workers is not None and workers < 1:
+        _fail(f"For '--workers', the value must be >= 1, but got {workers}.", EXIT_INPUT_ERROR)
+    if workers and workers > 1 and not distributed.under_msrun():
+        # a config or profile error is found here in milliseconds, not after the cluster timeout
+        from objdebug.profile import load_profile
+
+        cfg = guarded(debug, _load, config, demo, sets, device, mode, seed, checkpoint)
+        guarded(debug, load_profile, profile or cfg.run.profile)
+        _launch_workers(workers, debug)
+
     def body():
         from objdebug import api
         from objdebug import baseline as baseline_mod
@@ -127,11 +162,16 @@ def execute(*, stages, config, demo, sets, device, mode, seed, checkpoint, profi
         if old is not None:
             baseline_mod.apply(result, old, select=select, ignore=ignore)
         report = json_report.to_dict(result)
-        if json_path:
+        leader = distributed.world().leader  # under msrun only rank 0 writes and prints
+        if json_path and leader:
             json_report.write(result, str(json_path))
-        write_reports(report, junit=junit, junit_warnings_as_skipped=junit_warnings_as_skipped,
-                      html=html, markdown=markdown)
-        typer.echo(terminal.render(report, colour=sys.stdout.isatty(), verbose=verbose), nl=False)
+        if leader:
+            write_reports(report, junit=junit, junit_warnings_as_skipped=junit_warnings_as_skipped,
+                          html=html, markdown=markdown)
+        text = terminal.render(report, colour=sys.stdout.isatty(), verbose=verbose)
+        distributed.record_exit(result.exit_code, report_text=text if leader else None)
+        if leader:
+            typer.echo(text, nl=False)
         raise typer.Exit(result.exit_code)
 
     guarded(debug, body)
@@ -147,13 +187,14 @@ def _stage_command(stage: str, doc: str):
         batch_size: BatchOpt = None, samples: SamplesOpt = None, junit: JunitOpt = None,
         junit_warnings_as_skipped: JunitSkipOpt = False, html: HtmlOpt = None,
         markdown: MarkdownOpt = None, baseline: BaselineOpt = None, compile_cache: CacheOpt = None,
+        workers: WorkersOpt = None,
     ) -> None:
         execute(stages=[stage], config=config, demo=demo, sets=set_, device=device, mode=mode,
                 seed=seed, checkpoint=checkpoint, profile=profile, json_path=json_path, out=out,
                 strict=strict, debug=debug, select=select, ignore=ignore, verbose=verbose,
                 options={"synthesize": synthesize, "batch_size": batch_size, "samples": samples},
                 junit=junit, junit_warnings_as_skipped=junit_warnings_as_skipped, html=html,
-                markdown=markdown, baseline=baseline, compile_cache=compile_cache)
+                markdown=markdown, baseline=baseline, compile_cache=compile_cache, workers=workers)
 
     command.__doc__ = doc
     return command
@@ -180,6 +221,7 @@ def run(
     synthesize: SynthOpt = False, batch_size: BatchOpt = None, samples: SamplesOpt = None,
     junit: JunitOpt = None, junit_warnings_as_skipped: JunitSkipOpt = False, html: HtmlOpt = None,
     markdown: MarkdownOpt = None, baseline: BaselineOpt = None, compile_cache: CacheOpt = None,
+    workers: WorkersOpt = None,
 ) -> None:
     """Run the pipeline (all stages, or --stages) on one target: the CI gate."""
     chosen = [s.strip() for s in stages.split(",") if s.strip()] if stages else None
@@ -188,7 +230,7 @@ def run(
             debug=debug, select=select, ignore=ignore, verbose=verbose,
             options={"synthesize": synthesize, "batch_size": batch_size, "samples": samples},
             junit=junit, junit_warnings_as_skipped=junit_warnings_as_skipped, html=html,
-            markdown=markdown, baseline=baseline, compile_cache=compile_cache)
+            markdown=markdown, baseline=baseline, compile_cache=compile_cache, workers=workers)
 
 
 @app.command()
@@ -196,12 +238,13 @@ def demo(
     json_path: JsonOpt = None, out: OutOpt = None, profile: ProfileOpt = None,
     debug: DebugOpt = False, verbose: VerboseOpt = False, junit: JunitOpt = None,
     html: HtmlOpt = None, markdown: MarkdownOpt = None, compile_cache: CacheOpt = None,
+    workers: WorkersOpt = None,
 ) -> None:
     """Run every stage on the bundled demo target (a tiny causal LM trained by this project)."""
     execute(stages=None, config=None, demo=True, sets=None, device=None, mode=None, seed=None,
             checkpoint=None, profile=profile, json_path=json_path, out=out, strict=False, debug=debug,
             select=None, ignore=None, verbose=verbose, options={}, junit=junit, html=html,
-            markdown=markdown, compile_cache=compile_cache)
+            markdown=markdown, compile_cache=compile_cache, workers=workers)
 
 
 @app.command()
@@ -263,6 +306,9 @@ def report_log(
 
 
 def main() -> None:
+    from objdebug.distributed import serve_if_scheduler
+
+    serve_if_scheduler()  # under msrun, the scheduler process only builds the cluster
     app()
 
 
