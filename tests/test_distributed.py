@@ -135,3 +135,20 @@ def test_two_workers_give_the_same_report_as_one_process(tmp_path):
     after = {p for p in os.listdir(tempfile.gettempdir()) if p.startswith("objdebug-msrun-")}
     assert after == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r1.json", "r2.json"]
+
+
+def test_an_input_error_inside_the_workers_is_one_line_and_keeps_the_logs(tmp_path):
+    """Found after the cluster is up (the vocabulary is measured on the model): exit 2, the
+    worker named, its log folder kept and shown."""
+    import re
+    import shutil
+
+    proc = _cli(["align", "--demo", "--set", "data.vocab_size=10", "--workers", "2"], tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("objdebug: error: worker 0: ")
+    assert "vocabulary mismatch" in lines[0]
+    logs = re.search(r"\(worker logs: (\S+)\)$", lines[0]).group(1)
+    assert os.path.isfile(os.path.join(logs, "worker_1.log"))
+    shutil.rmtree(os.path.dirname(logs))
+    assert not list(tmp_path.iterdir())
