@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from objdebug import runtime
+from objdebug import distributed, runtime
 from objdebug.compile_cache import open_cache
 from objdebug.config import Config, load_config  # noqa: F401  (re-exported)
 from objdebug.context import Context
@@ -114,6 +114,9 @@ def _run(cfg: Config, chosen: list[str], profile: Profile, options: dict[str, An
                        created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
     t0 = time.perf_counter()
     runtime.setup(cfg.run.device, cfg.run.mode, cfg.run.seed)
+    world = distributed.world()  # rank 0 of 1 unless started by msrun (`--workers N`)
+    if world.distributed:
+        result.extra["workers"] = world.size
     with runtime.scratch_dir():
         t = time.perf_counter()
         target = load_target(cfg)

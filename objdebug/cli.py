@@ -51,12 +51,35 @@ CacheOpt = Annotated[Optional[Path], typer.Option("--compile-cache", help="Opt-i
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Print only the final verdict line (no progress display, no table).")]
 FormatOpt = Annotated[Optional[str], typer.Option("--output-format", help="text, github or gitlab (default: github under GitHub Actions, else text). github: annotations on stdout + the Markdown report appended to $GITHUB_STEP_SUMMARY; gitlab: a Code Quality JSON report (--gitlab-report).")]
 GitlabOpt = Annotated[Optional[Path], typer.Option("--gitlab-report", help="Write a GitLab Code Quality JSON report here (default with --output-format gitlab: gl-code-quality-report.json).")]
+WorkersOpt = Annotated[Optional[int], typer.Option("--workers", help="Run N workers through MindSpore's msrun on this machine; rows are sharded, results combined with collectives (docs/distributed.md).")]
 BaselineOpt = Annotated[Optional[Path], typer.Option("--baseline", help="An earlier JSON report: regressions against it are findings (OBJ0xx).")]
 
 
 def _fail(message: str, code: int) -> None:
+    from objdebug.distributed import record_exit
+
+    record_exit(code, message)  # a launched worker tells the launcher (no-op otherwise)
     typer.echo(f"objdebug: error: {message}", err=True)
     raise typer.Exit(code)
+
+
+def _launch_workers(workers: int, debug: bool) -> None:
+    """`--workers N` outside msrun: start N workers running this same command, then report."""
+    from objdebug.distributed import launch
+
+    args, skip = [], False
+    for a in sys.argv[1:]:  # the same command line, less --workers
+        if skip:
+            skip = False
+        elif a == "--workers":
+            skip = True
+        elif not a.startswith("--workers="):
+            args.append(a)
+    res = guarded(debug, launch, args, workers)
+    if res.failed or res.code >= EXIT_INPUT_ERROR:
+        _fail(res.output, res.code)
+    typer.echo(res.output, nl=False)
+    raise typer.Exit(res.code)
 
 
 def guarded(debug: bool, fn, *args, **kwargs):
@@ -118,6 +141,13 @@ def ci_output(report, fmt: str, gitlab_report=None) -> None:
         github.append_summary(report)
 
 
+def ci_annotations(report, fmt: str) -> str:
+    """The annotation lines ci_output prints (a launched worker hands them to the launcher)."""
+    from objdebug.report import github
+
+    return "".join(line + "\n" for line in github.annotations(report)) if fmt == "github" else ""
+
+
 def write_reports(report, *, junit=None, junit_warnings_as_skipped=False, html=None,
                   markdown=None) -> None:
     """The file reports of a report dict (a live run's or a saved one's): same input, same files."""
@@ -138,8 +168,21 @@ def write_reports(report, *, junit=None, junit_warnings_as_skipped=False, html=N
 def execute(*, stages, config, demo, sets, device, mode, seed, checkpoint, profile, json_path, out,
             strict, debug, select, ignore, verbose, options, junit=None,
             junit_warnings_as_skipped=False, html=None, markdown=None, baseline=None,
-            compile_cache=None, quiet=False, output_format_=None, gitlab_report=None) -> None:
+            compile_cache=None, quiet=False, output_format_=None, gitlab_report=None,
+            workers=None) -> None:
     """Shared body of `run`, `demo` and the stage commands."""
+    from objdebug import distributed
+
+    if workers is not None and workers < 1:
+        _fail(f"For '--workers', the value must be >= 1, but got {workers}.", EXIT_INPUT_ERROR)
+    if workers and workers > 1 and not distributed.under_msrun():
+        # a config or profile error is found here in milliseconds, not after the cluster timeout
+        from objdebug.profile import load_profile
+
+        cfg = guarded(debug, _load, config, demo, sets, device, mode, seed, checkpoint)
+        guarded(debug, load_profile, profile or cfg.run.profile)
+        _launch_workers(workers, debug)
+
     def body():
         from objdebug import api
         from objdebug import baseline as baseline_mod
@@ -157,14 +200,20 @@ def execute(*, stages, config, demo, sets, device, mode, seed, checkpoint, profi
         if old is not None:
             baseline_mod.apply(result, old, select=select, ignore=ignore)
         report = json_report.to_dict(result)
-        if json_path:
+        leader = distributed.world().leader  # under msrun only rank 0 writes and prints
+        if json_path and leader:
             json_report.write(result, str(json_path))
-        write_reports(report, junit=junit, junit_warnings_as_skipped=junit_warnings_as_skipped,
-                      html=html, markdown=markdown)
+        if leader:
+            write_reports(report, junit=junit, junit_warnings_as_skipped=junit_warnings_as_skipped,
+                          html=html, markdown=markdown)
         colour = sys.stdout.isatty()
-        typer.echo(terminal.final_line(report, colour) if quiet
-                   else terminal.render(report, colour=colour, verbose=verbose).rstrip("\n"))
-        ci_output(report, fmt, gitlab_report)
+        text = (terminal.final_line(report, colour) if quiet
+                else terminal.render(report, colour=colour, verbose=verbose).rstrip("\n"))
+        distributed.record_exit(result.exit_code, report_text=text + "\n" + ci_annotations(report, fmt)
+                                if leader else None)
+        if leader:
+            typer.echo(text)
+            ci_output(report, fmt, gitlab_report)
         raise typer.Exit(result.exit_code)
 
     guarded(debug, body)
@@ -181,6 +230,7 @@ def _stage_command(stage: str, doc: str):
         junit_warnings_as_skipped: JunitSkipOpt = False, html: HtmlOpt = None,
         markdown: MarkdownOpt = None, baseline: BaselineOpt = None, compile_cache: CacheOpt = None,
         quiet: QuietOpt = False, output_format_: FormatOpt = None, gitlab_report: GitlabOpt = None,
+        workers: WorkersOpt = None,
     ) -> None:
         execute(stages=[stage], config=config, demo=demo, sets=set_, device=device, mode=mode,
                 seed=seed, checkpoint=checkpoint, profile=profile, json_path=json_path, out=out,
@@ -188,7 +238,7 @@ def _stage_command(stage: str, doc: str):
                 options={"synthesize": synthesize, "batch_size": batch_size, "samples": samples},
                 junit=junit, junit_warnings_as_skipped=junit_warnings_as_skipped, html=html,
                 markdown=markdown, baseline=baseline, compile_cache=compile_cache, quiet=quiet,
-                output_format_=output_format_, gitlab_report=gitlab_report)
+                output_format_=output_format_, gitlab_report=gitlab_report, workers=workers)
 
     command.__doc__ = doc
     return command
@@ -216,6 +266,7 @@ def run(
     junit: JunitOpt = None, junit_warnings_as_skipped: JunitSkipOpt = False, html: HtmlOpt = None,
     markdown: MarkdownOpt = None, baseline: BaselineOpt = None, compile_cache: CacheOpt = None,
     quiet: QuietOpt = False, output_format_: FormatOpt = None, gitlab_report: GitlabOpt = None,
+    workers: WorkersOpt = None,
 ) -> None:
     """Run the pipeline (all stages, or --stages) on one target: the CI gate."""
     chosen = [s.strip() for s in stages.split(",") if s.strip()] if stages else None
@@ -225,7 +276,7 @@ def run(
             options={"synthesize": synthesize, "batch_size": batch_size, "samples": samples},
             junit=junit, junit_warnings_as_skipped=junit_warnings_as_skipped, html=html,
             markdown=markdown, baseline=baseline, compile_cache=compile_cache, quiet=quiet,
-            output_format_=output_format_, gitlab_report=gitlab_report)
+            output_format_=output_format_, gitlab_report=gitlab_report, workers=workers)
 
 
 @app.command()
@@ -234,13 +285,14 @@ def demo(
     debug: DebugOpt = False, verbose: VerboseOpt = False, junit: JunitOpt = None,
     html: HtmlOpt = None, markdown: MarkdownOpt = None, compile_cache: CacheOpt = None,
     quiet: QuietOpt = False, output_format_: FormatOpt = None, gitlab_report: GitlabOpt = None,
+    workers: WorkersOpt = None,
 ) -> None:
     """Run every stage on the bundled demo target (a tiny causal LM trained by this project)."""
     execute(stages=None, config=None, demo=True, sets=None, device=None, mode=None, seed=None,
             checkpoint=None, profile=profile, json_path=json_path, out=out, strict=False, debug=debug,
             select=None, ignore=None, verbose=verbose, options={}, junit=junit, html=html,
             markdown=markdown, compile_cache=compile_cache, quiet=quiet,
-            output_format_=output_format_, gitlab_report=gitlab_report)
+            output_format_=output_format_, gitlab_report=gitlab_report, workers=workers)
 
 
 @app.command()
@@ -304,6 +356,9 @@ def report_log(
 
 
 def main() -> None:
+    from objdebug.distributed import serve_if_scheduler
+
+    serve_if_scheduler()  # under msrun, the scheduler process only builds the cluster
     app()
 
 

@@ -128,26 +128,43 @@ class Engine:
         return out.asnumpy().astype(np.float64)
 
     def evaluate(self, samples: list[Sample], extra_pad: int = 0, label: str = "") -> np.ndarray:
-        """Per-sample objective outputs float64[N, K], in input order; batched per length bucket."""
+        """Per-sample objective outputs float64[N, K], in input order; batched per length bucket.
+
+        Under `--workers N` (msrun) each worker evaluates its share of the same batches and the
+        rows are combined with one collective (objdebug/distributed.py): the result is the same
+        in every worker and equal to a single process's.
+        """
+        from objdebug.distributed import shard_and_combine
+
         cfg = self.target.config.data
         groups: dict[int, list[int]] = {}
         for i, s in enumerate(samples):
             groups.setdefault(self.bucket(s.length + extra_pad), []).append(i)
-        results: dict[int, np.ndarray] = {}
-        n_batches = sum((len(v) + self.batch_size - 1) // self.batch_size for v in groups.values())
-        with self.progress.task(label or f"{self.stage}: objective", total=n_batches) as tick:
-            for length, idx in sorted(groups.items()):
-                for start in range(0, len(idx), self.batch_size):
-                    chunk = idx[start:start + self.batch_size]
-                    # fill a short batch with copies of its first row: same shape, same graph
-                    rows = [samples[i] for i in chunk] + [samples[chunk[0]]] * (self.batch_size - len(chunk))
-                    ids, labels = pack(rows, length, cfg.pad_id, cfg.label_pad_id, cfg.shift,
-                                       extra_pad=extra_pad)
-                    out = self.per_sample_raw(ids, labels)
-                    for j, i in enumerate(chunk):
-                        results[i] = out[j]
-                    tick()
-        return np.stack([results[i] for i in range(len(samples))]) if samples else np.zeros((0, 1))
+        batches = [(length, idx[start:start + self.batch_size])
+                   for length, idx in sorted(groups.items())
+                   for start in range(0, len(idx), self.batch_size)]
+
+        def run_batch(b: int) -> np.ndarray:
+            length, chunk = batches[b]
+            # fill a short batch with copies of its first row: same shape, same graph
+            rows = [samples[i] for i in chunk] + [samples[chunk[0]]] * (self.batch_size - len(chunk))
+            ids, labels = pack(rows, length, cfg.pad_id, cfg.label_pad_id, cfg.shift,
+                               extra_pad=extra_pad)
+            out = self.per_sample_raw(ids, labels)[:len(chunk)]
+            tick()
+            return out
+
+        if not samples:
+            return np.zeros((0, 1))
+        with self.progress.task(label or f"{self.stage}: objective", total=len(batches)) as tick:
+            combined = shard_and_combine(len(samples), 1, [c for _, c in batches], run_batch)
+            if combined is not None:
+                return combined
+            results = np.concatenate([run_batch(b) for b in range(len(batches))])
+        order = np.concatenate([np.asarray(c) for _, c in batches])
+        out = np.empty_like(results)
+        out[order] = results
+        return out
 
     def masked_probe(self, length: int | None = None) -> np.ndarray:
         """The objective on rows whose labels are all label_pad_id: what a fully masked sample scores."""

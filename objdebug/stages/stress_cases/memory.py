@@ -41,12 +41,15 @@ def _status_kib(field: str) -> int | None:
 
 
 def available_bytes() -> int | None:
-    """MemAvailable from /proc/meminfo (None where there is no /proc)."""
+    """MemAvailable from /proc/meminfo (None where there is no /proc), this worker's share of it:
+    under `--workers N` every worker runs the long inputs at the same time on one machine."""
+    from objdebug.distributed import world
+
     try:
         with open("/proc/meminfo", encoding="ascii") as fh:
             for line in fh:
                 if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
+                    return int(line.split()[1]) * 1024 // world().size
     except OSError:
         return None
     return None
