@@ -22,7 +22,7 @@ from objdebug.errors import EXIT_CHECK_FAILED, EXIT_OK
 from objdebug.findings import CheckResult, Verdict
 from objdebug.profile import Profile, code_selected, load_profile
 from objdebug.progress import Progress
-from objdebug.stages import STAGES, stage_checks
+from objdebug.stages import STAGES, skipped, stage_checks, stage_skip_reason
 from objdebug.target import load_target
 
 SCHEMA_VERSION = 1
@@ -120,8 +120,9 @@ def run(cfg: Config, *, stages: list[str] | None = None, profile: Profile | str 
                 engine.stage = stage
                 t = time.perf_counter()
                 thresholds = profile.section(stage)
+                skip = stage_skip_reason(cfg, stage)
                 for check in stage_checks(stage):
-                    res = check.run(ctx, thresholds)
+                    res = skipped(check, skip) if skip else check.run(ctx, thresholds)
                     res.findings = [f for f in res.findings if code_selected(f.code, select, ignore)]
                     result.results.append(res)
                 result.timings[stage] = time.perf_counter() - t
