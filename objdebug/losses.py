@@ -153,6 +153,16 @@ class MaskedCrossEntropy(nn.Cell):
         return total / ops.maximum(count, ops.ones_like(count))
 
 
+def _log_sigmoid(x):
+    """log(sigmoid(x)) = min(x, 0) - log1p(exp(-|x|)), finite for any x.
+
+    `ops.logsigmoid` in MindSpore 2.10 returns -inf below about x = -88 (float32 sigmoid underflows
+    to 0 before the log), measured: -logsigmoid(-125.8) gives inf instead of 125.8. Summed
+    log-probs of long answers reach such margins.
+    """
+    return ops.minimum(x, ops.zeros_like(x)) - ops.log1p(ops.exp(-ops.abs(x)))
+
+
 def _check_float(name, key, value, positive=False):
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"For '{name}', the type of '{key}' must be float, but got {type(value).__name__}.")
@@ -254,7 +264,7 @@ class SigmoidDPOLoss(_PreferenceLoss):
         chosen, rejected = self.log_ratios(policy_chosen_logps, policy_rejected_logps,
                                            reference_chosen_logps, reference_rejected_logps)
         z = self.beta * (chosen - rejected)
-        losses = -(1.0 - self.label_smoothing) * ops.logsigmoid(z) - self.label_smoothing * ops.logsigmoid(-z)
+        losses = -(1.0 - self.label_smoothing) * _log_sigmoid(z) - self.label_smoothing * _log_sigmoid(-z)
         return (self.reduce(losses), ops.stop_gradient(self.beta * chosen),
                 ops.stop_gradient(self.beta * rejected))
 
@@ -373,7 +383,7 @@ class SimPOLoss(_PreferenceLoss):
                   reference_rejected_logps):
         chosen = self.beta * policy_chosen_logps.astype(ms.float32)
         rejected = self.beta * policy_rejected_logps.astype(ms.float32)
-        losses = -ops.logsigmoid(chosen - rejected - self.gamma)
+        losses = -_log_sigmoid(chosen - rejected - self.gamma)
         return self.reduce(losses), ops.stop_gradient(chosen), ops.stop_gradient(rejected)
 
 

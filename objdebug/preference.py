@@ -111,13 +111,13 @@ class Session:
 
     # ------------------------------------------------------------------ compiled evaluations
     def logps(self, which: str) -> Logps:
-        """Log-probs of every pair under 'policy' or 'reference' (one graph per model)."""
-        if which in self.cache:
-            return self.cache[which]
-        self.cache[which] = self._logps(which)
+        """Log-probs of every pair under 'policy' or 'reference' (one graph per model), cached."""
+        if which not in self.cache:
+            self.cache[which] = self.logps_of(which, self.batches)
         return self.cache[which]
 
-    def _logps(self, which: str) -> Logps:
+    def logps_of(self, which: str, batches: list[PairBatch]) -> Logps:
+        """Log-probs of the pairs of `batches` under the model as it is now (not cached)."""
         import mindspore as ms
 
         from objdebug.preference_cells import SequenceLogps
@@ -127,7 +127,7 @@ class Session:
         name = f"preference.{which}_logps"
         cell = engine.cell(name, lambda: SequenceLogps(model, self.label_pad_id))
         out: list[list[np.ndarray]] = [[], [], [], []]
-        for b in self.batches:
+        for b in batches:
             cs, cn = engine.call(name, cell, ms.Tensor(b.c_ids), ms.Tensor(b.c_labels))
             rs, rn = engine.call(name, cell, ms.Tensor(b.r_ids), ms.Tensor(b.r_labels))
             for k, x in enumerate((cs, cn, rs, rn)):
@@ -199,9 +199,12 @@ class Session:
         engine = self.ctx.engine
         params = self.gradient_params()
         cell = engine.cell("preference.gradient", lambda: PreferenceGradient(self.objective, params))
-        _, _, rc, rr = self.real_inputs()
-        args = [ms.Tensor(a) for a in batch.arrays()] + [ms.Tensor(self.fill(rc, batch)),
-                                                         ms.Tensor(self.fill(rr, batch))]
+        if self.form == "preference":
+            _, _, rc, rr = self.real_inputs()
+            rc, rr = self.fill(rc, batch), self.fill(rr, batch)
+        else:  # the pairs Cell computes its own reference log-probs
+            rc = rr = np.zeros(self.ctx.engine.batch_size, np.float32)
+        args = [ms.Tensor(a) for a in batch.arrays()] + [ms.Tensor(rc), ms.Tensor(rr)]
         out = engine.call("preference.gradient", cell, *args)
         grads = [g.asnumpy() for g in out[3:]]
         return {"loss": float(out[0].asnumpy()), "params": params, "grads": grads}

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from objdebug.context import Context
-from objdebug.findings import Check, Condition, Verdict, band, listing
+from objdebug.findings import Check, Condition, Verdict, listing
 from objdebug.preference import EXPECTED_LOGPS, ZERO_POINT, no_preference_reason, session
 
 _LISTED = 8
@@ -275,21 +275,11 @@ class Direction(PreferenceCheck):
     @staticmethod
     def _margins(s, batch, fresh: bool = False) -> np.ndarray:
         """Policy log p(chosen) - log p(rejected) per pair of the batch (declared reduction)."""
-        if not fresh:
-            pc, pr = s.logps("policy").reduced(s.mean)
-            return (pc - pr)[batch.start:batch.start + batch.n]
-        saved = s.cache.pop("policy", None)
-        keep = s.batches
-        s.batches = [batch]
-        try:
-            pc, pr = s.logps("policy").reduced(s.mean)
-        finally:
-            s.batches = keep
-            s.cache.pop("policy", None)
-            if saved is not None:
-                s.cache["policy"] = saved
-        # one batch: indices relative to its start
-        return (pc - pr)[:batch.n]
+        if fresh:  # the policy has moved: recompute this batch only, leave the cache alone
+            pc, pr = s.logps_of("policy", [batch]).reduced(s.mean)
+            return pc - pr
+        pc, pr = s.logps("policy").reduced(s.mean)
+        return (pc - pr)[batch.start:batch.start + batch.n]
 
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
         def direction(v):
@@ -323,54 +313,42 @@ class Direction(PreferenceCheck):
 
 
 class Masking(PreferenceCheck):
-    """Prompt and padding positions of both answers get no gradient; empty pairs are named."""
+    """Prompt and padding positions of both answers get no gradient (the OBJ205 idea for pairs)."""
 
     name = "masking"
-    codes = ("OBJ807", "OBJ808")
+    codes = ("OBJ807",)
 
     def measure(self, ctx: Context) -> dict[str, Any]:
-        from objdebug.preference_cells import PROBE_NAME
-
         s = session(ctx)
         pid = s.label_pad_id
         g = _gradient(ctx)
-        probe = next(gr for p, gr in zip(g["params"], g["grads"]) if p.name.endswith(PROBE_NAME))
-        sq = (probe.astype(np.float64) ** 2).sum(-1)           # [B, T]
+        # by identity: a pairs Cell prefixes the probe's name with its own attribute names
+        probe = next(gr for p, gr in zip(g["params"], g["grads"]) if p is s.policy.probe)
+        sq = (probe.astype(np.float64) ** 2).sum(-1)           # [B, T]: squared logit-gradient norm
         b = s.batches[0]
         c_scored, r_scored = b.c_labels != pid, b.r_labels != pid
+        # masked in both answers: the shared prompt, and the padding after both answers
         masked = ~c_scored & ~r_scored
         tol = float(_settings(ctx).get("leak_tolerance", 0.0))
-        rows = []
-        prompt_leak = padding_leak = prompt_n = padding_n = 0
+        ids = []
+        counts = {"prompt": [0, 0], "padding": [0, 0]}   # [positions, leaking]
         for i in range(b.n):
             scored = np.nonzero(c_scored[i] | r_scored[i])[0]
             first = int(scored[0]) if scored.size else b.c_ids.shape[1]
             for t in np.nonzero(masked[i])[0]:
-                leak = not sq[i, t] <= tol * tol
-                if t < first:
-                    prompt_n += 1
-                    prompt_leak += leak
-                else:
-                    padding_n += 1
-                    padding_leak += leak
+                leak = not sq[i, t] <= tol * tol          # NaN counts as a leak
+                kind = "prompt" if t < first else "padding"
+                counts[kind][0] += 1
+                counts[kind][1] += int(leak)
                 if leak:
-                    rows.append(b.rows[i]["id"])
-        reached = float(sq[:b.n][c_scored[:b.n] | r_scored[:b.n]].sum())
-        empty = []
-        for batch in s.batches:
-            for i, row in enumerate(batch.rows):
-                nc, nr = int(c_scored_count(batch, i, pid, "c")), int(c_scored_count(batch, i, pid, "r"))
-                if nc == 0 or nr == 0:
-                    empty.append({"id": row["id"], "chosen_tokens": nc, "rejected_tokens": nr,
-                                  "truncated": bool(row.get("truncated"))})
-        losses = session(ctx).evaluate()["losses"] if empty else np.array([])
-        return {"pairs": b.n, "masked_positions": prompt_n + padding_n, "prompt_positions": prompt_n,
-                "padding_positions": padding_n, "prompt_leaking": int(prompt_leak),
-                "padding_leaking": int(padding_leak), "leaking_ids": sorted(set(rows)), "tolerance": tol,
-                "probe_reached": reached > 0, "max_masked_norm": float(np.sqrt(sq[:b.n][masked[:b.n]].max()))
-                if masked[:b.n].any() else 0.0,
-                "max_length": int(_settings(ctx).get("max_length", 0)), "total_pairs": len(s.pairs),
-                "empty": empty, "loss_finite": bool(np.all(np.isfinite(losses)))}
+                    ids.append(b.rows[i]["id"])
+        real = slice(0, b.n)
+        scored_sq = sq[real][(c_scored | r_scored)[real]]
+        return {"pairs": b.n, "prompt_positions": counts["prompt"][0], "prompt_leaking": counts["prompt"][1],
+                "padding_positions": counts["padding"][0], "padding_leaking": counts["padding"][1],
+                "leaking_ids": sorted(set(ids)), "tolerance": tol,
+                "probe_reached": bool(np.nansum(scored_sq) > 0),
+                "max_masked_norm": float(np.sqrt(np.nanmax(sq[real][masked[real]]))) if masked[real].any() else 0.0}
 
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
         def leak(v):
@@ -386,26 +364,50 @@ class Masking(PreferenceCheck):
                                       "log-probs include tokens that are not the answer"), float(n)
             return Verdict.PASS, what, 0.0
 
+        return [Condition("OBJ807", "masked_positions_get_no_gradient", leak)]
+
+
+class EmptyPairs(PreferenceCheck):
+    """Pairs with no supervised token in an answer (after truncation) are named."""
+
+    name = "empty-pairs"
+    codes = ("OBJ808",)
+
+    def measure(self, ctx: Context) -> dict[str, Any]:
+        s = session(ctx)
+        pid = s.label_pad_id
+        empty, bad_batches = [], []
+        for b in s.batches:
+            c, r = (b.c_labels[:b.n] != pid).sum(1), (b.r_labels[:b.n] != pid).sum(1)
+            rows = [{"id": row["id"], "chosen_tokens": int(nc), "rejected_tokens": int(nr),
+                     "truncated": bool(row.get("truncated"))}
+                    for row, nc, nr in zip(b.rows, c, r) if nc == 0 or nr == 0]
+            empty += rows
+            if rows:
+                bad_batches.append(b)
+        finite = True
+        if empty:  # the objective on their batches: a length-normalized loss may divide by 0 there
+            losses = s.evaluate()["losses"]
+            finite = bool(np.all(np.isfinite([losses[s.batches.index(b)] for b in bad_batches])))
+        return {"total_pairs": len(s.pairs), "max_length": int(_settings(ctx).get("max_length", 0)),
+                "truncated": sum(bool(p.get("truncated")) for p in s.pairs), "empty": empty,
+                "loss_finite": finite}
+
+    def conditions(self, th: dict[str, Any]) -> list[Condition]:
         def empty(v):
             rows = v["empty"]
+            limit = v["max_length"] or "none"
             if not rows:
-                return Verdict.PASS, (f"every one of {v['total_pairs']} pairs has supervised tokens in both "
-                                      f"answers (max_length {v['max_length'] or 'none'})"), 0.0
+                return Verdict.PASS, (f"all {v['total_pairs']} pairs have supervised tokens in both answers "
+                                      f"(max_length {limit}, {v['truncated']} truncated)"), 0.0
             ids = [f"{r['id']} ({r['chosen_tokens']}/{r['rejected_tokens']})" for r in rows]
             what = (f"{len(rows)} of {v['total_pairs']} pairs have an answer with no supervised token "
-                    f"after truncation to max_length {v['max_length'] or 'none'} (chosen/rejected tokens): "
-                    f"{listing(ids, _LISTED)}")
+                    f"after truncation to max_length {limit} (chosen/rejected tokens): {listing(ids, _LISTED)}")
             if not v["loss_finite"]:
                 return Verdict.FAIL, what + "; the loss is not finite on their batches", float(len(rows))
             return Verdict.WARN, what + "; they carry no preference signal", float(len(rows))
 
-        return [Condition("OBJ807", "masked_positions_get_no_gradient", leak),
-                Condition("OBJ808", "pairs_have_supervised_tokens", empty)]
-
-
-def c_scored_count(batch, i: int, pid: int, which: str) -> int:
-    labels = batch.c_labels if which == "c" else batch.r_labels
-    return int((labels[i] != pid).sum())
+        return [Condition("OBJ808", "pairs_have_supervised_tokens", empty)]
 
 
 # --------------------------------------------------------------------------- length
@@ -432,6 +434,7 @@ class Length(PreferenceCheck):
 
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
         warn = float(th.get("length_corr_warn", 0.5))
+        biased = Verdict.from_setting(th.get("length_bias", "warn"), "[preference] length_bias")
         mismatch = {"mean": Verdict.from_setting(th.get("mean_for_summed_loss", "warn"),
                                                  "[preference] mean_for_summed_loss"),
                     "sum": Verdict.from_setting(th.get("sum_for_mean_loss", "fail"),
@@ -442,7 +445,7 @@ class Length(PreferenceCheck):
             if r is None or not math.isfinite(r):
                 return Verdict.SKIP, ("not judged: the margins (or the length differences) do not vary "
                                       "(policy equal to the reference?)"), None
-            verdict = band(abs(r), pass_if=lambda a: a < warn, fail_if=lambda a: False)
+            verdict = Verdict.PASS if abs(r) < warn else biased
             return verdict, (f"margin vs chosen-minus-rejected length (objdebug's implicit margin, "
                              f"{v['declared']} log-probs, {v['pairs']} pairs): Pearson r = {r:+.3f}, "
                              f"Spearman {v['spearman']:+.3f} (mean length difference "
@@ -472,7 +475,11 @@ class Settings(PreferenceCheck):
 
     def measure(self, ctx: Context) -> dict[str, Any]:
         s = session(ctx)
-        keys = [k for k, v in s.spec.kwargs.items() if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        named = set(_settings(ctx).get("settings", ["beta", "gamma"]))
+        # float kwargs, and the named settings even when written as integers (beta = 1); other
+        # integers (ignore_index, pad ids) are not scale settings
+        keys = [k for k, v in s.spec.kwargs.items() if not isinstance(v, bool)
+                and (isinstance(v, float) or (k in named and isinstance(v, int)))]
         rows = []
         base_points = self._points(s, None)
         for key in keys:
@@ -602,4 +609,4 @@ class Agreement(PreferenceCheck):
 
 
 def checks() -> list[Check]:
-    return [ZeroPoint(), Symmetry(), Direction(), Masking(), Length(), Settings(), Agreement()]
+    return [ZeroPoint(), Symmetry(), Direction(), Masking(), EmptyPairs(), Length(), Settings(), Agreement()]
