@@ -332,7 +332,10 @@ class Masking(PreferenceCheck):
         tol = float(_settings(ctx).get("leak_tolerance", 0.0))
         ids = []
         counts = {"prompt": [0, 0], "padding": [0, 0]}   # [positions, leaking]
-        for i in range(b.n):
+        # a pair whose loss is saturated (sigmoid(-beta h) == 0 in float32) has no gradient at
+        # all: it can show no leak, so only pairs with gradient at their scored positions count
+        informative = [i for i in range(b.n) if np.nansum(sq[i][c_scored[i] | r_scored[i]]) > 0]
+        for i in informative:
             scored = np.nonzero(c_scored[i] | r_scored[i])[0]
             first = int(scored[0]) if scored.size else b.c_ids.shape[1]
             for t in np.nonzero(masked[i])[0]:
@@ -343,11 +346,10 @@ class Masking(PreferenceCheck):
                 if leak:
                     ids.append(b.rows[i]["id"])
         real = slice(0, b.n)
-        scored_sq = sq[real][(c_scored | r_scored)[real]]
-        return {"pairs": b.n, "prompt_positions": counts["prompt"][0], "prompt_leaking": counts["prompt"][1],
+        return {"pairs": b.n, "informative_pairs": len(informative), "prompt_positions": counts["prompt"][0], "prompt_leaking": counts["prompt"][1],
                 "padding_positions": counts["padding"][0], "padding_leaking": counts["padding"][1],
                 "leaking_ids": sorted(set(ids)), "tolerance": tol,
-                "probe_reached": bool(np.nansum(scored_sq) > 0),
+                "probe_reached": bool(informative),
                 "max_masked_norm": float(np.sqrt(np.nanmax(sq[real][masked[real]]))) if masked[real].any() else 0.0}
 
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
@@ -358,7 +360,8 @@ class Masking(PreferenceCheck):
             n = v["prompt_leaking"] + v["padding_leaking"]
             what = (f"{v['prompt_leaking']} of {v['prompt_positions']} prompt positions and "
                     f"{v['padding_leaking']} of {v['padding_positions']} padding positions (masked in both "
-                    f"answers, {v['pairs']} pairs) receive gradient (max norm {v['max_masked_norm']:.3g})")
+                    f"answers; {v['informative_pairs']} of {v['pairs']} pairs with gradient) receive gradient "
+                    f"(max norm {v['max_masked_norm']:.3g})")
             if n:
                 return Verdict.FAIL, (what + f" in pairs {listing(v['leaking_ids'], _LISTED)}: the sequence "
                                       "log-probs include tokens that are not the answer"), float(n)
@@ -455,10 +458,12 @@ class Length(PreferenceCheck):
             if v["declared"] == v["expected"]:
                 return Verdict.PASS, (f"logps = '{v['declared']}' fits loss_type '{v['loss_type']}' "
                                       f"(derived for {v['expected']}med log-probs)"), 0.0
-            why = ("IPO's target margin 1/(2 beta) and SimPO's gamma assume per-token averages: summed "
-                   "log-probs scale the margin with length" if v["expected"] == "mean" else
-                   "the DPO derivation uses the sequence log-likelihood (a sum): a mean rescales beta by "
-                   "the answer length")
+            why = {"ipo": "IPO regresses the margin onto 1/(2 beta), a per-token scale: summed log-probs "
+                          "grow with the answer length and miss it (trl PR 1265)",
+                   "simpo": "SimPO's gamma is a per-token margin: summed log-probs scale the margin with "
+                            "the answer length",
+                   }.get(v["loss_type"], "the derivation uses the sequence log-likelihood (a sum): a mean "
+                                         "rescales beta by the answer length")
             return mismatch[v["declared"]], (f"logps = '{v['declared']}' but loss_type "
                                              f"'{v['loss_type']}' expects '{v['expected']}': {why}"), 1.0
 
