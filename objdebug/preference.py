@@ -312,7 +312,7 @@ def _build(ctx: Context) -> Session:
         _copy_parameters(policy_model, reference)
     reference.set_train(False)
     vocab = encoder(ctx).vocab_size
-    policy = ProbedPolicy(policy_model, batch, length, vocab)
+    policy = ProbedPolicy(policy_model, batch, length)
     where = "preference" if cfg.preference is not None else "objective"
     loss = None
     if spec.call == "preference":

@@ -9,10 +9,12 @@ Two calling forms (docs/config.md):
 - "preference-pairs": the user's Cell owns policy and reference (objdebug passes both to its
   factory) and takes (chosen_ids, chosen_labels, rejected_ids, rejected_labels).
 
-The policy is wrapped in `ProbedPolicy`, which adds a zero-valued Parameter `probe` [B, T, V] to
-its logits: the gradient w.r.t. that probe is the gradient w.r.t. the logits at every position,
-even inside a Cell that calls the policy itself, so masking is measured in both forms from one
-backward pass. Every graph is built with `engine.cell` and called with `engine.call`.
+The policy is wrapped in `ProbedPolicy`, which scales its logits by (1 + probe), a zero-valued
+Parameter of shape [B, T, 1]: the gradient w.r.t. the probe at position t is sum_v dL/dx_tv * x_tv,
+exactly 0 where the objective does not use that position's logits and non-zero (almost surely)
+where it does, even inside a Cell that calls the policy itself. So masking is measured in both
+forms from one backward pass, at the cost of B x T numbers (an additive [B, T, V] probe would
+double the logits' memory). Every graph is built with `engine.cell` and called with `engine.call`.
 """
 
 from __future__ import annotations
@@ -54,22 +56,25 @@ def as_preference_outputs(r):
 
 
 class ProbedPolicy(nn.Cell):
-    """The policy model with a zero probe added to its logits (see the module docstring)."""
+    """The policy model with its logits scaled by (1 + a zero probe) (see the module docstring)."""
 
-    def __init__(self, model, batch: int, length: int, vocab: int):
+    def __init__(self, model, batch: int, length: int):
         super().__init__(auto_prefix=False)  # keep the model's parameter names
         self.model = model
         self.batch = batch
-        self.probe = Parameter(ms.Tensor(np.zeros((batch, length, vocab), np.float32)), name=PROBE_NAME)
+        self.length = length
+        self.probe = Parameter(ms.Tensor(np.zeros((batch, length, 1), np.float32)), name=PROBE_NAME)
 
     def construct(self, input_ids):
         logits = self.model(input_ids)
-        if logits.shape == self.probe.shape:
-            return logits + self.probe
-        if logits.shape[0] == 2 * self.batch and logits.shape[1:] == self.probe.shape[1:]:
+        if logits.shape[1] != self.length:
+            return logits  # another length: no probe (masking is then not measured)
+        if logits.shape[0] == self.batch:
+            return logits * (1.0 + self.probe)
+        if logits.shape[0] == 2 * self.batch:
             # chosen and rejected concatenated along the batch: both halves share the probe
-            return logits + ops.concat((self.probe, self.probe), 0)
-        return logits  # another shape: no probe (masking is then not measured)
+            return logits * (1.0 + ops.concat((self.probe, self.probe), 0))
+        return logits
 
 
 class SequenceLogps(nn.Cell):
@@ -135,7 +140,8 @@ class PreferenceGradient(nn.Cell):
     """One forward + backward of a preference objective w.r.t. every parameter it holds.
 
     -> (loss, chosen_rewards, rejected_rewards, gradients...): the gradients are returned whole,
-    because the direction check steps the policy along them and the masking check reads the probe's.
+    because the direction check steps the policy along them and the masking check reads the probe's
+    ([B, T, 1]).
     """
 
     def __init__(self, objective, weights):

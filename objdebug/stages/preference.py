@@ -324,7 +324,7 @@ class Masking(PreferenceCheck):
         g = _gradient(ctx)
         # by identity: a pairs Cell prefixes the probe's name with its own attribute names
         probe = next(gr for p, gr in zip(g["params"], g["grads"]) if p is s.policy.probe)
-        sq = (probe.astype(np.float64) ** 2).sum(-1)           # [B, T]: squared logit-gradient norm
+        sq = probe.astype(np.float64)[..., 0] ** 2              # [B, T]: (sum_v dL/dx_v * x_v)^2
         b = s.batches[0]
         c_scored, r_scored = b.c_labels != pid, b.r_labels != pid
         # masked in both answers: the shared prompt, and the padding after both answers
@@ -361,7 +361,7 @@ class Masking(PreferenceCheck):
             what = (f"{v['prompt_leaking']} of {v['prompt_positions']} prompt positions and "
                     f"{v['padding_leaking']} of {v['padding_positions']} padding positions (masked in both "
                     f"answers; {v['informative_pairs']} of {v['pairs']} pairs with gradient) receive gradient "
-                    f"(max norm {v['max_masked_norm']:.3g})")
+                    f"(max |gradient| {v['max_masked_norm']:.3g})")
             if n:
                 return Verdict.FAIL, (what + f" in pairs {listing(v['leaking_ids'], _LISTED)}: the sequence "
                                       "log-probs include tokens that are not the answer"), float(n)
@@ -515,7 +515,7 @@ class Settings(PreferenceCheck):
             from objdebug.preference import _copy_model, build_pairs_objective
             from objdebug.preference_cells import ProbedPolicy
 
-            policy = ProbedPolicy(_copy_model(s.ctx, s.policy.model), s.ctx.engine.batch_size, s.length, s.vocab)
+            policy = ProbedPolicy(_copy_model(s.ctx, s.policy.model), s.ctx.engine.batch_size, s.length)
             cell = PairsObjective(build_pairs_objective(s.ctx, kwargs, policy, _copy_model(s.ctx, s.reference_model)))
             name = f"preference.settings.{key}"
         if s.form == "preference":
