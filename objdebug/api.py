@@ -22,7 +22,7 @@ from objdebug.errors import EXIT_CHECK_FAILED, EXIT_OK
 from objdebug.findings import CheckResult, Verdict
 from objdebug.profile import Profile, code_selected, load_profile
 from objdebug.progress import Progress, StageSummary
-from objdebug.stages import STAGES, stage_checks
+from objdebug.stages import STAGES, skipped, stage_checks, stage_skip_reason
 from objdebug.target import load_target
 
 SCHEMA_VERSION = 1
@@ -136,8 +136,9 @@ def _run(cfg: Config, chosen: list[str], profile: Profile, options: dict[str, An
                 t = time.perf_counter()
                 first_result, first_compile = len(result.results), engine.compiles.count
                 thresholds = profile.section(stage)
+                skip = stage_skip_reason(cfg, stage)
                 for check in stage_checks(stage):
-                    res = check.run(ctx, thresholds)
+                    res = skipped(check, skip) if skip else check.run(ctx, thresholds)
                     res.findings = [f for f in res.findings if code_selected(f.code, select, ignore)]
                     result.results.append(res)
                 result.timings[stage] = time.perf_counter() - t

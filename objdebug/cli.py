@@ -250,6 +250,7 @@ _STAGE_DOCS = {
     "decompose": "Stage 3: components of a composite loss: shares, dead terms, scale imbalance, gradient share.",
     "correlate": "Stage 4: per-sample loss against human quality scores (Pearson with CI, Spearman, Kendall).",
     "stress": "Stage 5: long inputs, all-padding, garbage ids, fp16, padding invariance.",
+    "preference": "Preference objectives (DPO, IPO, SimPO, hinge) on real pairs: zero point, symmetry, direction, masking, length, settings, agreement.",
 }
 for _name, _doc in _STAGE_DOCS.items():
     app.command(name=_name, help=_doc)(_stage_command(_name, _doc))

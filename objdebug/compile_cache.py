@@ -93,12 +93,12 @@ def key_parts(cfg: Any, profile: Any, stages: list[str], options: dict[str, Any]
 
     v = versions()
     spec = {}
-    for name in ("model", "objective"):
+    for name in ("model", "objective", "preference"):
         section = getattr(cfg, name)
         if section is not None:  # the checkpoint is left out: parameters are bound at run time
             spec[name] = {k: val for k, val in dataclasses.asdict(section).items() if k != "checkpoint"}
     data = dataclasses.asdict(cfg.data)
-    for name in ("align", "scores"):  # their rows decide the length buckets and batch counts
+    for name in ("align", "scores", "preference"):  # their rows decide the length buckets and batch counts
         data[name] = _file_digest(data[name])
     return {
         "schema": SCHEMA,

@@ -22,6 +22,11 @@ DEMO_CONFIG = Path(__file__).parent / "demo" / "objdebug.toml"
 DEVICES = ("CPU", "GPU", "Ascend")
 MODES = ("graph", "pynative")
 CALLS = ("flat", "sequence")
+# Preference objectives (the `preference` stage): "preference" takes the four sequence log-prob
+# vectors, "preference-pairs" owns policy and reference (see docs/config.md).
+PREFERENCE_CALLS = ("preference", "preference-pairs")
+LOGPS = ("sum", "mean")
+LOSS_TYPES = ("sigmoid", "ipo", "simpo", "hinge")
 
 
 @dataclass
@@ -38,6 +43,13 @@ class ObjectiveSpec:
     call: str = "flat"
     components: list[str] = field(default_factory=list)
     checkpoint: str | None = None  # end-to-end form: the objective owns the network
+    logps: str | None = None       # preference calls: "sum" or "mean" over response tokens
+    loss_type: str | None = None   # preference calls: "sigmoid", "ipo", "simpo" or "hinge"
+
+
+@dataclass
+class ReferenceSpec:
+    checkpoint: str | None = None  # the frozen reference model; default: the policy's checkpoint
 
 
 @dataclass
@@ -49,6 +61,7 @@ class DataSpec:
     vocab_size: int | None = None
     align: str | None = None
     scores: str | None = None
+    preference: str | None = None  # JSONL of {"id", "prompt", "chosen", "rejected", "strength"?}
 
 
 @dataclass
@@ -71,19 +84,38 @@ class Config:
     run: RunSpec = field(default_factory=RunSpec)
     source: str = "<memory>"
     base_dir: str = "."
+    preference: ObjectiveSpec | None = None  # [preference]: a preference objective beside a CE one
+    reference: ReferenceSpec | None = None
 
     @property
     def end_to_end(self) -> bool:
         """True when the objective owns its network: construct(input_ids, labels) -> loss."""
         return self.model is None
 
+    @property
+    def preference_objective(self) -> ObjectiveSpec | None:
+        """The preference objective the `preference` stage checks: `[preference]`, or the
+        `[objective]` itself when its call is a preference call."""
+        if self.preference is not None:
+            return self.preference
+        return self.objective if self.objective.call in PREFERENCE_CALLS else None
+
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        # preference keys appear only when set, so reports of other targets keep their shape
+        for key in ("preference", "reference"):
+            if out[key] is None:
+                del out[key]
+        for section, key in (("objective", "logps"), ("objective", "loss_type"), ("data", "preference")):
+            if out[section].get(key) is None:
+                del out[section][key]
+        return out
 
 
-_SECTIONS = {"model": ModelSpec, "objective": ObjectiveSpec, "data": DataSpec, "run": RunSpec}
+_SECTIONS = {"model": ModelSpec, "objective": ObjectiveSpec, "data": DataSpec, "run": RunSpec,
+             "preference": ObjectiveSpec, "reference": ReferenceSpec}
 _PATH_KEYS = {("model", "checkpoint"), ("objective", "checkpoint"), ("data", "align"), ("data", "scores"),
-              ("run", "compile_cache")}
+              ("run", "compile_cache"), ("data", "preference"), ("reference", "checkpoint")}
 
 
 def find_config(start: Path | None = None) -> Path | None:
@@ -186,7 +218,8 @@ def _build(raw: dict, path: Path) -> Config:
             raise InputError(f"[{name}]: {exc}", source=src) from None
     cfg = Config(objective=sections["objective"], model=sections.get("model"),
                  data=sections.get("data", DataSpec()), run=sections.get("run", RunSpec()),
-                 source=src, base_dir=str(path.parent))
+                 source=src, base_dir=str(path.parent), preference=sections.get("preference"),
+                 reference=sections.get("reference"))
     _validate(cfg, src)
     for section, key in _PATH_KEYS:
         spec = getattr(cfg, section)
@@ -216,9 +249,10 @@ def _validate(cfg: Config, src: str) -> None:
             raise InputError(f"For '{where}.factory', the value must be 'module:callable', "
                              f"but got '{spec.factory}'.", source=src)
         _check_type(spec.kwargs, dict, f"{where}.kwargs", src)
-    if cfg.objective.call not in CALLS:
-        raise InputError(f"For 'objective.call', the value must be in {list(CALLS)}, "
+    if cfg.objective.call not in CALLS + PREFERENCE_CALLS:
+        raise InputError(f"For 'objective.call', the value must be in {list(CALLS + PREFERENCE_CALLS)}, "
                          f"but got '{cfg.objective.call}'.", source=src)
+    _validate_preference(cfg, src)
     _check_type(cfg.objective.components, list, "objective.components", src)
     if not cfg.end_to_end and cfg.objective.checkpoint is not None:
         raise InputError("objective.checkpoint is only for the end-to-end form (no [model]); "
@@ -240,3 +274,43 @@ def _validate(cfg: Config, src: str) -> None:
     _check_type(r.profile, str, "run.profile", src)
     if r.compile_cache is not None:
         _check_type(r.compile_cache, str, "run.compile_cache", src)
+
+
+def _validate_preference(cfg: Config, src: str) -> None:
+    """`[preference]` / `[objective] call = "preference..."`, `[reference]`, `[data] preference`."""
+    if cfg.preference is not None:
+        if cfg.objective.call in PREFERENCE_CALLS:
+            raise InputError("[preference] is for a preference objective beside a cross-entropy "
+                             "[objective]; this [objective] is already a preference call", source=src)
+        _check_type(cfg.preference.factory, str, "preference.factory", src)
+        if ":" not in cfg.preference.factory:
+            raise InputError(f"For 'preference.factory', the value must be 'module:callable', "
+                             f"but got '{cfg.preference.factory}'.", source=src)
+        _check_type(cfg.preference.kwargs, dict, "preference.kwargs", src)
+        if cfg.preference.call == "flat":  # the dataclass default: [preference] means the logps call
+            cfg.preference.call = "preference"
+    spec = cfg.preference_objective
+    where = "preference" if cfg.preference is not None else "objective"
+    if spec is None:
+        for section, key in (("objective", "logps"), ("objective", "loss_type")):
+            if getattr(cfg.objective, key) is not None:
+                raise InputError(f"For '{section}.{key}', the key is only for a preference call "
+                                 f"({list(PREFERENCE_CALLS)}), but objective.call is "
+                                 f"'{cfg.objective.call}'.", source=src)
+        return
+    if spec.call not in PREFERENCE_CALLS:
+        raise InputError(f"For '{where}.call', the value must be in {list(PREFERENCE_CALLS)}, "
+                         f"but got '{spec.call}'.", source=src)
+    spec.logps = "sum" if spec.logps is None else spec.logps
+    spec.loss_type = "sigmoid" if spec.loss_type is None else spec.loss_type
+    if spec.logps not in LOGPS:
+        raise InputError(f"For '{where}.logps', the value must be in {list(LOGPS)}, but got "
+                         f"{spec.logps!r}.", source=src)
+    if spec.loss_type not in LOSS_TYPES:
+        raise InputError(f"For '{where}.loss_type', the value must be in {list(LOSS_TYPES)}, but got "
+                         f"{spec.loss_type!r}.", source=src)
+    if cfg.model is None:
+        raise InputError(f"For '{where}.call' = '{spec.call}', a [model] is required: objdebug builds "
+                         "the policy and the reference from the model factory", source=src)
+    if cfg.reference is not None and cfg.reference.checkpoint is not None:
+        _check_type(cfg.reference.checkpoint, str, "reference.checkpoint", src)

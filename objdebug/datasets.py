@@ -130,3 +130,32 @@ def text_samples(ctx: Context, n: int | None = None) -> list[Sample]:
         raise InputError("the target has no data: set data.align or data.scores",
                          source=ctx.config.source)
     return out[:n] if n else out
+
+
+def preference_rows(ctx: Context) -> list[dict[str, Any]]:
+    """Rows of {id, line, prompt, chosen, rejected, strength} from data.preference.
+
+    A row has `prompt` (optional), `chosen` and `rejected` (text, or `*_ids`), and optionally a
+    numeric `strength` (the annotated size of the preference). An empty answer is allowed: the
+    preference stage names pairs with no supervised token rather than refusing the file.
+    """
+    def build() -> list[dict[str, Any]]:
+        path = ctx.config.data.preference
+        enc = replace(encoder(ctx), source=str(path))
+        rows, seen = [], set()
+        for lineno, raw in read_jsonl(path, "preference"):
+            rid = str(raw.get("id", f"line{lineno}"))
+            if rid in seen:
+                raise InputError(f"duplicate id '{rid}'", source=str(path), line=lineno)
+            seen.add(rid)
+            prompt = enc.field(raw, "prompt", lineno, required=False) or []
+            chosen = enc.field(raw, "chosen", lineno)
+            rejected = enc.field(raw, "rejected", lineno)
+            strength = raw.get("strength")
+            if strength is not None and (isinstance(strength, bool) or not isinstance(strength, (int, float))):
+                raise InputError(f"field 'strength' must be a number, but got {strength!r}",
+                                 source=str(path), line=lineno)
+            rows.append({"id": rid, "line": lineno, "prompt": prompt, "chosen": chosen,
+                         "rejected": rejected, "strength": None if strength is None else float(strength)})
+        return rows
+    return ctx.cached("preference.rows", build)

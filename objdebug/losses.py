@@ -1,5 +1,9 @@
 """Reference training objectives for objdebug.
 
+The preference losses (:class:`SigmoidDPOLoss`, :class:`IPOLoss`, :class:`SimPOLoss`,
+:class:`HingeDPOLoss`) take the four sequence log-prob vectors of a batch of preference pairs, as
+`[objective] call = "preference"` does, and return ``(loss, chosen_rewards, rejected_rewards)``.
+
 :class:`MaskedCrossEntropy` is the objective the bundled demo is trained with and the reference
 the diagnostics compare a user's objective against. It differs from ``nn.CrossEntropyLoss`` in
 the places where that one is measured to misbehave on MindSpore 2.10 (see
@@ -12,7 +16,7 @@ from __future__ import annotations
 import mindspore as ms
 from mindspore import nn, ops
 
-__all__ = ["MaskedCrossEntropy"]
+__all__ = ["MaskedCrossEntropy", "SigmoidDPOLoss", "IPOLoss", "SimPOLoss", "HingeDPOLoss"]
 
 _REDUCTIONS = ("mean", "sum", "none")
 
@@ -147,3 +151,294 @@ class MaskedCrossEntropy(nn.Cell):
             return total
         count = mask.astype(ms.float32).sum()
         return total / ops.maximum(count, ops.ones_like(count))
+
+
+def _log_sigmoid(x):
+    """log(sigmoid(x)) = min(x, 0) - log1p(exp(-|x|)), finite for any x.
+
+    `ops.logsigmoid` in MindSpore 2.10 returns -inf below about x = -88 (float32 sigmoid underflows
+    to 0 before the log), measured: -logsigmoid(-125.8) gives inf instead of 125.8. Summed
+    log-probs of long answers reach such margins.
+    """
+    return ops.minimum(x, ops.zeros_like(x)) - ops.log1p(ops.exp(-ops.abs(x)))
+
+
+def _check_float(name, key, value, positive=False):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"For '{name}', the type of '{key}' must be float, but got {type(value).__name__}.")
+    if positive and not float(value) > 0.0:
+        raise ValueError(f"For '{name}', the '{key}' must be > 0, but got {value}.")
+    return float(value)
+
+
+class _PreferenceLoss(nn.Cell):
+    """Shared plumbing: argument checks and the reduction of the per-pair losses."""
+
+    def __init__(self, name, beta, reduction):
+        super().__init__()
+        self.beta = _check_float(name, "beta", beta, positive=True)
+        if not isinstance(reduction, str) or reduction not in _REDUCTIONS:
+            raise ValueError(f"For '{name}', the 'reduction' must be in ['mean', 'sum', 'none'], "
+                             f"but got {reduction!r}.")
+        self.reduction = reduction
+
+    def reduce(self, losses):
+        if self.reduction == "none":
+            return losses
+        if self.reduction == "sum":
+            return losses.sum()
+        return losses.mean()
+
+    @staticmethod
+    def log_ratios(policy_chosen_logps, policy_rejected_logps, reference_chosen_logps,
+                   reference_rejected_logps):
+        chosen = policy_chosen_logps.astype(ms.float32) - reference_chosen_logps.astype(ms.float32)
+        rejected = policy_rejected_logps.astype(ms.float32) - reference_rejected_logps.astype(ms.float32)
+        return chosen, rejected
+
+
+
+
+
+class SigmoidDPOLoss(_PreferenceLoss):
+    r"""
+    Direct Preference Optimization loss (Rafailov et al., 2023, eq. 7), the sigmoid form.
+
+    With :math:`h = [\log\pi(y_w|x) - \log\pi_{ref}(y_w|x)] - [\log\pi(y_l|x) - \log\pi_{ref}(y_l|x)]`
+    (sequence log-probs summed over the response tokens), the per-pair loss is
+
+    .. math::
+        \ell = -(1 - \epsilon)\log\sigma(\beta h) - \epsilon\log\sigma(-\beta h)
+
+    where :math:`\epsilon` is `label_smoothing` (conservative DPO; 0 gives the paper's loss). When
+    the policy equals the reference, :math:`h = 0` and :math:`\ell = \ln 2`. The implicit rewards are
+    :math:`\beta[\log\pi(y|x) - \log\pi_{ref}(y|x)]`.
+
+    Args:
+        beta (float): Inverse temperature :math:`\beta` of the implicit reward; > 0. Default: ``0.1``.
+        label_smoothing (float): Assumed share of flipped preference labels, in [0, 0.5).
+            Default: ``0.0``.
+        reduction (str): ``'none'``, ``'mean'`` or ``'sum'`` over the pairs. Default: ``'mean'``.
+    Inputs:
+        - **policy_chosen_logps** (Tensor) - Sequence log-probabilities of the chosen responses
+          under the policy, of shape :math:`(B,)`. Any float dtype; computed in float32.
+        - **policy_rejected_logps** (Tensor) - The same for the rejected responses, :math:`(B,)`.
+        - **reference_chosen_logps** (Tensor) - Chosen responses under the frozen reference
+          model, :math:`(B,)`.
+        - **reference_rejected_logps** (Tensor) - Rejected responses under the reference, :math:`(B,)`.
+
+    Outputs:
+        Tuple of 3 Tensors, float32: the loss (a scalar for `reduction` ``'mean'`` / ``'sum'``,
+        of shape :math:`(B,)` for ``'none'``), the chosen rewards and the rejected rewards, each
+        of shape :math:`(B,)` and detached from the graph (``stop_gradient``).
+    Raises:
+        TypeError: If `beta` or `label_smoothing` is not a float.
+        ValueError: If `beta` <= 0, `label_smoothing` is not in [0, 0.5), or `reduction` is not one
+            of ``'none'``, ``'mean'``, ``'sum'``.
+
+    Supported Platforms:
+        ``Ascend`` ``GPU`` ``CPU``
+
+    Examples:
+        >>> import mindspore as ms
+        >>> import numpy as np
+        >>> from objdebug.losses import SigmoidDPOLoss
+        >>> loss_fn = SigmoidDPOLoss(beta=0.1)
+        >>> x = ms.Tensor(np.array([-12.0, -30.0]), ms.float32)
+        >>> y = ms.Tensor(np.array([-15.0, -28.0]), ms.float32)
+        >>> loss, chosen_rewards, rejected_rewards = loss_fn(x, y, x, y)
+        >>> print(round(float(loss), 4))
+        0.6931
+    """
+
+    def __init__(self, beta=0.1, label_smoothing=0.0, reduction="mean"):
+        super().__init__("SigmoidDPOLoss", beta, reduction)
+        eps = _check_float("SigmoidDPOLoss", "label_smoothing", label_smoothing)
+        if not 0.0 <= eps < 0.5:
+            raise ValueError(f"For 'SigmoidDPOLoss', the 'label_smoothing' must be in range [0.0, 0.5), "
+                             f"but got {label_smoothing}.")
+        self.label_smoothing = eps
+
+    def construct(self, policy_chosen_logps, policy_rejected_logps, reference_chosen_logps,
+                  reference_rejected_logps):
+        chosen, rejected = self.log_ratios(policy_chosen_logps, policy_rejected_logps,
+                                           reference_chosen_logps, reference_rejected_logps)
+        z = self.beta * (chosen - rejected)
+        losses = -(1.0 - self.label_smoothing) * _log_sigmoid(z) - self.label_smoothing * _log_sigmoid(-z)
+        return (self.reduce(losses), ops.stop_gradient(self.beta * chosen),
+                ops.stop_gradient(self.beta * rejected))
+
+
+class IPOLoss(_PreferenceLoss):
+    r"""
+    Identity Preference Optimization loss (Azar et al., 2023, eq. 17, "IPO").
+
+    With :math:`h` the difference of the policy/reference log-ratios of the chosen and the rejected
+    response — from log-probs **averaged** over the response tokens, as the IPO derivation and its
+    reference implementation assume — the per-pair loss is
+
+    .. math::
+        \ell = \left(h - \frac{1}{2\tau}\right)^2
+
+    with :math:`\tau` = `beta`. When the policy equals the reference, :math:`\ell = 1/(4\tau^2)`.
+
+    Args:
+        beta (float): The regularization :math:`\tau`; > 0. Default: ``0.1``.
+        reduction (str): ``'none'``, ``'mean'`` or ``'sum'`` over the pairs. Default: ``'mean'``.
+    Inputs:
+        - **policy_chosen_logps** (Tensor) - Sequence log-probabilities of the chosen responses
+          under the policy, of shape :math:`(B,)`. Any float dtype; computed in float32.
+        - **policy_rejected_logps** (Tensor) - The same for the rejected responses, :math:`(B,)`.
+        - **reference_chosen_logps** (Tensor) - Chosen responses under the frozen reference
+          model, :math:`(B,)`.
+        - **reference_rejected_logps** (Tensor) - Rejected responses under the reference, :math:`(B,)`.
+
+    Outputs:
+        Tuple of 3 Tensors, float32: the loss (a scalar for `reduction` ``'mean'`` / ``'sum'``,
+        of shape :math:`(B,)` for ``'none'``), the chosen rewards and the rejected rewards, each
+        of shape :math:`(B,)` and detached from the graph (``stop_gradient``).
+    Raises:
+        TypeError: If `beta` is not a float.
+        ValueError: If `beta` <= 0 or `reduction` is not one of ``'none'``, ``'mean'``, ``'sum'``.
+
+    Supported Platforms:
+        ``Ascend`` ``GPU`` ``CPU``
+
+    Examples:
+        >>> import mindspore as ms
+        >>> import numpy as np
+        >>> from objdebug.losses import IPOLoss
+        >>> x = ms.Tensor(np.array([-1.2, -0.9]), ms.float32)
+        >>> loss, _, _ = IPOLoss(beta=0.5)(x, x, x, x)
+        >>> print(round(float(loss), 4))
+        1.0
+    """
+
+    def __init__(self, beta=0.1, reduction="mean"):
+        super().__init__("IPOLoss", beta, reduction)
+
+    def construct(self, policy_chosen_logps, policy_rejected_logps, reference_chosen_logps,
+                  reference_rejected_logps):
+        chosen, rejected = self.log_ratios(policy_chosen_logps, policy_rejected_logps,
+                                           reference_chosen_logps, reference_rejected_logps)
+        losses = ops.square(chosen - rejected - 1.0 / (2.0 * self.beta))
+        return (self.reduce(losses), ops.stop_gradient(self.beta * chosen),
+                ops.stop_gradient(self.beta * rejected))
+
+
+class SimPOLoss(_PreferenceLoss):
+    r"""
+    Simple Preference Optimization loss (Meng et al., 2024, eq. 6): reference-free, length-normalized.
+
+    With :math:`\bar{p}_w, \bar{p}_l` the policy log-probs of the chosen and rejected responses
+    **averaged** over their response tokens, the per-pair loss is
+
+    .. math::
+        \ell = -\log\sigma\left(\beta\,\bar{p}_w - \beta\,\bar{p}_l - \gamma\right)
+
+    The reference inputs are accepted (for the common signature) and ignored. When the two policy
+    log-probs are equal, :math:`\ell = \log(1 + e^{\gamma})`. The rewards are :math:`\beta\bar{p}`.
+
+    Args:
+        beta (float): Reward scale :math:`\beta`; > 0. Default: ``2.0``.
+        gamma (float): Target reward margin :math:`\gamma` >= 0. Default: ``1.0``.
+        reduction (str): ``'none'``, ``'mean'`` or ``'sum'`` over the pairs. Default: ``'mean'``.
+    Inputs:
+        - **policy_chosen_logps** (Tensor) - Sequence log-probabilities of the chosen responses
+          under the policy, of shape :math:`(B,)`. Any float dtype; computed in float32.
+        - **policy_rejected_logps** (Tensor) - The same for the rejected responses, :math:`(B,)`.
+        - **reference_chosen_logps** (Tensor) - Chosen responses under the frozen reference
+          model, :math:`(B,)`.
+        - **reference_rejected_logps** (Tensor) - Rejected responses under the reference, :math:`(B,)`.
+
+    Outputs:
+        Tuple of 3 Tensors, float32: the loss (a scalar for `reduction` ``'mean'`` / ``'sum'``,
+        of shape :math:`(B,)` for ``'none'``), the chosen rewards and the rejected rewards, each
+        of shape :math:`(B,)` and detached from the graph (``stop_gradient``).
+    Raises:
+        TypeError: If `beta` or `gamma` is not a float.
+        ValueError: If `beta` <= 0, `gamma` < 0 or `reduction` is not one of ``'none'``,
+            ``'mean'``, ``'sum'``.
+
+    Supported Platforms:
+        ``Ascend`` ``GPU`` ``CPU``
+
+    Examples:
+        >>> import mindspore as ms
+        >>> import numpy as np
+        >>> from objdebug.losses import SimPOLoss
+        >>> x = ms.Tensor(np.array([-1.2, -0.9]), ms.float32)
+        >>> loss, _, _ = SimPOLoss(beta=2.0, gamma=1.0)(x, x, x, x)
+        >>> print(round(float(loss), 4))
+        1.3133
+    """
+
+    def __init__(self, beta=2.0, gamma=1.0, reduction="mean"):
+        super().__init__("SimPOLoss", beta, reduction)
+        self.gamma = _check_float("SimPOLoss", "gamma", gamma)
+        if self.gamma < 0.0:
+            raise ValueError(f"For 'SimPOLoss', the 'gamma' must be >= 0, but got {gamma}.")
+
+    def construct(self, policy_chosen_logps, policy_rejected_logps, reference_chosen_logps,
+                  reference_rejected_logps):
+        chosen = self.beta * policy_chosen_logps.astype(ms.float32)
+        rejected = self.beta * policy_rejected_logps.astype(ms.float32)
+        losses = -_log_sigmoid(chosen - rejected - self.gamma)
+        return self.reduce(losses), ops.stop_gradient(chosen), ops.stop_gradient(rejected)
+
+
+class HingeDPOLoss(_PreferenceLoss):
+    r"""
+    Hinge preference loss (SLiC-HF, Zhao et al., 2023, eq. 1, with the DPO log-ratios).
+
+    With :math:`h` the difference of the policy/reference log-ratios (summed log-probs), the
+    per-pair loss is
+
+    .. math::
+        \ell = \max(0,\ 1 - \beta h)
+
+    When the policy equals the reference, :math:`\ell = 1`.
+
+    Args:
+        beta (float): Scale :math:`\beta` of the log-ratio margin (the hinge sits at
+            :math:`h = 1/\beta`); > 0. Default: ``0.1``.
+        reduction (str): ``'none'``, ``'mean'`` or ``'sum'`` over the pairs. Default: ``'mean'``.
+    Inputs:
+        - **policy_chosen_logps** (Tensor) - Sequence log-probabilities of the chosen responses
+          under the policy, of shape :math:`(B,)`. Any float dtype; computed in float32.
+        - **policy_rejected_logps** (Tensor) - The same for the rejected responses, :math:`(B,)`.
+        - **reference_chosen_logps** (Tensor) - Chosen responses under the frozen reference
+          model, :math:`(B,)`.
+        - **reference_rejected_logps** (Tensor) - Rejected responses under the reference, :math:`(B,)`.
+
+    Outputs:
+        Tuple of 3 Tensors, float32: the loss (a scalar for `reduction` ``'mean'`` / ``'sum'``,
+        of shape :math:`(B,)` for ``'none'``), the chosen rewards and the rejected rewards, each
+        of shape :math:`(B,)` and detached from the graph (``stop_gradient``).
+    Raises:
+        TypeError: If `beta` is not a float.
+        ValueError: If `beta` <= 0 or `reduction` is not one of ``'none'``, ``'mean'``, ``'sum'``.
+
+    Supported Platforms:
+        ``Ascend`` ``GPU`` ``CPU``
+
+    Examples:
+        >>> import mindspore as ms
+        >>> import numpy as np
+        >>> from objdebug.losses import HingeDPOLoss
+        >>> x = ms.Tensor(np.array([-12.0, -30.0]), ms.float32)
+        >>> loss, _, _ = HingeDPOLoss(beta=0.1)(x, x, x, x)
+        >>> print(round(float(loss), 4))
+        1.0
+    """
+
+    def __init__(self, beta=0.1, reduction="mean"):
+        super().__init__("HingeDPOLoss", beta, reduction)
+
+    def construct(self, policy_chosen_logps, policy_rejected_logps, reference_chosen_logps,
+                  reference_rejected_logps):
+        chosen, rejected = self.log_ratios(policy_chosen_logps, policy_rejected_logps,
+                                           reference_chosen_logps, reference_rejected_logps)
+        losses = ops.relu(1.0 - self.beta * (chosen - rejected))
+        return (self.reduce(losses), ops.stop_gradient(self.beta * chosen),
+                ops.stop_gradient(self.beta * rejected))

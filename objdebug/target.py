@@ -133,7 +133,7 @@ class Target:
 
     def trainable_params(self) -> list:
         params = list(self.network.trainable_params())
-        if self.model is not None:  # an objective may carry parameters of its own
+        if self.model is not None and self.objective is not None:  # an objective may carry parameters of its own
             seen = {id(p) for p in params}
             params += [p for p in self.objective.trainable_params() if id(p) not in seen]
         return params
@@ -143,7 +143,8 @@ class Target:
         return {
             "form": "end-to-end" if self.end_to_end else "model+objective",
             "model": None if self.model is None else type(self.model).__name__,
-            "objective": type(self.objective).__name__,
+            "objective": (type(self.objective).__name__ if self.objective is not None
+                          else self.config.objective.factory.rpartition(":")[2]),
             "trainable_parameters": len(params),
             "trainable_elements": int(sum(int(p.size) for p in params)),
             "checkpoint_params": self.checkpoint_params,
@@ -159,6 +160,9 @@ def load_target(cfg: Config) -> Target:
         if cfg.model.checkpoint:
             n_loaded = load_checkpoint_strict(model, cfg.model.checkpoint, "model")
         model.set_train(False)
+    if cfg.objective.call == "preference-pairs":
+        # its factory takes the policy and the reference: the preference stage builds it
+        return Target(config=cfg, objective=None, model=model, checkpoint_params=n_loaded)
     objective = _call_factory(cfg.objective.factory, cfg.objective.kwargs, "objective", base)
     if cfg.end_to_end and cfg.objective.checkpoint:
         n_loaded = load_checkpoint_strict(objective, cfg.objective.checkpoint, "objective")

@@ -6,6 +6,9 @@
   quality levels (correct, first draft, two slot errors, many errors, random splice), scored
   1..5 by the rule-based :mod:`objdebug.demo.rater` (which never looks at a model), with
   per-aspect scores under ``"scores"``.
+- ``preference.jsonl``: the align prompts as preference pairs for the preference stage: good over
+  bad (``strength`` 2), good over medium and medium over bad (``strength`` 1); derived from the
+  align rows, so writing it draws nothing from the random generator.
 
 No prompt here is ever trained on (see :func:`objdebug.demo.corpus.split_prompts`).
 """
@@ -66,6 +69,16 @@ def build(seed=0):
     return align, scores
 
 
+def preference_pairs(align):
+    """Pairs (chosen over rejected) from the align rows, with the annotated size of the preference."""
+    pairs = []
+    for row in align:
+        for chosen, rejected, strength in (("good", "bad", 2), ("good", "medium", 1), ("medium", "bad", 1)):
+            pairs.append({"id": f"{row['id']}-{chosen}-{rejected}", "prompt": row["prompt"],
+                          "chosen": row[chosen], "rejected": row[rejected], "strength": strength})
+    return pairs
+
+
 def _write_jsonl(path, rows):
     with open(path, "w", encoding="utf-8") as f:
         for row in rows:
@@ -80,8 +93,9 @@ def main(argv=None):
     align, scores = build(args.seed)
     _write_jsonl(os.path.join(args.out_dir, "align.jsonl"), align)
     _write_jsonl(os.path.join(args.out_dir, "scores.jsonl"), scores)
+    _write_jsonl(os.path.join(args.out_dir, "preference.jsonl"), preference_pairs(align))
     hist = {s: sum(r["score"] == s for r in scores) for s in range(1, 6)}
-    print(f"wrote {len(align)} align rows and {len(scores)} score rows to {args.out_dir}; "
+    print(f"wrote {len(align)} align rows, {3 * len(align)} preference pairs and {len(scores)} score rows to {args.out_dir}; "
           f"score histogram {hist}")
     return 0
 
