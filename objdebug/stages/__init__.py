@@ -1,10 +1,10 @@
-"""The five stages, in pipeline order. Each module exposes `checks() -> list[Check]`."""
+"""The stages, in pipeline order. Each module exposes `checks() -> list[Check]`."""
 
 from __future__ import annotations
 
 import importlib
 
-STAGES = ("align", "grad", "decompose", "correlate", "stress")
+STAGES = ("align", "grad", "invariants", "decompose", "correlate", "stress")
 
 
 def stage_checks(name: str) -> list:
