@@ -32,6 +32,7 @@ from objdebug.cells import as_outputs, call_on_logits
 LOGIT_GRAD = "invariants.logit_grad"
 TRAIN_MODE = "invariants.train_mode"
 FORWARD = "invariants.forward"
+MODEL_TRAIN = "invariants.model_train"
 CONFIGURED = "configured"
 
 
@@ -213,6 +214,29 @@ class InvarianceProbe:
                      labels_out=ty.asnumpy(), logits_in=x, logits_out=tx.asnumpy())
 
 
+class _ModelForward(nn.Cell):
+    """input_ids -> logits, through a Cell of its own so the model can run in training mode here
+    without touching the engine's evaluation-mode forward."""
+
+    def __init__(self, model):
+        super().__init__(auto_prefix=False)
+        self.model = model
+
+    def construct(self, input_ids):
+        return self.model(input_ids)
+
+
+def model_logits_in_train_mode(engine: Any, input_ids: np.ndarray) -> np.ndarray:
+    """The model's logits with the model in training mode (dropout on); evaluation mode restored."""
+    cell = engine.cell(MODEL_TRAIN, lambda: _ModelForward(engine.target.model))
+    cell.set_train(True)
+    try:
+        out = engine.call(MODEL_TRAIN, cell, ms.Tensor(np.asarray(input_ids, np.int32)))
+    finally:
+        cell.set_train(False)
+    return out.asnumpy().astype(np.float32)
+
+
 def dropout_cells(*cells: Any) -> list[str]:
     """Names of dropout Cells (drop probability > 0) inside `cells`: they make training mode random."""
     out = []
@@ -225,6 +249,6 @@ def dropout_cells(*cells: Any) -> list[str]:
             p = getattr(cell, "p", None)
             if p is None and getattr(cell, "keep_prob", None) is not None:
                 p = 1.0 - float(cell.keep_prob)
-            if p is None or float(p) > 0:
-                out.append(f"{name or type(cell).__name__} (p={p})")
+            if p is not None and float(p) > 0:  # a dropout Cell that drops (not a wrapper named so)
+                out.append(f"{name or type(cell).__name__} (p={float(p):g})")
     return out

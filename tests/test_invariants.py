@@ -38,17 +38,26 @@ CHECKS = ["side-effects", "label-alignment", "logit-shift", "upstream-gradient",
           "token-weighting", "empty-after-truncation", "settings-used"]
 
 
+_MODEL = {}
+
+
+def _shared_model(cfg, target):
+    """The inv_* targets name the same demo model and checkpoint: load and compile it once per
+    process (MindSpore keeps a Cell's compiled graphs on the Cell)."""
+    return _MODEL.setdefault((cfg.model.factory, repr(cfg.model.kwargs), cfg.model.checkpoint), target.model)
+
+
 class Target:
     """One loaded fixture target; `run(name)` runs one invariants check on it (once, then cached)."""
 
-    def __init__(self, name: str, profile_overrides: dict | None = None):
+    def __init__(self, name: str):
         self.cfg = load_config(TARGETS / f"inv_{name}" / "objdebug.toml")
         self.profile = load_profile(str(PROFILE))
-        if profile_overrides:
-            self.profile.data.setdefault("invariants", {}).update(profile_overrides)
         self.th = self.profile.section("invariants")
         runtime.setup(self.cfg.run.device, self.cfg.run.mode, self.cfg.run.seed)
-        engine = Engine(load_target(self.cfg), batch_size=self.profile.section("engine")["batch_size"])
+        target = load_target(self.cfg)
+        target.model = _shared_model(self.cfg, target)
+        engine = Engine(target, batch_size=self.profile.section("engine")["batch_size"])
         engine.stage = "invariants"
         self.ctx = Context(config=self.cfg, target=engine.target, engine=engine, profile=self.profile)
         self.results = {}
@@ -208,25 +217,27 @@ BROKEN = [("double_shift", "label-alignment", "OBJ701", "minimum is at d = -1"),
 
 
 @pytest.mark.parametrize("fixture, check, code, words", BROKEN, ids=[b[0] for b in BROKEN])
-def test_broken_objective_fails_its_rule(fixture, check, code, words):
+def test_broken_objective_fails_its_rule_and_no_other(fixture, check, code, words):
     t = Target(fixture)
     res = t.run(check)
     assert res.error is None, res.error
     f = next(f for f in res.findings if f.code == code)
     assert f.verdict == Verdict.FAIL and words in f.message, f.message
     assert f.fix == get_rule(code).fix
+    verdicts = t.verdicts()
+    assert {c for c, v in verdicts.items() if v in (Verdict.FAIL, Verdict.WARN, Verdict.ERROR)} == {code}, \
+        verdicts
+    assert verdicts["OBJ706"] == Verdict.INFO  # every fixture is a per-batch mean: a note
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("fixture, check, code, words", BROKEN + [
-    ("train_only", "side-effects", "OBJ708", "something else in training mode")], ids=[b[0] for b in BROKEN] + ["train_only"])
-def test_broken_objective_fails_no_other_rule(fixture, check, code, words):
-    verdicts = Target(fixture).verdicts()
-    bad = {c for c, v in verdicts.items() if v in (Verdict.FAIL, Verdict.WARN, Verdict.ERROR)}
-    assert bad == {code}, verdicts
+def test_objective_that_changes_in_training_mode_warns():
+    t = Target("train_only")
+    verdicts = t.verdicts()
+    assert {c for c, v in verdicts.items() if v in (Verdict.FAIL, Verdict.WARN, Verdict.ERROR)} == {"OBJ708"}
+    f = next(f for f in t.run("side-effects").findings if f.code == "OBJ708")
+    assert f.verdict == Verdict.WARN and "something else in training mode" in f.message
 
 
-@pytest.mark.slow
 def test_hand_written_masked_ce_passes_every_rule():
     verdicts = Target("handwritten").verdicts()
     assert not {c for c, v in verdicts.items() if v in (Verdict.FAIL, Verdict.WARN, Verdict.ERROR)}
@@ -238,6 +249,22 @@ def test_dropout_cells_are_found():
     net = nn.SequentialCell([nn.Dense(2, 2), nn.Dropout(p=0.1), nn.Dropout(p=0.0)])
     found = dropout_cells(net)
     assert len(found) == 1 and "p=0.1" in found[0]
+
+
+@pytest.mark.slow
+def test_dropout_kept_on_purpose_is_a_note():
+    """A model with dropout: its training loss differs from its evaluation loss; by default a note
+    (INFO) that says so with both numbers, a WARN where the profile asks for it."""
+    from objdebug.stages.invariant_cases.side_effects import SideEffects
+
+    t = Target("dropout")
+    res = t.run("side-effects")
+    f = next(f for f in res.findings if f.code == "OBJ708")
+    assert f.verdict == Verdict.INFO and "drop (p=0.1)" in f.message, f.message
+    v = res.value
+    assert v["train_eval_diff"] == 0.0 and v["model_train_diff"] > 0.1  # the objective alone: same
+    cond = SideEffects().conditions({"dropout": "warn"})[1]
+    assert cond.judge(v)[0] == Verdict.WARN
 
 
 def test_empty_rows_are_named_under_max_length(healthy):
@@ -271,3 +298,22 @@ def test_cli_explain_prints_the_page():
     out = subprocess.run([sys.executable, "-m", "objdebug.cli", "explain", "OBJ704"], cwd=ROOT,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "Liger-Kernel" in out.stdout
+
+
+# --------------------------------------------------------------------------- reports
+def test_every_report_format_renders_the_stage_in_pipeline_order():
+    from fixtures.reports_data import synthetic_result
+    from objdebug.findings import CheckResult, Finding
+    from objdebug.report import html, json_report, junit, markdown, terminal
+
+    result = synthetic_result()
+    result.stages = ["align", "grad", "invariants", "decompose", "correlate", "stress"]
+    res = CheckResult("invariants", "token-weighting", seconds=0.5, value={"micro_batches": 8})
+    res.findings = [Finding("OBJ706", Verdict.INFO, "effective token weight max/min 1.59",
+                            "token-weighting", "invariants", "token_weights_equal", fix="fix", value=1.59)]
+    result.results.insert(next(i for i, r in enumerate(result.results) if r.stage == "decompose"), res)
+    report = json_report.to_dict(result)
+    for text in (terminal.render(report, colour=False, verbose=True), junit.dumps(report),
+                 markdown.render(report), html.render(report)):
+        assert "OBJ706" in text
+        assert text.index("invariants") < text.index("decompose"), text[:200]

@@ -14,7 +14,8 @@ as the profile's `dropout` verdict (default "info"), naming the dropout Cells of
 the objective; any other difference takes `train_eval` (default "warn").
 
 Graphs: `invariants.forward` (forward only, evaluation mode) for OBJ707 and OBJ708,
-`invariants.train_mode` (the same in training mode) for OBJ708, `invariants.logit_grad[configured]`
+`invariants.train_mode` (the same in training mode) for OBJ708, `invariants.model_train` (the model
+in training mode; only when it has a dropout Cell), `invariants.logit_grad[configured]`
 (shared) for the autodiff call.
 """
 
@@ -27,7 +28,7 @@ import numpy as np
 
 from objdebug.context import Context
 from objdebug.findings import Check, Condition, Verdict, listing
-from objdebug.invariance import dropout_cells
+from objdebug.invariance import dropout_cells, model_logits_in_train_mode
 from objdebug.stages.invariant_cases._common import base, batch, logits, probe, skip_end_to_end
 
 
@@ -63,7 +64,20 @@ class SideEffects(Check):
                 "labels_size": int(y.size), "logits_size": int(x.size),
                 "changed_values": sorted({int(v) for v in ly[changed]})[:8],
                 "loss_eval": ev.loss, "loss_train": tr.loss, "train_eval_diff": diff,
-                "dropout": dropout_cells(ctx.target.objective, ctx.target.model)}
+                "dropout": dropout_cells(ctx.target.objective, ctx.target.model),
+                **self._model_in_train_mode(ctx, ev.loss)}
+
+    @staticmethod
+    def _model_in_train_mode(ctx: Context, loss_eval: float) -> dict[str, Any]:
+        """With dropout in the model: the same objective (evaluation mode) on the logits of the
+        model in training mode, the loss a training step reports (graph `invariants.model_train`,
+        only compiled when the model has a dropout Cell)."""
+        if not dropout_cells(ctx.target.model):
+            return {}
+        b = batch(ctx)
+        x = model_logits_in_train_mode(ctx.engine, b.input_ids)
+        loss = probe(ctx).forward(x, b.labels).loss
+        return {"loss_model_train": loss, "model_train_diff": abs(loss - loss_eval)}
 
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
         mode_verdict = Verdict.from_setting(th.get("train_eval", "warn"), "[invariants] train_eval")
@@ -82,14 +96,17 @@ class SideEffects(Check):
 
         def mode(v):
             drops = v["dropout"]
-            what = (f"loss in training mode {v['loss_train']:.6g} vs evaluation mode "
+            what = (f"objective in training mode {v['loss_train']:.6g} vs evaluation mode "
                     f"{v['loss_eval']:.6g} on the same logits (max |Δ| {v['train_eval_diff']:.3g})")
+            if "loss_model_train" in v:
+                what += (f"; with the model in training mode the loss is {v['loss_model_train']:.6g} "
+                         f"(|Δ| {v['model_train_diff']:.3g})")
             note = f"; dropout Cells: {listing(drops, 6)}" if drops else ""
             if v["train_eval_diff"] == 0.0:
                 if drops:  # the model's dropout changes the logits, not the objective on fixed logits
-                    return drop_verdict, (what + note + ": the objective itself does not depend on the "
-                                          "mode, but the model's training loss does (dropout): it is "
-                                          "not comparable with an evaluation loss"), 0.0
+                    return drop_verdict, (what + note + ": the training loss depends on dropout and "
+                                          "is not comparable with an evaluation loss"), \
+                        v.get("model_train_diff", 0.0)
                 return Verdict.PASS, what + ": the same; no dropout Cells", 0.0
             if drops:
                 return drop_verdict, what + note + ": the difference comes with dropout", \

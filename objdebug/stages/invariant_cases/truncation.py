@@ -87,11 +87,14 @@ class EmptyAfterTruncation(Check):
                     f" (max |g| {fmt(v['grad_empty_max'])}); batch of {v['batch_rows']} rows with those "
                     f"{v['micro_rows']} ignored: loss {fmt(v['loss_mixed'])}, gradient "
                     f"{'finite' if v['grad_mixed_finite'] else 'NaN/Inf'}")
-            ok = (np.isfinite(v["loss_empty"]) and v["grad_empty_finite"] and np.isfinite(v["loss_mixed"])
-                  and v["grad_mixed_finite"])
-            if not ok:
-                return Verdict.FAIL, what + ": a row emptied by truncation turns the step NaN (0/0); " \
-                                            "divide by max(count, 1)", 1.0
+            loss_ok = np.isfinite(v["loss_empty"]) and np.isfinite(v["loss_mixed"])
+            grad_ok = v["grad_empty_finite"] and v["grad_mixed_finite"]
+            if not (loss_ok and grad_ok):
+                what_bad = " and ".join(x for x, ok in (("the loss", loss_ok), ("the gradient", grad_ok))
+                                        if not ok)
+                return Verdict.FAIL, (what + f": {what_bad} of a row emptied by truncation is not "
+                                      "finite (0/0): a training loop that sums, logs, scales or "
+                                      "clips by it turns NaN; divide by max(count, 1)"), 1.0
             return Verdict.PASS, what, 0.0
 
         return [Condition("OBJ709", "no_row_empty_after_truncation", rows),
