@@ -317,3 +317,15 @@ def test_every_report_format_renders_the_stage_in_pipeline_order():
                  markdown.render(report), html.render(report)):
         assert "OBJ706" in text
         assert text.index("invariants") < text.index("decompose"), text[:200]
+
+
+def test_end_to_end_form_is_skipped_with_a_reason():
+    cfg = load_config(TARGETS / "grad_e2e" / "objdebug.toml")
+    profile = load_profile(str(PROFILE))
+    runtime.setup(cfg.run.device, cfg.run.mode, cfg.run.seed)
+    engine = Engine(load_target(cfg), batch_size=4)
+    ctx = Context(config=cfg, target=engine.target, engine=engine, profile=profile)
+    for check in invariants.checks():
+        res = check.run(ctx, profile.section("invariants"))
+        assert [f.verdict for f in res.findings] == [Verdict.SKIP] and "end-to-end" in res.findings[0].message
+    assert engine.compiles.count == 0

@@ -8,9 +8,9 @@ zero on the removed ones. The check runs the configured objective and, when its 
 them, variants with the other of reduction "mean"/"sum", with label smoothing and with class
 weights: pytorch 73205 counted ignored targets only when smoothing was on.
 
-Graphs: `invariants.logit_grad[<variant>]`, each at the batch shape and at the cut shape (the
-configured objective's batch-shape graph is shared; a variant's batch-shape graph is shared with
-OBJ705 when it perturbs the same setting).
+Graphs: `invariants.logit_grad[<variant>]`, one per variant, called at the batch shape and at the
+cut shape (dynamic shapes: one compile each; the configured one is shared with every rule, a
+variant with OBJ705 when it perturbs the same setting).
 """
 
 from __future__ import annotations

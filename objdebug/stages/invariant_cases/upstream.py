@@ -10,7 +10,7 @@ gradient of the loss, and each micro-batch's loss weighted by w_k (seeded, in [0
 times its unit gradient.
 
 Graphs: `invariants.logit_grad[configured]` at the batch shape and at the micro-batch shape
-(both shared with the other rules; the scale is a Tensor input, so no new graph).
+(one dynamic-shape graph shared with the other rules; the scale is a Tensor input, so no new graph).
 """
 
 from __future__ import annotations
