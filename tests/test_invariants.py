@@ -78,9 +78,19 @@ class Target:
         return out
 
 
+_TARGETS = {}
+
+
+def target(name: str) -> Target:
+    """The loaded fixture target `name`, once per test session (its results are cached too)."""
+    if name not in _TARGETS:
+        _TARGETS[name] = Target(name)
+    return _TARGETS[name]
+
+
 @pytest.fixture(scope="module")
 def healthy():
-    return Target("healthy")
+    return target("healthy")
 
 
 # --------------------------------------------------------------------------- registry
@@ -192,6 +202,41 @@ def test_alignment_logit_shift_and_ignored_numbers(healthy):
     assert all(r["loss_diff"] <= r["loss_tolerance"] for r in rows)
     ign = healthy.run("ignored-positions").value
     assert [r["variant"] for r in ign["rows"]] == ["configured", "reduction=sum", "label_smoothing=0.1"]
+    # measured position weights of a token-mean CE: 1/N at each of the N scored positions
+    shift = healthy.run("logit-shift").value
+    n = int((healthy.ctx.cache["grad.batch"].labels != -100).sum())
+    assert shift["weight_sum"] == pytest.approx(1.0, rel=1e-4)
+    assert shift["max_weight"] == pytest.approx(1.0 / n, rel=1e-4)
+
+
+def test_double_shift_minimum_is_the_healthy_loss():
+    """Reference without numpy: the double-shifting objective at d = -1 scores exactly the pairs the
+    same cross-entropy without the extra shift (HandWrittenCE) scores at d = 0."""
+    ds = {r["offset"]: r["loss"] for r in target("double_shift").run("label-alignment").value["offsets"]}
+    ok = {r["offset"]: r["loss"] for r in target("handwritten").run("label-alignment").value["offsets"]}
+    assert ds[-1] == pytest.approx(ok[0], rel=1e-5)
+    assert ds[0] == pytest.approx(ok[1], rel=1e-5)  # and configured = one shift too far
+
+
+def test_smoothing_over_ignored_matches_numpy():
+    """Reference (numpy float64): (1 - eps) * token-mean NLL + eps * mean over ALL positions of
+    -mean(log p); removing the trailing ignored positions changes only the second term."""
+    t = target("smoothing_ignored")
+    v = t.run("ignored-positions").value
+    x = t.ctx.cache["invariants.logits"].astype(np.float64)
+    labels = t.ctx.cache["grad.batch"].labels
+    cut = v["cut"]
+
+    def loss(x, y, eps=0.1):
+        z = x - x.max(-1, keepdims=True)
+        logp = z - np.log(np.exp(z).sum(-1, keepdims=True))
+        keep = y != -100
+        nll = -np.take_along_axis(logp, np.where(keep, y, 0)[..., None], -1)[..., 0]
+        return (1 - eps) * nll[keep].mean() + eps * (-logp.mean(-1)).mean()
+
+    row = v["rows"][0]
+    assert row["loss"] == pytest.approx(loss(x, labels), rel=1e-4)
+    assert row["loss_removed"] == pytest.approx(loss(x[:, :cut], labels[:, :cut]), rel=1e-4)
 
 
 def test_reference_loss_matches_numpy(healthy):
@@ -218,7 +263,7 @@ BROKEN = [("double_shift", "label-alignment", "OBJ701", "minimum is at d = -1"),
 
 @pytest.mark.parametrize("fixture, check, code, words", BROKEN, ids=[b[0] for b in BROKEN])
 def test_broken_objective_fails_its_rule_and_no_other(fixture, check, code, words):
-    t = Target(fixture)
+    t = target(fixture)
     res = t.run(check)
     assert res.error is None, res.error
     f = next(f for f in res.findings if f.code == code)
@@ -231,7 +276,7 @@ def test_broken_objective_fails_its_rule_and_no_other(fixture, check, code, word
 
 
 def test_objective_that_changes_in_training_mode_warns():
-    t = Target("train_only")
+    t = target("train_only")
     verdicts = t.verdicts()
     assert {c for c, v in verdicts.items() if v in (Verdict.FAIL, Verdict.WARN, Verdict.ERROR)} == {"OBJ708"}
     f = next(f for f in t.run("side-effects").findings if f.code == "OBJ708")
@@ -239,7 +284,7 @@ def test_objective_that_changes_in_training_mode_warns():
 
 
 def test_hand_written_masked_ce_passes_every_rule():
-    verdicts = Target("handwritten").verdicts()
+    verdicts = target("handwritten").verdicts()
     assert not {c for c, v in verdicts.items() if v in (Verdict.FAIL, Verdict.WARN, Verdict.ERROR)}
 
 
