@@ -283,9 +283,54 @@ def test_objective_that_changes_in_training_mode_warns():
     assert f.verdict == Verdict.WARN and "something else in training mode" in f.message
 
 
-def test_hand_written_masked_ce_passes_every_rule():
-    verdicts = target("handwritten").verdicts()
+@pytest.mark.parametrize("fixture", ["handwritten", "row_loop"])
+def test_hand_written_masked_ce_passes_every_rule(fixture):
+    verdicts = target(fixture).verdicts()
     assert not {c for c, v in verdicts.items() if v in (Verdict.FAIL, Verdict.WARN, Verdict.ERROR)}
+
+
+def test_dynamic_shape_graph_equals_static_graphs():
+    """The probe compiles once with dynamic batch and length; for a per-row Python loop too, its
+    results equal a static graph's at every shape (bit for bit)."""
+    import mindspore as ms
+
+    from fixtures.invariant_losses import RowLoopCE
+    from objdebug.invariance import _LogitGrad
+
+    runtime.setup("CPU", "graph", 0)
+    rng = np.random.default_rng(0)
+    dyn = _LogitGrad(RowLoopCE(), False)
+    dyn.set_inputs(ms.Tensor(shape=[None, None, 16], dtype=ms.float32),
+                   ms.Tensor(shape=[None, None], dtype=ms.int32), ms.Tensor(shape=[], dtype=ms.float32))
+    for b, t in [(4, 8), (1, 8), (3, 5)]:
+        x = rng.normal(size=(b, t, 16)).astype(np.float32)
+        y = rng.integers(0, 16, (b, t)).astype(np.int32)
+        y[:, :2] = -100
+        args = (ms.Tensor(x), ms.Tensor(y), ms.Tensor(np.float32(2.0)))
+        (o1, g1), (o2, g2) = dyn(*args), _LogitGrad(RowLoopCE(), False)(*args)
+        assert np.array_equal(o1.asnumpy(), o2.asnumpy()) and np.array_equal(g1.asnumpy(), g2.asnumpy())
+
+
+def test_objective_that_cannot_compile_dynamically_falls_back_to_static(healthy, monkeypatch):
+    """Forced here by declaring dynamic inputs of the wrong rank: the first call fails to compile,
+    the probe builds a static graph under `<name>.static` and answers the same numbers."""
+    import mindspore as ms
+
+    from objdebug.invariance import InvarianceProbe, _LogitGrad
+
+    def wrong_rank(self, *inputs):
+        nn_set_inputs(self, ms.Tensor(shape=[None], dtype=ms.float32), *inputs[1:])
+
+    healthy.run("token-weighting")  # the reference: the first micro-batch through the dynamic graph
+    ref = healthy.ctx.cache["invariants.micro"][0]
+    nn_set_inputs = _LogitGrad.set_inputs
+    monkeypatch.setattr(_LogitGrad, "set_inputs", wrong_rank)
+    engine = Engine(healthy.ctx.target, batch_size=4)
+    x, y = healthy.ctx.cache["invariants.logits"][:1], healthy.ctx.cache["grad.batch"].labels[:1]
+    with runtime.scratch_dir():
+        p = InvarianceProbe(engine).run(x, y)
+    assert [r.graph for r in engine.compiles.records] == ["invariants.logit_grad[configured].static"]
+    assert p.loss == pytest.approx(ref.loss, rel=1e-6)
 
 
 def test_dropout_cells_are_found():
