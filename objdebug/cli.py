@@ -19,7 +19,7 @@ from objdebug.errors import EXIT_INPUT_ERROR, EXIT_INTERNAL_ERROR, InputError  #
 
 app = typer.Typer(
     name="objdebug",
-    help="Diagnose a MindSpore training objective: align, grad, decompose, correlate, stress.",
+    help="Diagnose a MindSpore training objective: align, grad, invariants, decompose, correlate, stress.",
     add_completion=False,
     pretty_exceptions_enable=False,
     no_args_is_help=True,
