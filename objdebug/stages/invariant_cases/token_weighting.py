@@ -33,8 +33,8 @@ from objdebug.stages.invariant_cases._common import (base, batch, micro_batches,
 
 def _weights(acc: np.ndarray, full: np.ndarray, keep: np.ndarray) -> np.ndarray:
     """Per scored token: |accumulated gradient| / |whole-batch gradient| (tokens with a gradient)."""
-    a = np.sqrt((acc ** 2).sum(-1))[keep]
-    f = np.sqrt((full ** 2).sum(-1))[keep]
+    a = np.sqrt((acc.astype(np.float64) ** 2).sum(-1))[keep]
+    f = np.sqrt((full.astype(np.float64) ** 2).sum(-1))[keep]
     # confident positions (gradient norm < 1% of the largest) carry the float32 cancellation of
     # p_y - 1 and would show noise, not weighting
     use = f >= 1e-2 * max(float(f.max()), 1e-30)
@@ -42,6 +42,7 @@ def _weights(acc: np.ndarray, full: np.ndarray, keep: np.ndarray) -> np.ndarray:
 
 
 def _cosine(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = a.astype(np.float64), b.astype(np.float64)
     na, nb = np.linalg.norm(a), np.linalg.norm(b)
     return float((a * b).sum() / (na * nb)) if na > 0 and nb > 0 else float("nan")
 
@@ -61,8 +62,8 @@ class TokenWeighting(Check):
         keep = scored(ctx, b.labels)
         ranges, micro = micro_batches(ctx), micro_probes(ctx)
         k = len(ranges)
-        acc = np.zeros_like(full)
-        fixed = np.zeros_like(full)
+        acc = np.zeros(full.shape, np.float64)
+        fixed = np.zeros(full.shape, np.float64)
         n_total = int(keep.sum())
         counts = []
         for (s, e), p in zip(ranges, micro):

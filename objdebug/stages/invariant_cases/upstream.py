@@ -32,6 +32,7 @@ def l2_rel(g: np.ndarray, ref: np.ndarray) -> float:
     its incoming gradient is off by |1 - c| / c in every element, which the L2 ratio shows."""
     if not (np.isfinite(g).all() and np.isfinite(ref).all()):
         return float("nan")
+    g, ref = g.astype(np.float64), ref.astype(np.float64)
     n = float(np.linalg.norm(ref))
     d = float(np.linalg.norm(g - ref))
     return d / n if n > 0 else (0.0 if d == 0 else float("inf"))
