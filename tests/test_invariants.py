@@ -50,8 +50,8 @@ def _shared_model(cfg, target):
 class Target:
     """One loaded fixture target; `run(name)` runs one invariants check on it (once, then cached)."""
 
-    def __init__(self, name: str):
-        self.cfg = load_config(TARGETS / f"inv_{name}" / "objdebug.toml")
+    def __init__(self, name: str, overrides: dict | None = None):
+        self.cfg = load_config(TARGETS / f"inv_{name}" / "objdebug.toml", overrides=overrides)
         self.profile = load_profile(str(PROFILE))
         self.th = self.profile.section("invariants")
         runtime.setup(self.cfg.run.device, self.cfg.run.mode, self.cfg.run.seed)
@@ -216,6 +216,15 @@ def test_double_shift_minimum_is_the_healthy_loss():
     ok = {r["offset"]: r["loss"] for r in target("handwritten").run("label-alignment").value["offsets"]}
     assert ds[-1] == pytest.approx(ok[0], rel=1e-5)
     assert ds[0] == pytest.approx(ok[1], rel=1e-5)  # and configured = one shift too far
+
+
+def test_labels_never_shifted_fail_alignment_at_plus_one():
+    """lighteval PR 1252: nobody shifts (data.shift = false, a model that does not shift): the
+    loss is lowest one position later, and the finding says the labels are shifted too few times."""
+    t = Target("healthy", overrides={"data.shift": False})
+    res = t.run("label-alignment")
+    f = res.findings[0]
+    assert f.verdict == Verdict.FAIL and "d = +1" in f.message and "too few" in f.message, f.message
 
 
 def test_smoothing_over_ignored_matches_numpy():

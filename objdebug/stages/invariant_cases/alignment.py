@@ -71,11 +71,12 @@ class LabelAlignment(Check):
             others = [x for d, x in losses.items() if d != 0]
             gap = min(others) - losses[0]  # > 0: the configured shift is the minimum
             if best != 0 and -gap > margin:
+                why = (f"the objective (or the model) shifts the labels {-best} more time(s) than the "
+                       "data already does" if best < 0 else
+                       f"the labels are shifted {best} time(s) too few (data.shift = false with a "
+                       "model that does not shift, or an objective that undoes the shift)")
                 return Verdict.FAIL, (what + f": the minimum is at d = {best:+d}, {-gap:.3g} nats per "
-                                      "token below the configured alignment; the objective (or the "
-                                      f"model) shifts the labels {abs(best)} more time(s) "
-                                      f"{'than the data already does' if best < 0 else 'too few'}"
-                                      ), float(gap)
+                                      f"token below the configured alignment; {why}"), float(gap)
             if gap >= margin:
                 return Verdict.PASS, what + f": the configured alignment is the minimum by {gap:.3g} " \
                                             f"nats per token (>= {margin})", float(gap)
