@@ -1,20 +1,22 @@
 """Compiled probes for the invariants stage: the user's objective on given logits, its value and
 its whole logit gradient, for the configured objective or a variant of it.
 
-One kind of graph, `invariants.logit_grad[<variant>]`: (logits [B, T, V], labels [B, T], scale)
--> (outputs, d(scale * total) / d logits). It is compiled once with dynamic B and T
+One kind of graph, `invariants.logit_grad[<variant>]`: (logits [B, T, V], labels [B, T], scale) ->
+(outputs, d(scale * total) / d logits). It is compiled once with dynamic B and T
 (`Cell.set_inputs`), so the batch, its micro-batches and the cut batch of OBJ703 share one compile
 (measured: the same results as static graphs, a steady call about as fast); an objective that
-cannot compile with dynamic shapes falls back to one static graph per shape. The objective is called on the batch exactly as the user
-calls it (flat or sequence, through `objdebug.cells.call_on_logits`); `scale` is a Tensor input,
-so `grad(c * loss)` needs no second graph, and `value_and_grad(..., has_aux=True)` differentiates
-the total only. A variant is the objective rebuilt from the same factory with some keyword
-arguments changed (reduction "sum", label smoothing, a perturbed setting); it gets its own graph
-name, so a variant that raises can never poison the configured objective's graph.
+cannot compile with dynamic shapes falls back to one static graph per shape. The objective is
+called on the batch exactly as the user calls it (flat or sequence, through
+`objdebug.cells.call_on_logits`); `scale` is a Tensor input, so `grad(c * loss)` needs no second
+graph, and `value_and_grad(..., has_aux=True)` differentiates the total only. A variant is the
+objective rebuilt from the same factory with some keyword arguments changed (reduction "sum", label
+smoothing, a perturbed setting); it gets its own graph name, so a variant that raises can never
+poison the configured objective's graph.
 
 Every graph is built once per engine through `engine.cell` and called through `engine.call`, so
-each (graph, shape) compile is counted. Inputs are fresh Tensors on every call, and the caller
-gets back whether the objective changed them in place (`labels_changed`, `logits_changed`).
+each compile is counted (one per dynamic graph). Inputs are fresh Tensors on every call, and the caller
+gets back whether the objective changed its labels in place (`labels_changed`; forward probes
+also the logits, `logits_changed`).
 """
 
 from __future__ import annotations

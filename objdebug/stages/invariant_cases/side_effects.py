@@ -2,10 +2,10 @@
 
 OBJ707: the labels and logits Tensors handed to the objective are compared (SHA-1 of their bytes)
 before and after a forward call of the configured objective (as an evaluation step calls it; inside
-`value_and_grad` MindSpore 2.10 passes the objective copies, and that call is checked too); an objective that writes into them (for
-example `ops.assign(labels, where(labels == -100, 0, labels))` to make a gather safe) corrupts
-whatever reads the batch afterwards: metrics, the next micro-step, a second loss (hyper-parallel
-PR 140).
+`value_and_grad` MindSpore 2.10 passes the objective copies, and that call is checked too); an
+objective that writes into them (for example `ops.assign(labels, where(labels == -100, 0, labels))`
+to make a gather safe) corrupts whatever reads the batch afterwards: metrics, the next micro-step,
+a second loss (hyper-parallel PR 140).
 
 OBJ708: the configured objective in training mode (`set_train(True)`) on the same logits and labels
 must give the same outputs as in evaluation mode. A difference from dropout is by design
