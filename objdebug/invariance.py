@@ -14,9 +14,9 @@ smoothing, a perturbed setting); it gets its own graph name, so a variant that r
 poison the configured objective's graph.
 
 Every graph is built once per engine through `engine.cell` and called through `engine.call`, so
-each compile is counted (one per dynamic graph). Inputs are fresh Tensors on every call, and the caller
-gets back whether the objective changed its labels in place (`labels_changed`; forward probes
-also the logits, `logits_changed`).
+each compile is counted (one per dynamic graph). Inputs are fresh Tensors on every call, and the
+caller gets back whether the objective changed its labels in place (`labels_changed`; forward
+probes also the logits, `logits_changed`).
 """
 
 from __future__ import annotations
