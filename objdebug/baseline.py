@@ -57,6 +57,10 @@ DIRECTIONS: dict[str, str | tuple[str, float]] = {
     "OBJ510": "lower",              # repeat-call difference
     "OBJ511": "lower",              # alone-vs-batched difference
     "OBJ512": "higher",             # mean top-5 probability
+    "OBJ7": "lower",                # invariants: counts and relative differences, 0 when invariant
+    "OBJ701": "higher",             # margin of the configured label shift over the others (nats)
+    "OBJ702": "none",               # the failing shift, or the largest gradient difference
+    "OBJ706": "lower",              # effective token weight max/min under accumulation
 }
 
 

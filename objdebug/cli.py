@@ -19,7 +19,7 @@ from objdebug.errors import EXIT_INPUT_ERROR, EXIT_INTERNAL_ERROR, InputError  #
 
 app = typer.Typer(
     name="objdebug",
-    help="Diagnose a MindSpore training objective: align, grad, decompose, correlate, stress.",
+    help="Diagnose a MindSpore training objective: align, grad, invariants, decompose, correlate, preference, stress.",
     add_completion=False,
     pretty_exceptions_enable=False,
     no_args_is_help=True,
@@ -247,6 +247,7 @@ def _stage_command(stage: str, doc: str):
 _STAGE_DOCS = {
     "align": "Stage 1: loss must order good < medium < bad answers to the same prompt, with a clear gap.",
     "grad": "Stage 2: gradient health (norms, disconnected/NaN parameters, padding leakage, autodiff vs finite differences).",
+    "invariants": "Stage 6: invariants of a correct objective (label alignment, logit shift, ignored positions, upstream gradient, unused settings, token weighting, side effects, empty rows).",
     "decompose": "Stage 3: components of a composite loss: shares, dead terms, scale imbalance, gradient share.",
     "correlate": "Stage 4: per-sample loss against human quality scores (Pearson with CI, Spearman, Kendall).",
     "stress": "Stage 5: long inputs, all-padding, garbage ids, fp16, padding invariance.",

@@ -94,6 +94,10 @@ class Engine:
         self.compiles.records.append(CompileRecord(name, sig, time.perf_counter() - start, self.stage))
         return out
 
+    def called(self, name: str) -> bool:
+        """Whether the graph `name` has completed a call (at any shape)."""
+        return any(n == name for n, _ in self._seen)
+
     def bucket(self, n: int) -> int:
         return bucket_length(n, self.buckets) if self.buckets else bucket_length(n)
 

@@ -66,7 +66,7 @@ def test_profiles_ship_and_extend():
     assert "default" in builtin_profiles()
     prof = load_profile("default")
     assert prof.section("align")["gap_pass"] == 1.5 and prof.section("align")["gap_fail"] == 0.1
-    assert prof.stages == ["align", "grad", "decompose", "correlate", "preference", "stress"]
+    assert prof.stages == ["align", "grad", "invariants", "decompose", "correlate", "preference", "stress"]
 
 
 def test_profile_path_extends_default(tmp_path):

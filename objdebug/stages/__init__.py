@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 
-STAGES = ("align", "grad", "decompose", "correlate", "preference", "stress")
+STAGES = ("align", "grad", "invariants", "decompose", "correlate", "preference", "stress")
 
 
 def stage_checks(name: str) -> list:

@@ -1,0 +1,263 @@
+"""Compiled probes for the invariants stage: the user's objective on given logits, its value and
+its whole logit gradient, for the configured objective or a variant of it.
+
+One kind of graph, `invariants.logit_grad[<variant>]`: (logits [B, T, V], labels [B, T], scale) ->
+(outputs, d(scale * total) / d logits). It is compiled once with dynamic B and T
+(`Cell.set_inputs`), so the batch, its micro-batches and the cut batch of OBJ703 share one compile
+(measured: the same results as static graphs, a steady call about as fast); an objective that
+cannot compile with dynamic shapes falls back to one static graph per shape. The objective is
+called on the batch exactly as the user calls it (flat or sequence, through
+`objdebug.cells.call_on_logits`); `scale` is a Tensor input, so `grad(c * loss)` needs no second
+graph, and `value_and_grad(..., has_aux=True)` differentiates the total only. A variant is the
+objective rebuilt from the same factory with some keyword arguments changed (reduction "sum", label
+smoothing, a perturbed setting); it gets its own graph name, so a variant that raises can never
+poison the configured objective's graph.
+
+Every graph is built once per engine through `engine.cell` and called through `engine.call`, so
+each compile is counted (one per dynamic graph). Inputs are fresh Tensors on every call, and the
+caller gets back whether the objective changed its labels in place (`labels_changed`; forward
+probes also the logits, `logits_changed`).
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any
+
+import mindspore as ms
+import numpy as np
+from mindspore import nn
+
+from objdebug.cells import as_outputs, call_on_logits
+
+LOGIT_GRAD = "invariants.logit_grad"
+TRAIN_MODE = "invariants.train_mode"
+FORWARD = "invariants.forward"
+MODEL_TRAIN = "invariants.model_train"
+CONFIGURED = "configured"
+
+
+class _Scaled(nn.Cell):
+    """(logits, labels, scale) -> (scale * total, outputs): the objective alone, in the user's form."""
+
+    def __init__(self, objective, flat: bool):
+        super().__init__(auto_prefix=False)  # keep the user's parameter names
+        self.objective = objective
+        self.flat = flat
+
+    def construct(self, logits, labels, scale):
+        total, outputs = as_outputs(call_on_logits(self.objective, self.flat, logits, labels))
+        return total * scale, outputs
+
+
+class _LogitGrad(nn.Cell):
+    """(logits, labels, scale) -> (outputs, d(scale * total)/d logits)."""
+
+    def __init__(self, objective, flat: bool):
+        super().__init__(auto_prefix=False)
+        self.loss = _Scaled(objective, flat)
+        self.grad_fn = ms.value_and_grad(self.loss, 0, None, has_aux=True)
+
+    def construct(self, logits, labels, scale):
+        (_, outputs), g = self.grad_fn(logits, labels, scale)
+        return outputs, g
+
+
+class _Forward(nn.Cell):
+    """(logits, labels) -> outputs: the objective alone, forward only, called on its inputs as
+    they come (already flat for the flat form: a reshape inside the graph would hand the
+    objective a copy, and a write into it would go unseen)."""
+
+    def __init__(self, objective):
+        super().__init__(auto_prefix=False)
+        self.objective = objective
+
+    def construct(self, logits, labels):
+        return as_outputs(self.objective(logits, labels))[1]
+
+
+@dataclass
+class Probe:
+    """One evaluation: the objective's outputs (float64, total first) and its logit gradient.
+
+    The gradient stays float32 (what the graph returns) and the logits are not copied again: a
+    [8, 512, 32000] batch is 0.5 GB per array, and the stage keeps a few probes."""
+
+    outputs: np.ndarray
+    grad: np.ndarray
+    labels_in: np.ndarray | None = None     # what the objective was given ...
+    labels_out: np.ndarray | None = None    # ... and what the Tensor holds after the call
+    logits_in: np.ndarray | None = None     # forward probes only: the input ...
+    logits_out: np.ndarray | None = None    # ... and the Tensor after the call
+
+    @property
+    def labels_changed(self) -> bool:
+        return not np.array_equal(self.labels_in, self.labels_out)
+
+    @property
+    def logits_changed(self) -> bool:
+        if self.logits_in is None or self.logits_out is None:
+            return False
+        return not np.array_equal(self.logits_in, self.logits_out, equal_nan=True)
+
+    @property
+    def loss(self) -> float:
+        return float(self.outputs[0])
+
+
+def variant_key(changes: dict[str, Any] | None) -> str:
+    """'configured', or 'reduction=sum,label_smoothing=0.1' (stable: the graph's name)."""
+    if not changes:
+        return CONFIGURED
+    return ",".join(f"{k}={_short(v)}" for k, v in sorted(changes.items()))
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, np.ndarray):
+        return f"array{list(value.shape)}"
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def constructor_settings(factory: Any) -> dict[str, Any]:
+    """The objective factory's keyword parameters and their defaults ({} when not introspectable)."""
+    try:
+        sig = inspect.signature(factory)
+    except (TypeError, ValueError):
+        return {}
+    return {name: p.default for name, p in sig.parameters.items()
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and name != "self"}
+
+
+class InvarianceProbe:
+    """The configured objective and its variants on given logits, through cached graphs."""
+
+    def __init__(self, engine: Any):
+        from objdebug.target import import_factory
+
+        self.engine = engine
+        self.target = engine.target
+        cfg = self.target.config
+        self.flat = cfg.objective.call == "flat"
+        self.kwargs = dict(cfg.objective.kwargs)
+        self.factory = import_factory(cfg.objective.factory, "objective", cfg.base_dir)
+        self.settings = {**constructor_settings(self.factory), **self.kwargs}
+        self._objectives: dict[str, Any] = {CONFIGURED: self.target.objective}
+        self._static: set[str] = set()  # graphs that fell back to static shapes
+
+    def objective(self, changes: dict[str, Any] | None = None) -> Any:
+        """The configured objective, or a new one from the factory with `changes` to its kwargs."""
+        key = variant_key(changes)
+        if key not in self._objectives:
+            kwargs = dict(self.kwargs)
+            for k, v in (changes or {}).items():
+                kwargs[k] = ms.Tensor(v, ms.float32) if isinstance(v, np.ndarray) else v
+            obj = self.factory(**kwargs)
+            obj.set_train(False)
+            self._objectives[key] = obj
+        return self._objectives[key]
+
+    def run(self, logits: np.ndarray, labels: np.ndarray, scale: float = 1.0,
+            changes: dict[str, Any] | None = None) -> Probe:
+        name = f"{LOGIT_GRAD}[{variant_key(changes)}]"
+        # a Tensor made from an array copies it (measured: a write inside the graph never reached
+        # the array), so the logits are not copied again here; the labels are, being small
+        x = np.ascontiguousarray(logits, np.float32)
+        y = np.ascontiguousarray(labels, np.int32)
+        tx, ty = ms.Tensor(x, ms.float32), ms.Tensor(y.copy(), ms.int32)
+        ts = ms.Tensor(np.float32(scale), ms.float32)
+        outputs, g = self._call(name, changes, tx, ty, ts)
+        return Probe(outputs=outputs.asnumpy().astype(np.float64), grad=g.asnumpy(),
+                     labels_in=y, labels_out=ty.asnumpy())
+
+    def _call(self, name: str, changes: dict[str, Any] | None, tx, ty, ts):
+        objective = self.objective(changes)
+        if name not in self._static:
+            def build():
+                cell = _LogitGrad(objective, self.flat)
+                cell.set_inputs(ms.Tensor(shape=[None, None, tx.shape[-1]], dtype=ms.float32),
+                                ms.Tensor(shape=[None, None], dtype=ms.int32),
+                                ms.Tensor(shape=[], dtype=ms.float32))
+                return cell
+            cell = self.engine.cell(name, build)
+            try:  # no shape arguments: the compile log counts one compile per dynamic graph
+                return self.engine.call(name, lambda: cell(tx, ty, ts))
+            except Exception:
+                if self.engine.called(name):
+                    raise  # it compiled before: a genuine run-time error
+                self._static.add(name)
+        static = f"{name}.static"
+        cell = self.engine.cell(static, lambda: _LogitGrad(objective, self.flat))
+        return self.engine.call(static, cell, tx, ty, ts)
+
+    def forward(self, logits: np.ndarray, labels: np.ndarray, train: bool = False) -> Probe:
+        """The configured objective forward only (no autodiff), in evaluation or training mode.
+
+        Forward only and on the inputs exactly as the objective receives them (flat: [N, V] and
+        [N]) on purpose: in MindSpore 2.10 graph mode an objective that writes into its labels
+        (`ops.assign`) changes the caller's Tensor only then; inside `value_and_grad`, or after a
+        reshape in the graph, it writes into a copy. Graphs `invariants.forward`
+        and `invariants.train_mode` (dynamic B and T); the training-mode graph puts the objective
+        back into evaluation mode afterwards, as every other graph expects it.
+        """
+        name = TRAIN_MODE if train else FORWARD
+        x = np.ascontiguousarray(logits, np.float32)
+        y = np.ascontiguousarray(labels, np.int32)
+        if self.flat:  # [N, V] / [N], as the objective receives them
+            x, y = x.reshape(-1, x.shape[-1]), y.reshape(-1)
+        tx, ty = ms.Tensor(x.copy(), ms.float32), ms.Tensor(y.copy(), ms.int32)
+
+        def build():
+            cell = _Forward(self.target.objective)
+            lead = [None] if self.flat else [None, None]
+            cell.set_inputs(ms.Tensor(shape=lead + [x.shape[-1]], dtype=ms.float32),
+                            ms.Tensor(shape=lead, dtype=ms.int32))
+            return cell
+        cell = self.engine.cell(name, build)
+        cell.set_train(train)
+        try:
+            out = self.engine.call(name, lambda: cell(tx, ty))
+        finally:
+            cell.set_train(False)
+        return Probe(outputs=out.asnumpy().astype(np.float64), grad=np.zeros(0), labels_in=y,
+                     labels_out=ty.asnumpy(), logits_in=x, logits_out=tx.asnumpy())
+
+
+class _ModelForward(nn.Cell):
+    """input_ids -> logits, through a Cell of its own so the model can run in training mode here
+    without touching the engine's evaluation-mode forward."""
+
+    def __init__(self, model):
+        super().__init__(auto_prefix=False)
+        self.model = model
+
+    def construct(self, input_ids):
+        return self.model(input_ids)
+
+
+def model_logits_in_train_mode(engine: Any, input_ids: np.ndarray) -> np.ndarray:
+    """The model's logits with the model in training mode (dropout on); evaluation mode restored."""
+    cell = engine.cell(MODEL_TRAIN, lambda: _ModelForward(engine.target.model))
+    cell.set_train(True)
+    try:
+        out = engine.call(MODEL_TRAIN, cell, ms.Tensor(np.asarray(input_ids, np.int32)))
+    finally:
+        cell.set_train(False)
+    return out.asnumpy().astype(np.float32)
+
+
+def dropout_cells(*cells: Any) -> list[str]:
+    """Names of dropout Cells (drop probability > 0) inside `cells`: they make training mode random."""
+    out = []
+    for root in cells:
+        if root is None:
+            continue
+        for name, cell in root.cells_and_names():
+            if "dropout" not in type(cell).__name__.lower():
+                continue
+            p = getattr(cell, "p", None)
+            if p is None and getattr(cell, "keep_prob", None) is not None:
+                p = 1.0 - float(cell.keep_prob)
+            if p is not None and float(p) > 0:  # a dropout Cell that drops (not a wrapper named so)
+                out.append(f"{name or type(cell).__name__} (p={float(p):g})")
+    return out
