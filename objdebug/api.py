@@ -20,6 +20,7 @@ from objdebug.context import Context
 from objdebug.engine import Engine
 from objdebug.errors import EXIT_CHECK_FAILED, EXIT_OK
 from objdebug.findings import CheckResult, Verdict
+from objdebug.interrupts import Interrupted
 from objdebug.profile import Profile, code_selected, load_profile
 from objdebug.progress import Progress
 from objdebug.stages import STAGES, stage_checks
@@ -102,6 +103,21 @@ def run(cfg: Config, *, stages: list[str] | None = None, profile: Profile | str 
                        versions=runtime.versions(), strict=strict,
                        created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
     t0 = time.perf_counter()
+    try:
+        _run_stages(cfg, result, profile, chosen, select, ignore, options, out_dir, debug, progress,
+                    compile_cache)
+    except Interrupted as exc:  # say where the run stopped: the CLI prints it
+        done = [s for s in chosen if s in result.timings]
+        exc.after = done[-1] if done else None
+        exc.during = next((s for s in chosen if s not in result.timings), None) \
+            if result.timings.get("load") is not None else "load"
+        raise
+    result.timings["total"] = time.perf_counter() - t0
+    return result
+
+
+def _run_stages(cfg, result, profile, chosen, select, ignore, options, out_dir, debug, progress,
+                compile_cache) -> None:
     runtime.setup(cfg.run.device, cfg.run.mode, cfg.run.seed)
     with runtime.scratch_dir():
         t = time.perf_counter()
@@ -128,6 +144,4 @@ def run(cfg: Config, *, stages: list[str] | None = None, profile: Profile | str 
         result.extra.update(ctx.cache.get("report_extra", {}))
         if cache.status != "off":
             result.extra["compile_cache"] = cache.summary()
-    result.timings["total"] = time.perf_counter() - t0
     result.compiles = engine.compiles.to_dict()
-    return result

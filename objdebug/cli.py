@@ -11,6 +11,7 @@ import traceback
 from pathlib import Path
 from typing import Annotated, Optional
 
+_USER_GLOG = os.environ.get("GLOG_v")  # a user's own MindSpore log level is kept
 os.environ.setdefault("GLOG_v", "3")
 
 import typer  # noqa: E402
@@ -56,18 +57,34 @@ def _fail(message: str, code: int) -> None:
     raise typer.Exit(code)
 
 
+def _quiet_mindspore(debug: bool) -> None:
+    """MindSpore's own `[ERROR]` log lines (a missing libcuda for `--device GPU`, a compile
+    failure's dump) reach the terminal only under --debug; objdebug reports the error itself in one
+    line. Takes effect when MindSpore is first imported, which the commands do lazily."""
+    if _USER_GLOG is None:
+        os.environ["GLOG_v"] = "3" if debug else "4"  # 4: CRITICAL only
+
+
 def guarded(debug: bool, fn, *args, **kwargs):
-    """Run fn; InputError -> exit 2 with one line, anything else -> exit 3 (traceback with --debug)."""
+    """Run fn; InputError -> exit 2 with one line, anything else -> exit 3 (traceback with --debug);
+    SIGINT/SIGTERM -> one line and exit 130/143, after every cleanup ran."""
+    from objdebug.interrupts import Interrupted, raising_signals
+
+    _quiet_mindspore(debug)
     try:
-        return fn(*args, **kwargs)
+        with raising_signals():
+            return fn(*args, **kwargs)
     except typer.Exit:
         raise
     except InputError as exc:
         if debug:
             traceback.print_exc()
         _fail(str(exc), EXIT_INPUT_ERROR)
-    except KeyboardInterrupt:
-        _fail("interrupted", EXIT_INTERNAL_ERROR)
+    except Interrupted as exc:
+        written = "reports written" if getattr(exc, "reports_written", False) else "no report written"
+        _fail(f"interrupted {exc.where()}; {written}", exc.exit_code)
+    except KeyboardInterrupt:  # a ^C outside raising_signals (another thread's handler)
+        _fail("interrupted; no report written", 130)
     except Exception as exc:
         if debug:
             traceback.print_exc()
@@ -112,26 +129,40 @@ def execute(*, stages, config, demo, sets, device, mode, seed, checkpoint, profi
             compile_cache=None) -> None:
     """Shared body of `run`, `demo` and the stage commands."""
     def body():
-        from objdebug import api
+        from objdebug import api, outputs
         from objdebug import baseline as baseline_mod
+        from objdebug.interrupts import Interrupted
+        from objdebug.profile import load_profile
         from objdebug.progress import Progress
-        from objdebug.report import json_report, terminal
+        from objdebug.report import all_or_nothing, json_report, terminal
 
         cfg = _load(config, demo, sets, device, mode, seed, checkpoint)
+        prof = load_profile(profile or cfg.run.profile)
+        # before any work: no output may replace an input or another output, all must be writable
+        outputs.check(outputs.outputs(json=json_path, junit=junit, html=html, markdown=markdown,
+                                      out=out, compile_cache=compile_cache or cfg.run.compile_cache),
+                      outputs.config_inputs(cfg, prof.source, baseline))
         old = baseline_mod.load(str(baseline)) if baseline else None  # a bad baseline fails before the run
         out_dir = str(out.resolve()) if out else None
-        result = api.run(cfg, stages=stages, profile=profile, options=options, out_dir=out_dir,
+        result = api.run(cfg, stages=stages, profile=prof, options=options, out_dir=out_dir,
                          strict=strict, select=select, ignore=ignore, debug=debug,
                          progress=Progress(),
                          compile_cache=str(compile_cache.resolve()) if compile_cache else None)
         if old is not None:
             baseline_mod.apply(result, old, select=select, ignore=ignore)
         report = json_report.to_dict(result)
-        if json_path:
-            json_report.write(result, str(json_path))
-        write_reports(report, junit=junit, junit_warnings_as_skipped=junit_warnings_as_skipped,
-                      html=html, markdown=markdown)
-        typer.echo(terminal.render(report, colour=sys.stdout.isatty(), verbose=verbose), nl=False)
+        written = None
+        try:
+            with all_or_nothing() as written:  # the run's report files: all replaced, or none
+                if json_path:
+                    json_report.write(result, str(json_path))
+                write_reports(report, junit=junit, junit_warnings_as_skipped=junit_warnings_as_skipped,
+                              html=html, markdown=markdown)
+            typer.echo(terminal.render(report, colour=sys.stdout.isatty(), verbose=verbose), nl=False)
+        except Interrupted as exc:
+            exc.after, exc.during = (result.stages or ["setup"])[-1], "report writing"
+            exc.reports_written = bool(written and written.committed)
+            raise
         raise typer.Exit(result.exit_code)
 
     guarded(debug, body)
@@ -213,11 +244,15 @@ def render(
 ) -> None:
     """Re-render a saved JSON report (terminal, and --html/--markdown/--junit files); exit 0 once written."""
     def body():
-        from objdebug.report import json_report, terminal
+        from objdebug import outputs
+        from objdebug.report import all_or_nothing, json_report, terminal
 
+        outputs.check(outputs.outputs(junit=junit, html=html, markdown=markdown),
+                      [("the report being rendered", outputs.resolve(result_json))])
         report = json_report.load(str(result_json))
-        write_reports(report, junit=junit, junit_warnings_as_skipped=junit_warnings_as_skipped,
-                      html=html, markdown=markdown)
+        with all_or_nothing():
+            write_reports(report, junit=junit, junit_warnings_as_skipped=junit_warnings_as_skipped,
+                          html=html, markdown=markdown)
         typer.echo(terminal.render(report, colour=sys.stdout.isatty(), verbose=verbose), nl=False)
 
     guarded(debug, body)

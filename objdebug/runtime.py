@@ -20,9 +20,19 @@ from objdebug.errors import InputError  # noqa: E402
 _state: dict[str, object] = {}
 
 
+def import_mindspore():
+    """`import mindspore` with SIGINT/SIGTERM held until it is done: a signal inside the import
+    leaves MindSpore half-imported, and its atexit hook then aborts the process (rc 134)."""
+    from objdebug.interrupts import held
+
+    with held():
+        import mindspore
+    return mindspore
+
+
 def setup(device: str = "CPU", mode: str = "graph", seed: int = 0) -> None:
     """Configure MindSpore once per process; later calls may change mode and seed, not device."""
-    import mindspore as ms
+    ms = import_mindspore()
 
     current = _state.get("device")
     if current is None:
@@ -68,9 +78,7 @@ def versions() -> dict[str, str]:
     out = {"objdebug": objdebug.__version__, "python": platform.python_version(),
            "numpy": numpy.__version__, "scipy": scipy.__version__, "platform": platform.platform()}
     try:
-        import mindspore
-
-        out["mindspore"] = mindspore.__version__
+        out["mindspore"] = import_mindspore().__version__
     except Exception:  # pragma: no cover - mindspore is a hard dependency
         out["mindspore"] = "unavailable"
     return out
