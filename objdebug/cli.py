@@ -82,7 +82,7 @@ def guarded(debug: bool, fn, *args, **kwargs):
         _fail(str(exc), EXIT_INPUT_ERROR)
     except Interrupted as exc:
         written = "reports written" if getattr(exc, "reports_written", False) else "no report written"
-        _fail(f"interrupted {exc.where()}; {written}", exc.exit_code)
+        _fail(f"interrupted{exc.where()}; {written}", exc.exit_code)
     except KeyboardInterrupt:  # a ^C outside raising_signals (another thread's handler)
         _fail("interrupted; no report written", 130)
     except Exception as exc:

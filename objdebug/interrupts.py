@@ -34,8 +34,11 @@ class Interrupted(BaseException):
         return 128 + self.signum  # the shell's convention: 130 SIGINT, 143 SIGTERM
 
     def where(self) -> str:
-        """'after stage align' / 'after stage setup' (nothing finished yet), plus the stage it was in."""
-        text = f"after stage {self.after or 'setup'}"
+        """' after stage align' / ' after stage setup' (nothing finished yet), plus the stage it
+        was in; '' outside a run (render)."""
+        if self.after is None and self.during is None:
+            return ""
+        text = f" after stage {self.after or 'setup'}"
         if self.during and self.during != self.after:
             text += f" (during {self.during})"
         return text
