@@ -13,10 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from objdebug import runtime
+from objdebug import contract, runtime
 from objdebug.compile_cache import open_cache
 from objdebug.config import Config, load_config  # noqa: F401  (re-exported)
 from objdebug.context import Context
+from objdebug.data import preflight
 from objdebug.engine import Engine
 from objdebug.errors import EXIT_CHECK_FAILED, EXIT_OK
 from objdebug.findings import CheckResult, Verdict
@@ -96,6 +97,7 @@ def run(cfg: Config, *, stages: list[str] | None = None, profile: Profile | str 
     if not isinstance(profile, Profile):
         profile = load_profile(profile or cfg.run.profile)
     chosen = resolve_stages(cfg, profile, stages)
+    preflight(cfg)  # data-file errors before MindSpore starts
     select = list(profile.data.get("select", [])) + list(cfg.run.select) + list(select or [])
     ignore = list(profile.data.get("ignore", [])) + list(cfg.run.ignore) + list(ignore or [])
     progress = progress or Progress(enabled=False)
@@ -132,6 +134,7 @@ def _run_stages(cfg, result, profile, chosen, select, ignore, options, out_dir, 
                            dict(options or {}), engine.batch_size)
         cache.attach(engine)
         with cache:  # writes the cache's manifest after a clean run only
+            contract.check_target(target, engine)  # the contract on one small batch: exit 2 if broken
             for stage in chosen:
                 engine.stage = stage
                 t = time.perf_counter()

@@ -79,6 +79,8 @@ def guarded(debug: bool, fn, *args, **kwargs):
     except InputError as exc:
         if debug:
             traceback.print_exc()
+            if getattr(exc, "detail", None):  # e.g. MindSpore's full compile error
+                typer.echo(exc.detail, err=True)
         _fail(str(exc), EXIT_INPUT_ERROR)
     except Interrupted as exc:
         written = "reports written" if getattr(exc, "reports_written", False) else "no report written"

@@ -47,6 +47,7 @@ class DataSpec:
     label_pad_id: int = -100
     shift: bool = True
     vocab_size: int | None = None
+    max_length: int | None = None  # longest input the model takes (default: its position table, if named)
     align: str | None = None
     scores: str | None = None
 
@@ -229,6 +230,8 @@ def _validate(cfg: Config, src: str) -> None:
     _check_type(d.shift, bool, "data.shift", src)
     if d.vocab_size is not None:
         _check_type(d.vocab_size, int, "data.vocab_size", src)
+    if d.max_length is not None:
+        _check_type(d.max_length, int, "data.max_length", src)
     r = cfg.run
     if r.device not in DEVICES:
         raise InputError(f"For 'run.device', the value must be in {list(DEVICES)}, but got '{r.device}'.",
