@@ -99,13 +99,19 @@ def guarded(debug: bool, fn, *args, **kwargs):
 def _load(config, demo, sets, device, mode, seed, checkpoint):
     from objdebug.config import load_config, parse_override
 
-    overrides = dict(parse_override(s) for s in (sets or []))
+    overrides, origins = {}, {}  # origins: an error in an overridden key names the command line
+    for text in sets or []:
+        key, value = parse_override(text)
+        overrides[key], origins[key] = value, f"--set {text}"
+    checkpoint_text = checkpoint
     checkpoint = str(Path(checkpoint).resolve()) if checkpoint is not None else None
-    for key, value in (("run.device", device), ("run.mode", mode), ("run.seed", seed),
-                       ("model.checkpoint", checkpoint)):
+    for key, value, flag in (("run.device", device, "--device"), ("run.mode", mode, "--mode"),
+                             ("run.seed", seed, "--seed"),
+                             ("model.checkpoint", checkpoint, "--checkpoint")):
         if value is not None:
             overrides[key] = value
-    return load_config(config, overrides=overrides, demo=demo)
+            origins[key] = f"{flag} {checkpoint_text if flag == '--checkpoint' else value}"
+    return load_config(config, overrides=overrides, demo=demo, origins=origins)
 
 
 def write_reports(report, *, junit=None, junit_warnings_as_skipped=False, html=None,
