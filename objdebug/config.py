@@ -112,6 +112,9 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise InputError("config file not found", source=str(path)) from None
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"not valid TOML: {exc}", source=str(path)) from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not valid TOML: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at "
+                         f"offset {exc.start})", source=str(path)) from None
     except OSError as exc:
         raise InputError(f"cannot read config: {exc.strerror}", source=str(path)) from None
 

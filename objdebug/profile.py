@@ -60,7 +60,14 @@ def _read(name_or_path: str) -> tuple[dict[str, Any], str]:
     if name_or_path.endswith(".toml") or path.is_file():
         if not path.is_file():
             raise InputError("profile file not found", source=str(path))
-        text, source = path.read_text(encoding="utf-8"), str(path.resolve())
+        try:
+            text, source = path.read_text(encoding="utf-8"), str(path.resolve())
+        except UnicodeDecodeError as exc:
+            raise InputError(f"profile is not valid TOML: not UTF-8 text (byte "
+                             f"0x{exc.object[exc.start]:02x} at offset {exc.start})",
+                             source=str(path.resolve())) from None
+        except OSError as exc:  # a directory, no permission
+            raise InputError(f"cannot read the profile: {exc.strerror}", source=str(path)) from None
     else:
         res = _profiles_dir() / f"{name_or_path}.toml"
         if not res.is_file():

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 
@@ -27,7 +28,30 @@ def import_mindspore():
 
     with held():
         import mindspore
+    _apply_quiet()
     return mindspore
+
+
+def quiet_mindspore(quiet: bool) -> None:
+    """Keep MindSpore's own Python log lines ([ERROR] about a missing libcuda, [CRITICAL] about a
+    checkpoint it cannot read) off the terminal: objdebug reports the error in one line. The C++
+    side reads GLOG_v at import (the CLI sets it); the Python logger is set here."""
+    _state["quiet"] = quiet
+    if "mindspore" in sys.modules:
+        _apply_quiet()
+
+
+def _apply_quiet() -> None:
+    if not _state.get("quiet"):
+        return
+    try:
+        import logging
+
+        from mindspore import log as ms_log
+
+        ms_log._get_logger().setLevel(logging.CRITICAL + 1)  # private, but the only handle
+    except Exception:  # pragma: no cover - a MindSpore without it: its lines stay visible
+        pass
 
 
 def setup(device: str = "CPU", mode: str = "graph", seed: int = 0) -> None:
