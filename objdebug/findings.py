@@ -152,6 +152,11 @@ class Check:
                 raise
             result.error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
             first = result.error.splitlines()[0]
+            from objdebug.contract import location  # a graph error: name the user's line
+
+            where = location(str(exc))
+            if where:
+                first += f" (at {where})"
             result.findings.append(self._finding(self.codes[0], Verdict.ERROR,
                                                  f"check '{self.name}' crashed: {first}", ""))
             if getattr(ctx, "debug", False):

@@ -154,3 +154,16 @@ def test_mindspore_error_lines_shown_under_debug(tiny_target):
     if debug.returncode == 0:
         pytest.skip("this MindSpore build has a GPU backend")
     assert debug.returncode == 2 and "[ERROR]" in debug.stderr
+
+
+def test_a_check_crashing_on_a_graph_error_names_the_users_line():
+    from objdebug.findings import Check
+
+    class Crashing(Check):
+        name, stage, codes = "crashing", "align", ("OBJ101",)
+
+        def measure(self, ctx):
+            raise RuntimeError(MATMUL_ERROR)
+
+    (f,) = Crashing().run(None, {}).findings
+    assert f.verdict.value == "ERROR" and f.message.endswith("(at /home/u/proj/losses.py:126)")
