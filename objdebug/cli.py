@@ -260,7 +260,7 @@ def render(
 
         outputs.check(outputs.outputs(junit=junit, html=html, markdown=markdown),
                       [("the report being rendered", outputs.resolve(result_json))])
-        report = json_report.load(str(result_json))
+        report = json_report.load(str(result_json), renderable=True)
         with all_or_nothing():
             write_reports(report, junit=junit, junit_warnings_as_skipped=junit_warnings_as_skipped,
                           html=html, markdown=markdown)

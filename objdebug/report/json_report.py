@@ -44,7 +44,8 @@ def write(result, path: str) -> None:
     write_atomic(path, dumps(result))
 
 
-def load(path: str) -> dict[str, Any]:
+def load(path: str, renderable: bool = False) -> dict[str, Any]:
+    """A saved report; `renderable`: also everything the renderers read (structure_problem)."""
     from objdebug.errors import InputError
 
     try:
@@ -60,7 +61,7 @@ def load(path: str) -> dict[str, Any]:
         raise InputError(f"cannot read the report: {exc.strerror}", source=path) from None
     if not isinstance(data, dict) or data.get("tool") != "objdebug" or "schema_version" not in data:
         raise InputError("not an objdebug JSON report (no 'schema_version')", source=path)
-    problem = structure_problem(data)
+    problem = structure_problem(data) if renderable else None
     if problem:
         raise InputError(f"not a well-formed objdebug report: {problem}", source=path)
     return data
