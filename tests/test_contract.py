@@ -119,13 +119,17 @@ def test_model_returning_a_tuple(tiny_target):
            "but got a tuple of 2")
 
 
-def test_construct_graph_mode_rejects_names_file_and_line(tiny_target):
+@pytest.mark.parametrize("objective, statement, reason", [
+    ("TryCE", "try:", "Unsupported statement 'Try'"),
+    ("TensorIfLogitsCE", "if logits > 100:", "Only tensor which shape is () or (1,) can be converted to bool"),
+])
+def test_construct_graph_mode_rejects_names_file_and_line(tiny_target, objective, statement, reason):
     line = next(i for i, text in enumerate(FIXTURE.read_text().splitlines(), 1)
-                if text.strip() == "try:")
+                if text.strip() == statement)
     exit_2(["align", "-c", tiny_target / "objdebug.toml",
-            "--set", "objective.factory='fixtures.contract_targets:TryCE'", "--set", "objective.kwargs={}"],
-           f"{FIXTURE}:{line}: graph mode (mindspore.GRAPH_MODE) cannot compile the target: "
-           "Unsupported statement 'Try'")
+            "--set", f"objective.factory='fixtures.contract_targets:{objective}'",
+            "--set", "objective.kwargs={}"],
+           f"{FIXTURE}:{line}: graph mode (mindspore.GRAPH_MODE) cannot compile the target: {reason}")
 
 
 def test_rows_longer_than_the_position_table(tiny_target):
