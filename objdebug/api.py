@@ -21,7 +21,7 @@ from objdebug.data import preflight
 from objdebug.engine import Engine
 from objdebug.errors import EXIT_CHECK_FAILED, EXIT_OK
 from objdebug.findings import CheckResult, Verdict
-from objdebug.interrupts import Interrupted
+from objdebug.interrupts import Interrupted, swallowed
 from objdebug.profile import Profile, code_selected, load_profile
 from objdebug.progress import Progress
 from objdebug.stages import STAGES, stage_checks
@@ -108,12 +108,16 @@ def run(cfg: Config, *, stages: list[str] | None = None, profile: Profile | str 
     try:
         _run_stages(cfg, result, profile, chosen, select, ignore, options, out_dir, debug, progress,
                     compile_cache)
-    except Interrupted as exc:  # say where the run stopped: the CLI prints it
+    except (Interrupted, Exception) as exc:  # say where the run stopped: the CLI prints it
+        if not isinstance(exc, Interrupted):
+            if swallowed() is None:
+                raise
+            exc = swallowed()  # a signal that the user's code or MindSpore turned into an error
         done = [s for s in chosen if s in result.timings]
         exc.after = done[-1] if done else None
         exc.during = next((s for s in chosen if s not in result.timings), None) \
             if result.timings.get("load") is not None else "load"
-        raise
+        raise exc from None
     result.timings["total"] = time.perf_counter() - t0
     return result
 

@@ -71,12 +71,17 @@ def _quiet_mindspore(debug: bool) -> None:
 def guarded(debug: bool, fn, *args, **kwargs):
     """Run fn; InputError -> exit 2 with one line, anything else -> exit 3 (traceback with --debug);
     SIGINT/SIGTERM -> one line and exit 130/143, after every cleanup ran."""
-    from objdebug.interrupts import Interrupted, raising_signals
+    from objdebug.interrupts import Interrupted, raising_signals, swallowed
 
     _quiet_mindspore(debug)
     try:
         with raising_signals():
-            return fn(*args, **kwargs)
+            try:
+                return fn(*args, **kwargs)
+            except (Exception, KeyboardInterrupt) as exc:  # a signal that someone turned into an error
+                if swallowed() is not None and not isinstance(exc, Interrupted):
+                    raise swallowed() from None
+                raise
     except typer.Exit:
         raise
     except InputError as exc:

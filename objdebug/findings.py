@@ -147,9 +147,12 @@ class Check:
                 result.findings.append(self._finding(cond.code, verdict, message, cond.name, key))
         except Exception as exc:  # a crash inside a check is ERROR, the run goes on
             from objdebug.errors import InputError
+            from objdebug.interrupts import swallowed
 
             if isinstance(exc, InputError):
                 raise
+            if swallowed() is not None:  # a signal, turned into an error on the way: stop
+                raise swallowed() from None
             result.error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
             first = result.error.splitlines()[0]
             from objdebug.contract import location  # a graph error: name the user's line

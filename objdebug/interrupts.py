@@ -17,7 +17,7 @@ import threading
 from collections.abc import Iterator
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
-_hold: dict[str, object] = {"depth": 0, "pending": None}
+_hold: dict[str, object] = {"depth": 0, "pending": None, "fired": None}
 
 
 class Interrupted(BaseException):
@@ -61,14 +61,24 @@ def raising_signals() -> Iterator[None]:
             return
         for s in SIGNALS:
             signal.signal(s, signal.SIG_IGN)
+        _hold["fired"] = signum
         raise Interrupted(signum)
 
     previous = {s: signal.signal(s, handler) for s in SIGNALS}
+    _hold["fired"] = None
     try:
         yield
     finally:
         for s, old in previous.items():
             signal.signal(s, old)
+        _hold["fired"] = None  # the next run in this process starts clean
+
+
+def swallowed() -> Interrupted | None:
+    """The Interrupted to raise again when a signal fired but code on the way caught it as any
+    exception (MindSpore's load_checkpoint turns it into "Failed to read ...: SIGTERM")."""
+    signum = _hold["fired"]
+    return Interrupted(signum) if signum else None
 
 
 @contextlib.contextmanager
@@ -87,4 +97,5 @@ def held() -> Iterator[None]:
             pending, _hold["pending"] = _hold["pending"], None
             for s in SIGNALS:
                 signal.signal(s, signal.SIG_IGN)
+            _hold["fired"] = pending
             raise Interrupted(pending)

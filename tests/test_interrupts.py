@@ -4,6 +4,7 @@ one run replaced all together or not at all. Real signals, sent to a real proces
 import os
 import signal
 import subprocess
+import tempfile
 import sys
 import time
 from pathlib import Path
@@ -85,3 +86,24 @@ def test_reports_of_one_run_are_committed_together(tmp_path):
             raise RuntimeError("boom")
     assert not done.committed and a.read_text() == "new a"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt", "sub"]
+
+
+def test_a_signal_that_library_code_swallows_still_stops_the_run(tiny_target, tmp_path, monkeypatch):
+    """MindSpore's load_checkpoint catches BaseException and raises ValueError('...: SIGTERM'):
+    the run must still stop as interrupted (143), not report a bad checkpoint (2)."""
+    import mindspore as ms
+
+    def load_checkpoint_like_mindspore(*args, **kwargs):
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(1)
+        except BaseException as exc:
+            raise ValueError(f"Failed to read the checkpoint file: {exc}") from None
+
+    monkeypatch.setattr(ms, "load_checkpoint", load_checkpoint_like_mindspore)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    result = CliRunner().invoke(app, ["align", "-c", str(tiny_target / "objdebug.toml")])
+    assert result.exit_code == 143, result.output
+    assert result.output.strip() == ("objdebug: error: interrupted after stage setup (during load); "
+                                     "no report written")
+    assert [p for p in tmp_path.iterdir() if p.name.startswith("objdebug-")] == []
