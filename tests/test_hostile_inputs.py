@@ -162,7 +162,8 @@ def test_padding_label_out_of_range_for_the_objective_is_explained(tiny_target):
     from objdebug.stages.align import LabelPadMasking
     from objdebug.target import load_target
 
-    cfg = load_config(tiny_target / "objdebug.toml", overrides={"objective.kwargs": {"ignore_index": 0}})
+    cfg = load_config(tiny_target / "objdebug.toml", overrides={"objective.kwargs": {"ignore_index": 0},
+                                                                 "data.vocab_size": 256})
     target = load_target(cfg)
     ctx = Context(config=cfg, target=target, engine=Engine(target), profile=load_profile("default"))
     (f,) = LabelPadMasking().run(ctx, {}).findings
