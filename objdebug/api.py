@@ -13,13 +13,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from objdebug import distributed, runtime
+from objdebug import contract, distributed, runtime
 from objdebug.compile_cache import open_cache
 from objdebug.config import Config, load_config  # noqa: F401  (re-exported)
 from objdebug.context import Context
+from objdebug.data import preflight
 from objdebug.engine import Engine
 from objdebug.errors import EXIT_CHECK_FAILED, EXIT_OK
 from objdebug.findings import CheckResult, Verdict
+from objdebug.interrupts import Interrupted, swallowed
 from objdebug.profile import Profile, code_selected, load_profile
 from objdebug.progress import Progress, StageSummary
 from objdebug.stages import STAGES, skipped, stage_checks, stage_skip_reason
@@ -95,6 +97,7 @@ def run(cfg: Config, *, stages: list[str] | None = None, profile: Profile | str 
     if not isinstance(profile, Profile):
         profile = load_profile(profile or cfg.run.profile)
     chosen = resolve_stages(cfg, profile, stages)
+    preflight(cfg)  # data-file errors before MindSpore starts
     select = list(profile.data.get("select", [])) + list(cfg.run.select) + list(select or [])
     ignore = list(profile.data.get("ignore", [])) + list(cfg.run.ignore) + list(ignore or [])
     progress = progress or Progress()  # no display unless the caller passes one
@@ -113,6 +116,25 @@ def _run(cfg: Config, chosen: list[str], profile: Profile, options: dict[str, An
                        versions=runtime.versions(), strict=strict,
                        created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
     t0 = time.perf_counter()
+    try:
+        _run_stages(cfg, result, profile, chosen, select, ignore, options, out_dir, debug, progress,
+                    compile_cache)
+    except (Interrupted, Exception) as exc:  # say where the run stopped: the CLI prints it
+        if not isinstance(exc, Interrupted):
+            if swallowed() is None:
+                raise
+            exc = swallowed()  # a signal that the user's code or MindSpore turned into an error
+        done = [s for s in chosen if s in result.timings]
+        exc.after = done[-1] if done else None
+        exc.during = next((s for s in chosen if s not in result.timings), None) \
+            if result.timings.get("load") is not None else "load"
+        raise exc from None
+    result.timings["total"] = time.perf_counter() - t0
+    return result
+
+
+def _run_stages(cfg, result, profile, chosen, select, ignore, options, out_dir, debug, progress,
+                compile_cache) -> None:
     runtime.setup(cfg.run.device, cfg.run.mode, cfg.run.seed)
     world = distributed.world()  # rank 0 of 1 unless started by msrun (`--workers N`)
     if world.distributed:
@@ -130,6 +152,7 @@ def _run(cfg: Config, chosen: list[str], profile: Profile, options: dict[str, An
                            dict(options or {}), engine.batch_size)
         cache.attach(engine)
         with cache:  # writes the cache's manifest after a clean run only
+            contract.check_target(target, engine)  # the contract on one small batch: exit 2 if broken
             for stage in chosen:
                 engine.stage = stage
                 progress.stage_start(stage)
@@ -148,6 +171,4 @@ def _run(cfg: Config, chosen: list[str], profile: Profile, options: dict[str, An
         result.extra.update(ctx.cache.get("report_extra", {}))
         if cache.status != "off":
             result.extra["compile_cache"] = cache.summary()
-    result.timings["total"] = time.perf_counter() - t0
     result.compiles = engine.compiles.to_dict()
-    return result

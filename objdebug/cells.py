@@ -93,3 +93,20 @@ class PerSampleObjective(nn.Cell):
                 r = self.objective(input_ids[b:b + 1], labels[b:b + 1])
             outs.append(as_outputs(r)[1])
         return ops.stack(outs)
+
+
+class RawObjective(nn.Cell):
+    """The objective's own result, unchanged (a Tensor, a tuple, a dict): what the contract probe
+    inspects. `on_logits`: (logits, labels) in the configured calling form; else end-to-end
+    (input_ids, labels)."""
+
+    def __init__(self, target, on_logits: bool):
+        super().__init__(auto_prefix=False)
+        self.objective = target.objective
+        self.on_logits = on_logits
+        self.flat = target.config.objective.call == "flat"
+
+    def construct(self, x, labels):
+        if self.on_logits:
+            return call_on_logits(self.objective, self.flat, x, labels)
+        return self.objective(x, labels)

@@ -11,6 +11,7 @@ import traceback
 from pathlib import Path
 from typing import Annotated, Optional
 
+_USER_GLOG = os.environ.get("GLOG_v")  # a user's own MindSpore log level is kept
 os.environ.setdefault("GLOG_v", "3")
 
 import typer  # noqa: E402
@@ -82,18 +83,44 @@ def _launch_workers(workers: int, debug: bool) -> None:
     raise typer.Exit(res.code)
 
 
+def _quiet_mindspore(debug: bool) -> None:
+    """MindSpore's own `[ERROR]` log lines (a missing libcuda for `--device GPU`, a compile
+    failure's dump) reach the terminal only under --debug; objdebug reports the error itself in one
+    line. Takes effect when MindSpore is first imported, which the commands do lazily."""
+    if _USER_GLOG is None:
+        from objdebug.runtime import quiet_mindspore
+
+        os.environ["GLOG_v"] = "3" if debug else "4"  # 4: CRITICAL only
+        quiet_mindspore(not debug)
+
+
 def guarded(debug: bool, fn, *args, **kwargs):
-    """Run fn; InputError -> exit 2 with one line, anything else -> exit 3 (traceback with --debug)."""
+    """Run fn; InputError -> exit 2 with one line, anything else -> exit 3 (traceback with --debug);
+    SIGINT/SIGTERM -> one line and exit 130/143, after every cleanup ran."""
+    from objdebug.interrupts import Interrupted, raising_signals, swallowed
+
+    _quiet_mindspore(debug)
     try:
-        return fn(*args, **kwargs)
+        with raising_signals():
+            try:
+                return fn(*args, **kwargs)
+            except (Exception, KeyboardInterrupt) as exc:  # a signal that someone turned into an error
+                if swallowed() is not None and not isinstance(exc, Interrupted):
+                    raise swallowed() from None
+                raise
     except typer.Exit:
         raise
     except InputError as exc:
         if debug:
             traceback.print_exc()
+            if getattr(exc, "detail", None):  # e.g. MindSpore's full compile error
+                typer.echo(exc.detail, err=True)
         _fail(str(exc), EXIT_INPUT_ERROR)
-    except KeyboardInterrupt:
-        _fail("interrupted", EXIT_INTERNAL_ERROR)
+    except Interrupted as exc:
+        written = "reports written" if getattr(exc, "reports_written", False) else "no report written"
+        _fail(f"interrupted{exc.where()}; {written}", exc.exit_code)
+    except KeyboardInterrupt:  # a ^C outside raising_signals (another thread's handler)
+        _fail("interrupted; no report written", 130)
     except Exception as exc:
         if debug:
             traceback.print_exc()
@@ -106,13 +133,19 @@ def guarded(debug: bool, fn, *args, **kwargs):
 def _load(config, demo, sets, device, mode, seed, checkpoint):
     from objdebug.config import load_config, parse_override
 
-    overrides = dict(parse_override(s) for s in (sets or []))
+    overrides, origins = {}, {}  # origins: an error in an overridden key names the command line
+    for text in sets or []:
+        key, value = parse_override(text)
+        overrides[key], origins[key] = value, f"--set {text}"
+    checkpoint_text = checkpoint
     checkpoint = str(Path(checkpoint).resolve()) if checkpoint is not None else None
-    for key, value in (("run.device", device), ("run.mode", mode), ("run.seed", seed),
-                       ("model.checkpoint", checkpoint)):
+    for key, value, flag in (("run.device", device, "--device"), ("run.mode", mode, "--mode"),
+                             ("run.seed", seed, "--seed"),
+                             ("model.checkpoint", checkpoint, "--checkpoint")):
         if value is not None:
             overrides[key] = value
-    return load_config(config, overrides=overrides, demo=demo)
+            origins[key] = f"{flag} {checkpoint_text if flag == '--checkpoint' else value}"
+    return load_config(config, overrides=overrides, demo=demo, origins=origins)
 
 
 OUTPUT_FORMATS = ("text", "github", "gitlab")
@@ -128,13 +161,26 @@ def output_format(value: str | None) -> str:
     return value.lower()
 
 
-def ci_output(report, fmt: str, gitlab_report=None) -> None:
-    """The CI-native output of a report: GitHub annotations + step summary, GitLab Code Quality."""
-    from objdebug.report import github
+def gitlab_path(fmt: str, gitlab_report=None):
+    """Where the GitLab Code Quality report goes, or None."""
     from objdebug.report import gitlab
 
-    if fmt == "gitlab" or gitlab_report:
-        gitlab.write(report, str(gitlab_report or gitlab.DEFAULT_PATH))
+    return gitlab_report or (Path(gitlab.DEFAULT_PATH) if fmt == "gitlab" else None)
+
+
+def ci_files(report, fmt: str, gitlab_report=None) -> None:
+    """The CI report files: a GitLab Code Quality JSON (inside the run's all-or-nothing write)."""
+    from objdebug.report import gitlab
+
+    path = gitlab_path(fmt, gitlab_report)
+    if path is not None:
+        gitlab.write(report, str(path))
+
+
+def ci_output(report, fmt: str) -> None:
+    """The CI-native output of a report: GitHub annotations on stdout + the job summary."""
+    from objdebug.report import github
+
     if fmt == "github":
         for line in github.annotations(report):
             typer.echo(line)
@@ -175,25 +221,37 @@ def execute(*, stages, config, demo, sets, device, mode, seed, checkpoint, profi
 
     if workers is not None and workers < 1:
         _fail(f"For '--workers', the value must be >= 1, but got {workers}.", EXIT_INPUT_ERROR)
-    if workers and workers > 1 and not distributed.under_msrun():
-        # a config or profile error is found here in milliseconds, not after the cluster timeout
+    def prepare():
+        """Everything that can be wrong before any work: format, config, profile, output paths
+        (none may replace an input or another output, all must be writable), the baseline."""
+        from objdebug import baseline as baseline_mod
+        from objdebug import outputs
         from objdebug.profile import load_profile
 
-        cfg = guarded(debug, _load, config, demo, sets, device, mode, seed, checkpoint)
-        guarded(debug, load_profile, profile or cfg.run.profile)
+        fmt = output_format(output_format_)
+        cfg = _load(config, demo, sets, device, mode, seed, checkpoint)
+        prof = load_profile(profile or cfg.run.profile)
+        outputs.check(outputs.outputs(json=json_path, junit=junit, html=html, markdown=markdown,
+                                      out=out, compile_cache=compile_cache or cfg.run.compile_cache,
+                                      gitlab=gitlab_path(fmt, gitlab_report)),
+                      outputs.config_inputs(cfg, prof.source, baseline))
+        old = baseline_mod.load(str(baseline)) if baseline else None
+        return fmt, cfg, prof, old
+
+    if workers and workers > 1 and not distributed.under_msrun():
+        guarded(debug, prepare)  # in milliseconds, not after the workers' cluster timeout
         _launch_workers(workers, debug)
 
     def body():
         from objdebug import api
         from objdebug import baseline as baseline_mod
+        from objdebug.interrupts import Interrupted
         from objdebug.progress import for_stream
-        from objdebug.report import json_report, terminal
+        from objdebug.report import all_or_nothing, json_report, terminal
 
-        fmt = output_format(output_format_)  # a bad value fails before the run
-        cfg = _load(config, demo, sets, device, mode, seed, checkpoint)
-        old = baseline_mod.load(str(baseline)) if baseline else None  # a bad baseline fails before the run
+        fmt, cfg, prof, old = prepare()
         out_dir = str(out.resolve()) if out else None
-        result = api.run(cfg, stages=stages, profile=profile, options=options, out_dir=out_dir,
+        result = api.run(cfg, stages=stages, profile=prof, options=options, out_dir=out_dir,
                          strict=strict, select=select, ignore=ignore, debug=debug,
                          progress=for_stream(sys.stderr, quiet=quiet),
                          compile_cache=str(compile_cache.resolve()) if compile_cache else None)
@@ -201,19 +259,28 @@ def execute(*, stages, config, demo, sets, device, mode, seed, checkpoint, profi
             baseline_mod.apply(result, old, select=select, ignore=ignore)
         report = json_report.to_dict(result)
         leader = distributed.world().leader  # under msrun only rank 0 writes and prints
-        if json_path and leader:
-            json_report.write(result, str(json_path))
-        if leader:
-            write_reports(report, junit=junit, junit_warnings_as_skipped=junit_warnings_as_skipped,
-                          html=html, markdown=markdown)
         colour = sys.stdout.isatty()
         text = (terminal.final_line(report, colour) if quiet
                 else terminal.render(report, colour=colour, verbose=verbose).rstrip("\n"))
-        distributed.record_exit(result.exit_code, report_text=text + "\n" + ci_annotations(report, fmt)
-                                if leader else None)
-        if leader:
-            typer.echo(text)
-            ci_output(report, fmt, gitlab_report)
+        written = None
+        try:
+            if leader:
+                with all_or_nothing() as written:  # the run's report files: all replaced, or none
+                    if json_path:
+                        json_report.write(result, str(json_path))
+                    write_reports(report, junit=junit,
+                                  junit_warnings_as_skipped=junit_warnings_as_skipped, html=html,
+                                  markdown=markdown)
+                    ci_files(report, fmt, gitlab_report)
+            distributed.record_exit(result.exit_code, report_text=text + "\n" +
+                                    ci_annotations(report, fmt) if leader else None)
+            if leader:
+                typer.echo(text)
+                ci_output(report, fmt)
+        except Interrupted as exc:
+            exc.after, exc.during = (result.stages or ["setup"])[-1], "report writing"
+            exc.reports_written = bool(written and written.committed)
+            raise
         raise typer.Exit(result.exit_code)
 
     guarded(debug, body)
@@ -306,14 +373,20 @@ def render(
 ) -> None:
     """Re-render a saved JSON report (terminal, and --html/--markdown/--junit files); exit 0 once written."""
     def body():
-        from objdebug.report import json_report, terminal
+        from objdebug import outputs
+        from objdebug.report import all_or_nothing, json_report, terminal
 
         fmt = output_format(output_format_)
-        report = json_report.load(str(result_json))
-        write_reports(report, junit=junit, junit_warnings_as_skipped=junit_warnings_as_skipped,
-                      html=html, markdown=markdown)
+        outputs.check(outputs.outputs(junit=junit, html=html, markdown=markdown,
+                                      gitlab=gitlab_path(fmt, gitlab_report)),
+                      [("the report being rendered", outputs.resolve(result_json))])
+        report = json_report.load(str(result_json), renderable=True)
+        with all_or_nothing():
+            write_reports(report, junit=junit, junit_warnings_as_skipped=junit_warnings_as_skipped,
+                          html=html, markdown=markdown)
+            ci_files(report, fmt, gitlab_report)
         typer.echo(terminal.render(report, colour=sys.stdout.isatty(), verbose=verbose), nl=False)
-        ci_output(report, fmt, gitlab_report)
+        ci_output(report, fmt)
 
     guarded(debug, body)
 

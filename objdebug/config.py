@@ -59,6 +59,7 @@ class DataSpec:
     label_pad_id: int = -100
     shift: bool = True
     vocab_size: int | None = None
+    max_length: int | None = None  # longest input the model takes (default: its position table, if named)
     align: str | None = None
     scores: str | None = None
     preference: str | None = None  # JSONL of {"id", "prompt", "chosen", "rejected", "strength"?}
@@ -143,6 +144,9 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise InputError("config file not found", source=str(path)) from None
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"not valid TOML: {exc}", source=str(path)) from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not valid TOML: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at "
+                         f"offset {exc.start})", source=str(path)) from None
     except OSError as exc:
         raise InputError(f"cannot read config: {exc.strerror}", source=str(path)) from None
 
@@ -153,6 +157,9 @@ def parse_override(text: str) -> tuple[str, Any]:
         raise InputError(f"For '--set', the value must look like 'section.key=value', but got '{text}'.")
     key, raw = text.split("=", 1)
     key = key.strip()
+    if not raw.strip():
+        raise InputError(f"For '--set {text}', the value is empty; give one (a quoted '' for an "
+                         f"empty string).", source="command line")
     try:
         value = tomllib.loads(f"v = {raw.strip()}")["v"]
     except tomllib.TOMLDecodeError:
@@ -161,8 +168,11 @@ def parse_override(text: str) -> tuple[str, Any]:
 
 
 def load_config(path: Path | str | None = None, overrides: dict[str, Any] | None = None,
-                demo: bool = False) -> Config:
-    """Read and validate a target config; apply dotted-key overrides; resolve paths."""
+                demo: bool = False, origins: dict[str, str] | None = None) -> Config:
+    """Read and validate a target config; apply dotted-key overrides; resolve paths.
+
+    `origins`: override key -> the command-line text it came from (`--mode fast`); an error in
+    such a key names the command line, not the config file."""
     if demo:
         path = DEMO_CONFIG
     elif path is None:
@@ -176,12 +186,14 @@ def load_config(path: Path | str | None = None, overrides: dict[str, Any] | None
     if path.name == "pyproject.toml" and "objdebug" in raw.get("tool", {}):
         raw = raw["tool"]["objdebug"]
     raw = copy.deepcopy(raw)
+    origins = {k: origins.get(k, f"--set {k}=...") for k in (overrides or {})} if origins is not None \
+        else {k: f"--set {k}=..." for k in (overrides or {})}
     for key, value in (overrides or {}).items():
-        _apply_override(raw, key, value, path)
-    return _build(raw, path)
+        _apply_override(raw, key, value, origins[key])
+    return _build(raw, path, origins)
 
 
-def _apply_override(raw: dict, key: str, value: Any, path: Path) -> None:
+def _apply_override(raw: dict, key: str, value: Any, origin: str) -> None:
     parts = key.split(".")
     if len(parts) < 2 or parts[0] not in _SECTIONS:
         raise InputError(f"For '--set', the key must be 'section.key' with section in "
@@ -190,35 +202,37 @@ def _apply_override(raw: dict, key: str, value: Any, path: Path) -> None:
     for part in parts[:-1]:
         node = node.setdefault(part, {})
         if not isinstance(node, dict):
-            raise InputError(f"cannot override '{key}': '{part}' is not a table", source=str(path))
+            raise InputError(f"cannot override '{key}': '{part}' is not a table",
+                             source=f"command line ({origin})")
     node[parts[-1]] = value
 
 
-def _build(raw: dict, path: Path) -> Config:
-    src = str(path)
+def _build(raw: dict, path: Path, origins: dict[str, str] | None = None) -> Config:
+    src = _Sources(str(path), origins or {})
     unknown = set(raw) - set(_SECTIONS)
     if unknown:
-        raise InputError(f"unknown section(s) {sorted(unknown)}; expected {sorted(_SECTIONS)}", source=src)
+        raise InputError(f"unknown section(s) {sorted(unknown)}; expected {sorted(_SECTIONS)}", source=str(src))
     if "objective" not in raw:
-        raise InputError("missing [objective] section (factory = 'module:callable')", source=src)
+        raise InputError("missing [objective] section (factory = 'module:callable')", source=str(src))
     sections: dict[str, Any] = {}
     for name, cls in _SECTIONS.items():
         if name not in raw:
             continue
         table = raw[name]
         if not isinstance(table, dict):
-            raise InputError(f"[{name}] must be a table", source=src)
+            raise InputError(f"[{name}] must be a table", source=str(src))
         allowed = set(cls.__dataclass_fields__)
         bad = set(table) - allowed
         if bad:
-            raise InputError(f"unknown key(s) {sorted(bad)} in [{name}]; allowed: {sorted(allowed)}", source=src)
+            raise InputError(f"unknown key(s) {sorted(bad)} in [{name}]; allowed: {sorted(allowed)}",
+                             source=src.of(*(f"{name}.{k}" for k in bad)))
         try:
             sections[name] = cls(**table)
         except TypeError as exc:  # a required key is missing
-            raise InputError(f"[{name}]: {exc}", source=src) from None
+            raise InputError(f"[{name}]: {exc}", source=str(src)) from None
     cfg = Config(objective=sections["objective"], model=sections.get("model"),
                  data=sections.get("data", DataSpec()), run=sections.get("run", RunSpec()),
-                 source=src, base_dir=str(path.parent), preference=sections.get("preference"),
+                 source=str(path), base_dir=str(path.parent), preference=sections.get("preference"),
                  reference=sections.get("reference"))
     _validate(cfg, src)
     for section, key in _PATH_KEYS:
@@ -230,53 +244,73 @@ def _build(raw: dict, path: Path) -> Config:
     return cfg
 
 
-def _check_type(value: Any, types: type | tuple, where: str, src: str) -> None:
+class _Sources:
+    """Where a key's value came from: the config file, or the command line that overrode it."""
+
+    def __init__(self, path: str, origins: dict[str, str]):
+        self.path, self.origins = path, origins
+
+    def of(self, *keys: str) -> str:
+        for key in keys:
+            for k, text in self.origins.items():
+                if key == k or key.startswith(k + "."):  # --set model.kwargs={...}
+                    return f"command line ({text})"
+        return self.path
+
+    def __str__(self) -> str:
+        return self.path
+
+
+def _check_type(value: Any, types: type | tuple, where: str, src: "_Sources") -> None:
     if isinstance(value, bool) and bool not in (types if isinstance(types, tuple) else (types,)):
         ok = False
     else:
         ok = isinstance(value, types)
     if not ok:
         expected = types.__name__ if isinstance(types, type) else " or ".join(t.__name__ for t in types)
-        raise InputError(f"For '{where}', the value must be {expected}, but got {value!r}.", source=src)
+        raise InputError(f"For '{where}', the value must be {expected}, but got {value!r}.",
+                         source=src.of(where))
 
 
-def _validate(cfg: Config, src: str) -> None:
+def _validate(cfg: Config, src: _Sources) -> None:
     for where, spec in (("model", cfg.model), ("objective", cfg.objective)):
         if spec is None:
             continue
         _check_type(spec.factory, str, f"{where}.factory", src)
         if ":" not in spec.factory:
             raise InputError(f"For '{where}.factory', the value must be 'module:callable', "
-                             f"but got '{spec.factory}'.", source=src)
+                             f"but got '{spec.factory}'.", source=src.of(f"{where}.factory"))
         _check_type(spec.kwargs, dict, f"{where}.kwargs", src)
     if cfg.objective.call not in CALLS + PREFERENCE_CALLS:
         raise InputError(f"For 'objective.call', the value must be in {list(CALLS + PREFERENCE_CALLS)}, "
-                         f"but got '{cfg.objective.call}'.", source=src)
+                         f"but got '{cfg.objective.call}'.", source=src.of("objective.call"))
     _validate_preference(cfg, src)
     _check_type(cfg.objective.components, list, "objective.components", src)
     if not cfg.end_to_end and cfg.objective.checkpoint is not None:
         raise InputError("objective.checkpoint is only for the end-to-end form (no [model]); "
-                         "put the checkpoint under [model]", source=src)
+                         "put the checkpoint under [model]", source=str(src))
     d = cfg.data
     _check_type(d.pad_id, int, "data.pad_id", src)
     _check_type(d.label_pad_id, int, "data.label_pad_id", src)
     _check_type(d.shift, bool, "data.shift", src)
     if d.vocab_size is not None:
         _check_type(d.vocab_size, int, "data.vocab_size", src)
+    if d.max_length is not None:
+        _check_type(d.max_length, int, "data.max_length", src)
     r = cfg.run
     if r.device not in DEVICES:
         raise InputError(f"For 'run.device', the value must be in {list(DEVICES)}, but got '{r.device}'.",
-                         source=src)
+                         source=src.of("run.device"))
     if r.mode not in MODES:
         raise InputError(f"For 'run.mode', the value must be in {list(MODES)}, but got '{r.mode}'.",
-                         source=src)
+                         source=src.of("run.mode"))
     _check_type(r.seed, int, "run.seed", src)
     _check_type(r.profile, str, "run.profile", src)
     if r.compile_cache is not None:
         _check_type(r.compile_cache, str, "run.compile_cache", src)
 
 
-def _validate_preference(cfg: Config, src: str) -> None:
+def _validate_preference(cfg: Config, src: _Sources) -> None:
     """`[preference]` / `[objective] call = "preference..."`, `[reference]`, `[data] preference`."""
     if cfg.preference is not None:
         if cfg.objective.call in PREFERENCE_CALLS:

@@ -8,7 +8,9 @@ decides what is scored.
 
 from __future__ import annotations
 
+import difflib
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -69,8 +71,78 @@ def make_tokenizer(spec: str, base_dir: str = "."):
 
 
 # --------------------------------------------------------------------------- JSONL
+# The fields a row may have; anything else is most likely a typo ("medum" would silently drop the
+# medium answer and change OBJ102's verdict), so it is an error. `meta` holds free-form extras.
+ROW_FIELDS = {
+    "align": ("id", "prompt", "prompt_ids", "good", "good_ids", "medium", "medium_ids", "bad",
+              "bad_ids", "meta"),
+    "scores": ("id", "prompt", "prompt_ids", "response", "response_ids", "score", "scores", "meta"),
+}
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e999 parses to inf
+        raise ValueError(f"the number {text} is out of range (not finite)")
+    return value
+
+
+def _no_constant(name: str):
+    raise ValueError(f"'{name}' is not a number objdebug accepts (non-finite values are not "
+                     f"allowed); give a finite number or drop the row")
+
+
+def _unique_keys(pairs):
+    seen = {}
+    for key, value in pairs:
+        if key in seen:
+            raise ValueError(f"field '{key}' appears twice in one object")
+        seen[key] = value
+    return seen
+
+
+def _parse_line(line: str) -> Any:
+    return json.loads(line, parse_float=_finite_float, parse_constant=_no_constant,
+                      object_pairs_hook=_unique_keys)
+
+
+def check_row(row: dict, what: str, source: str, lineno: int) -> None:
+    """Field names of one row: no unknown (misspelled) field, not both `x` and `x_ids`."""
+    allowed = ROW_FIELDS.get(what)
+    if allowed is None:
+        return
+    unknown = [k for k in row if k not in allowed]
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], allowed, n=1)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        raise InputError(f"unknown field '{unknown[0]}'{hint}; a data.{what} row has the fields "
+                         f"{list(allowed)}", source=source, line=lineno)
+    for name in allowed:
+        if f"{name}_ids" in row and name in row:
+            raise InputError(f"the row has both '{name}' and '{name}_ids'; keep one (text or token "
+                             f"ids)", source=source, line=lineno)
+    if what == "scores":
+        if not _finite_number(row.get("score")):
+            raise InputError(f"field 'score' must be a finite number, but got {row.get('score')!r}",
+                             source=source, line=lineno)
+        aspects = row.get("scores", {})
+        if not isinstance(aspects, dict) or not all(_finite_number(v) for v in aspects.values()):
+            raise InputError("field 'scores' must be an object of finite numbers", source=source,
+                             line=lineno)
+
+
+def _finite_number(x: Any) -> bool:
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return False
+    try:
+        return math.isfinite(float(x))
+    except OverflowError:  # an integer beyond float range
+        return False
+
+
 def read_jsonl(path: str | None, what: str) -> list[tuple[int, dict[str, Any]]]:
-    """Rows with their 1-based line numbers; a line that is not a JSON object names file and line."""
+    """Rows with their 1-based line numbers; a line that is not UTF-8, not a JSON object, holds
+    NaN/Infinity or an unknown field names file and line."""
     if not path:
         raise InputError(f"For 'data.{what}', no file is configured; set it in the config or "
                          f"with --set data.{what}=PATH")
@@ -78,22 +150,47 @@ def read_jsonl(path: str | None, what: str) -> list[tuple[int, dict[str, Any]]]:
     if not p.is_file():
         raise InputError(f"For 'data.{what}', file not found", source=str(p))
     rows = []
-    with open(p, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
+    try:
+        fh = open(p, "rb")
+    except OSError as exc:
+        raise InputError(f"For 'data.{what}', cannot read the file: {exc.strerror}",
+                         source=str(p)) from None
+    with fh:
+        for lineno, raw in enumerate(fh, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise InputError(f"not UTF-8 text: byte 0x{raw[exc.start]:02x} at column "
+                                 f"{exc.start + 1}; save the file as UTF-8", source=str(p),
+                                 line=lineno) from None
+            if lineno == 1:
+                line = line.removeprefix("\ufeff")  # a byte-order mark from some editors
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
+                row = _parse_line(line)
             except json.JSONDecodeError as exc:
                 raise InputError(f"not valid JSON: {exc.msg} (column {exc.colno})",
                                  source=str(p), line=lineno) from None
+            except (ValueError, RecursionError) as exc:
+                raise InputError(f"not valid JSON: {exc}", source=str(p), line=lineno) from None
             if not isinstance(row, dict):
                 raise InputError(f"each line must be a JSON object, but got {type(row).__name__}",
                                  source=str(p), line=lineno)
+            check_row(row, what, str(p), lineno)
             rows.append((lineno, row))
     if not rows:
         raise InputError(f"For 'data.{what}', the file has no rows", source=str(p))
     return rows
+
+
+def preflight(cfg) -> None:
+    """Read the configured data files before MindSpore starts: encoding, JSON and field errors
+    cost no model load. (A missing file is reported by the stage that needs it.)"""
+    for what in ("align", "scores"):
+        path = getattr(cfg.data, what)
+        if path and Path(path).is_file():
+            read_jsonl(path, what)
 
 
 @dataclass

@@ -16,6 +16,7 @@ import numpy as np
 from objdebug.context import Context
 from objdebug.data import Encoder, Sample, make_tokenizer, read_jsonl
 from objdebug.errors import InputError
+from objdebug.findings import listing
 
 KINDS = ("good", "medium", "bad")
 
@@ -49,6 +50,27 @@ def _synthesize(good: list[int], kind: str, rng: np.random.Generator, vocab: int
     raise ValueError(kind)
 
 
+def _check_lengths(ctx: Context, rows: list[dict[str, Any]], path: str) -> None:
+    """Rows longer than the model takes (its position table) are named, file:line, before any
+    MindSpore call fails on them with an index error."""
+    limit = ctx.engine.max_length
+    if not limit:
+        return
+    long = [(r["line"], r["id"], max(s.length for s in _samples_of(r))) for r in rows
+            if max(s.length for s in _samples_of(r)) > limit]
+    if long:
+        line, rid, n = long[0]
+        more = f"; {len(long)} rows are too long (lines {listing([x[0] for x in long])})" \
+            if len(long) > 1 else ""
+        raise InputError(f"row '{rid}' has {n} tokens (prompt + answer), more than the model's "
+                         f"{limit} positions (data.max_length or the model's position table){more}; "
+                         f"shorten these rows or remove them", source=path, line=line)
+
+
+def _samples_of(row: dict[str, Any]) -> list[Sample]:
+    return list(row["samples"].values()) if "samples" in row else [row["sample"]]
+
+
 def align_rows(ctx: Context) -> list[dict[str, Any]]:
     """Rows of {id, line, samples: {kind: Sample}, synthetic: [kinds]} from data.align."""
     def build() -> list[dict[str, Any]]:
@@ -80,6 +102,7 @@ def align_rows(ctx: Context) -> list[dict[str, Any]]:
             samples = {k: Sample(id=rid, prompt=prompt, response=v, kind=k)
                        for k, v in answers.items() if v is not None}
             rows.append({"id": rid, "line": lineno, "samples": samples, "synthetic": synthetic})
+        _check_lengths(ctx, rows, str(path))
         return rows
     return ctx.cached("align.rows", build)
 
@@ -115,6 +138,7 @@ def score_rows(ctx: Context) -> list[dict[str, Any]]:
             rows.append({"id": rid, "line": lineno, "score": float(score),
                          "aspects": {str(k): float(v) for k, v in aspects.items()},
                          "sample": Sample(id=rid, prompt=prompt, response=response, kind="response")})
+        _check_lengths(ctx, rows, str(path))
         return rows
     return ctx.cached("scores.rows", build)
 

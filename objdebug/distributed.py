@@ -197,12 +197,19 @@ def launch(cli_args: list[str], workers: int, *, timeout: float = 3600.0,
     cmd = [_msrun(), f"--worker_num={workers}", f"--local_worker_num={workers}",
            "--master_addr=127.0.0.1", f"--master_port={_free_port()}", "--join=True",
            f"--log_dir={log_dir}", f"--cluster_time_out={cluster_timeout}", entry, *cli_args]
+    # msrun and its workers get a session of their own; whatever ends this wait (a time-out, a
+    # signal, an error) ends the whole session too, so no worker outlives the launcher
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    msrun_code: int | None = None
     try:
-        proc = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              timeout=timeout, start_new_session=True, check=False)
-        msrun_code: int | None = proc.returncode
+        msrun_code = proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
-        msrun_code = None
+        _stop(proc)
+    except BaseException:
+        _stop(proc)
+        shutil.rmtree(root, ignore_errors=True)
+        raise
     records = {}
     for path in Path(result_dir).glob("rank_*.json"):
         rec = json.loads(path.read_text(encoding="utf-8"))
@@ -213,6 +220,17 @@ def launch(cli_args: list[str], workers: int, *, timeout: float = 3600.0,
     if not result.failed:
         shutil.rmtree(root, ignore_errors=True)
     return result
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """Kill msrun's whole session (scheduler and workers) and reap msrun."""
+    import signal
+
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
 
 
 def _collect(records: dict[int, dict], workers: int, msrun_code: int | None, report: str,

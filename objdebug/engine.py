@@ -68,6 +68,7 @@ class Engine:
         self._cells: dict[str, Any] = {}
         self._seen: set[tuple[str, str]] = set()
         self._vocab: int | None = target.config.data.vocab_size
+        self.max_length: int | None = None  # the model's longest input, when known (contract.py)
 
     # ------------------------------------------------------------------ plumbing
     def cell(self, name: str, builder: Callable[[], Any]) -> Any:
@@ -99,7 +100,10 @@ class Engine:
         return any(n == name for n, _ in self._seen)
 
     def bucket(self, n: int) -> int:
-        return bucket_length(n, self.buckets) if self.buckets else bucket_length(n)
+        b = bucket_length(n, self.buckets) if self.buckets else bucket_length(n)
+        if self.max_length and n <= self.max_length:  # never pad past the model's position table
+            b = min(b, self.max_length)
+        return b
 
     # ------------------------------------------------------------------ vocabulary
     def vocab_size(self) -> int | None:

@@ -156,11 +156,19 @@ class Check:
                 result.findings.append(finding)
         except Exception as exc:  # a crash inside a check is ERROR, the run goes on
             from objdebug.errors import InputError
+            from objdebug.interrupts import swallowed
 
             if isinstance(exc, InputError):
                 raise
+            if swallowed() is not None:  # a signal, turned into an error on the way: stop
+                raise swallowed() from None
             result.error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
             first = result.error.splitlines()[0]
+            from objdebug.contract import location  # a graph error: name the user's line
+
+            where = location(str(exc))
+            if where:
+                first += f" (at {where})"
             result.findings.append(self._finding(self.codes[0], Verdict.ERROR,
                                                  f"check '{self.name}' crashed: {first}", ""))
             if getattr(ctx, "debug", False):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 
@@ -20,9 +21,42 @@ from objdebug.errors import InputError  # noqa: E402
 _state: dict[str, object] = {}
 
 
+def import_mindspore():
+    """`import mindspore` with SIGINT/SIGTERM held until it is done: a signal inside the import
+    leaves MindSpore half-imported, and its atexit hook then aborts the process (rc 134)."""
+    from objdebug.interrupts import held
+
+    with held():
+        import mindspore
+    _apply_quiet()
+    return mindspore
+
+
+def quiet_mindspore(quiet: bool) -> None:
+    """Keep MindSpore's own Python log lines ([ERROR] about a missing libcuda, [CRITICAL] about a
+    checkpoint it cannot read) off the terminal: objdebug reports the error in one line. The C++
+    side reads GLOG_v at import (the CLI sets it); the Python logger is set here."""
+    _state["quiet"] = quiet
+    if "mindspore" in sys.modules:
+        _apply_quiet()
+
+
+def _apply_quiet() -> None:
+    if not _state.get("quiet"):
+        return
+    try:
+        import logging
+
+        from mindspore import log as ms_log
+
+        ms_log._get_logger().setLevel(logging.CRITICAL + 1)  # private, but the only handle
+    except Exception:  # pragma: no cover - a MindSpore without it: its lines stay visible
+        pass
+
+
 def setup(device: str = "CPU", mode: str = "graph", seed: int = 0) -> None:
     """Configure MindSpore once per process; later calls may change mode and seed, not device."""
-    import mindspore as ms
+    ms = import_mindspore()
 
     current = _state.get("device")
     if current is None:
@@ -68,9 +102,7 @@ def versions() -> dict[str, str]:
     out = {"objdebug": objdebug.__version__, "python": platform.python_version(),
            "numpy": numpy.__version__, "scipy": scipy.__version__, "platform": platform.platform()}
     try:
-        import mindspore
-
-        out["mindspore"] = mindspore.__version__
+        out["mindspore"] = import_mindspore().__version__
     except Exception:  # pragma: no cover - mindspore is a hard dependency
         out["mindspore"] = "unavailable"
     return out

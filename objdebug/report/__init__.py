@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+
+# Inside all_or_nothing(): (temporary, final path) pairs that write_atomic staged, not yet renamed.
+_staged: contextvars.ContextVar[list[tuple[str, Path]] | None] = contextvars.ContextVar(
+    "objdebug_staged_reports", default=None)
 
 
 def report_stages(report: dict) -> list[str]:
@@ -38,6 +45,10 @@ def write_atomic(path: str | os.PathLike, data: str | bytes) -> None:
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; reports are shared artefacts
+        staged = _staged.get()
+        if staged is not None:  # all_or_nothing() renames it with the others
+            staged.append((tmp, path))
+            return
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -45,3 +56,42 @@ def write_atomic(path: str | os.PathLike, data: str | bytes) -> None:
         except OSError:
             pass
         raise
+
+
+class ReportSet:
+    """What all_or_nothing() did: `committed` is True once every file was renamed into place."""
+
+    committed: bool = False
+    paths: list[Path]
+
+    def __init__(self) -> None:
+        self.paths = []
+
+
+@contextlib.contextmanager
+def all_or_nothing() -> Iterator[ReportSet]:
+    """The reports of one run replace the old ones all together or not at all.
+
+    Every write_atomic inside the block writes its temporary only; when the block ends normally
+    they are renamed in one step with SIGINT/SIGTERM held, and on any exception or interrupt they
+    are deleted, so an old r.json never sits beside a new r.xml.
+    """
+    from objdebug.interrupts import held
+
+    done = ReportSet()
+    staged: list[tuple[str, Path]] = []
+    token = _staged.set(staged)
+    try:
+        yield done
+    except BaseException:
+        _staged.reset(token)
+        for tmp, _ in staged:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        raise
+    _staged.reset(token)
+    with held():
+        for tmp, path in staged:
+            os.replace(tmp, path)
+        done.paths = [path for _, path in staged]
+        done.committed = True

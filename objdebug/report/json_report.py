@@ -44,7 +44,8 @@ def write(result, path: str) -> None:
     write_atomic(path, dumps(result))
 
 
-def load(path: str) -> dict[str, Any]:
+def load(path: str, renderable: bool = False) -> dict[str, Any]:
+    """A saved report; `renderable`: also everything the renderers read (structure_problem)."""
     from objdebug.errors import InputError
 
     try:
@@ -60,4 +61,55 @@ def load(path: str) -> dict[str, Any]:
         raise InputError(f"cannot read the report: {exc.strerror}", source=path) from None
     if not isinstance(data, dict) or data.get("tool") != "objdebug" or "schema_version" not in data:
         raise InputError("not an objdebug JSON report (no 'schema_version')", source=path)
+    problem = structure_problem(data) if renderable else None
+    if problem:
+        raise InputError(f"not a well-formed objdebug report: {problem}", source=path)
     return data
+
+
+_TABLES = ("config", "profile", "target", "versions", "timings", "compiles", "extra", "options")
+_VERDICTS = ("PASS", "INFO", "WARN", "FAIL", "ERROR", "SKIP")
+
+
+def structure_problem(data: dict[str, Any]) -> str | None:
+    """What the renderers rely on, checked once: 'results[2].findings[0]: no 'verdict'' or None."""
+    def kind(x):
+        return "null" if x is None else type(x).__name__
+
+    if not isinstance(data.get("summary"), dict) or not all(
+            isinstance(v, int) for v in data["summary"].values()):
+        return f"'summary' must be an object of counts, but got {kind(data.get('summary'))}"
+    stages = data.get("stages", [])
+    if not isinstance(stages, list) or not all(isinstance(s, str) for s in stages):
+        return f"'stages' must be a list of stage names, but got {kind(stages)}"
+    for key in _TABLES:
+        if key in data and not isinstance(data[key], dict):
+            return f"'{key}' must be an object, but got {kind(data[key])}"
+    results = data.get("results")
+    if not isinstance(results, list):
+        return f"'results' must be a list, but got {kind(results)}"
+    for i, res in enumerate(results):
+        where = f"results[{i}]"
+        if not isinstance(res, dict):
+            return f"'{where}' must be an object, but got {kind(res)}"
+        for key in ("stage", "check"):
+            if not isinstance(res.get(key), str):
+                return f"'{where}.{key}' must be a string, but got {kind(res.get(key))}"
+        if not isinstance(res.get("findings"), list):
+            return f"'{where}.findings' must be a list, but got {kind(res.get('findings'))}"
+        if res.get("seconds") is not None and (isinstance(res["seconds"], bool)
+                                               or not isinstance(res["seconds"], (int, float))):
+            return f"'{where}.seconds' must be a number, but got {kind(res['seconds'])}"
+        for j, f in enumerate(res["findings"]):
+            here = f"{where}.findings[{j}]"
+            if not isinstance(f, dict):
+                return f"'{here}' must be an object, but got {kind(f)}"
+            for key in ("code", "message"):
+                if not isinstance(f.get(key), str):
+                    return f"'{here}.{key}' must be a string, but got {kind(f.get(key))}"
+            if f.get("verdict") not in _VERDICTS:
+                return f"'{here}.verdict' must be one of {list(_VERDICTS)}, but got {f.get('verdict')!r}"
+            for key in ("fix", "condition"):
+                if f.get(key) is not None and not isinstance(f[key], str):
+                    return f"'{here}.{key}' must be a string, but got {kind(f[key])}"
+    return None

@@ -165,10 +165,20 @@ class LabelPadMasking(Check):
         rows = align_rows(ctx)
         lengths = [s.length for r in rows for s in r["samples"].values()]
         length = ctx.engine.bucket(max(lengths)) if lengths else ctx.engine.bucket(1)
-        masked = float(ctx.engine.masked_probe(length)[0])
+        rejected = None
+        try:
+            masked = float(ctx.engine.masked_probe(length)[0])
+        except Exception as exc:  # e.g. GatherD: label_pad_id is out of range for the objective
+            from objdebug.contract import compile_error
+
+            if compile_error(exc) is not None:  # a graph that does not compile is not an answer
+                raise
+            masked = float("nan")
+            rejected = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"
         # Share of the bucket's positions that are real response targets: how much a leak dilutes.
         resp = [len(s.response) for r in rows for s in r["samples"].values()]
         return {"label_pad_id": ctx.config.data.label_pad_id, "masked_loss": masked, "length": length,
+                "rejected": rejected,
                 "response_share": float(np.mean(resp) / length) if resp else float("nan"),
                 "config_location": config_key(ctx.config.source, "data.label_pad_id")}
 
@@ -177,6 +187,12 @@ class LabelPadMasking(Check):
 
         def judge(v):
             x, pid = v["masked_loss"], v["label_pad_id"]
+            if v.get("rejected"):
+                return Verdict.FAIL, (
+                    f"the objective rejects label_pad_id={pid}: on a fully masked sample it raises "
+                    f"({v['rejected']}); the data pipeline pads labels with {pid}, which is not the "
+                    f"objective's ignore_index and not a valid class; set the objective's "
+                    f"ignore_index to {pid}, or data.label_pad_id to the objective's ignore_index"), x
             if math.isnan(x) or abs(x) <= tol:
                 how = "NaN (0/0: nothing scored)" if math.isnan(x) else f"{x:.3g}"
                 return Verdict.PASS, (f"positions labelled label_pad_id={pid} are not scored: a fully "

@@ -1,0 +1,243 @@
+"""The target contract, probed on one small batch before the stages; graph-compile errors in one line.
+
+Every stage assumes that the model returns logits float[B, T, V] and that the objective returns a
+scalar loss, or a tuple (total, component, ...) whose components are named in
+`objective.components`. A target that breaks this would make every check ERROR with MindSpore's
+40-80 line messages; `probe()` runs the user's model and objective once in graph mode on a
+[batch, 32] batch and raises an InputError (exit 2) that says what the contract expects and what
+came back. A graph that MindSpore cannot compile is reported as one line that names the user's
+file:line (`compile_error()`); MindSpore's full text is kept for --debug.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import re
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from objdebug.config import PREFERENCE_CALLS
+
+from objdebug.errors import InputError
+
+_FRAME = re.compile(r"^# \d+ In file (?P<file>.+?):(?P<line>\d+)", re.M)
+_OURS = (str(Path(__file__).resolve().parent),)       # objdebug's own wrapper Cells
+_UNSUPPORTED = re.compile(r"Unsupported (?:statement|syntax) '(\w+)'")
+# attributes that name the length of a model's position table (HF/GPT-2 style names)
+_POSITION_ATTRS = ("max_position_embeddings", "n_positions", "max_positions", "max_seq_len",
+                   "max_seq_length", "max_len", "seq_length")
+
+
+class ContractError(InputError):
+    """An InputError with MindSpore's full text kept for --debug."""
+
+    def __init__(self, message: str, detail: str | None = None):
+        super().__init__(message)
+        self.detail = detail
+
+
+# --------------------------------------------------------------------------- compile errors
+def _is_graph_error(text: str) -> bool:
+    return "The Traceback of Net Construct Code" in text or bool(_UNSUPPORTED.search(text))
+
+
+def _first_line(text: str) -> str:
+    for line in text.strip().splitlines():
+        if line.strip() and not line.startswith("-"):
+            return line.strip()
+    return ""
+
+
+def _user_frame(text: str) -> tuple[str, int] | None:
+    """The deepest frame of MindSpore's 'Traceback of Net Construct Code' that is the user's code."""
+    found = None
+    for m in _FRAME.finditer(text):
+        path = m.group("file")
+        if "site-packages/mindspore" in path or "/mindspore/" in path:
+            continue
+        if path.startswith(_OURS) and Path(path).name in ("cells.py", "contract.py", "engine.py",
+                                                          "gradients.py"):
+            continue
+        found = (path, int(m.group("line")))
+    return found
+
+
+def _statement_in(cells: list[Any], kind: str) -> tuple[str, int] | None:
+    """file:line of the first `kind` statement (e.g. 'Try') in the construct of the user's Cells:
+    MindSpore names only the call site of the Cell it could not parse."""
+    node_type = getattr(ast, kind, None)
+    if node_type is None:
+        return None
+    for cell in cells:
+        fn = getattr(type(cell), "construct", None)
+        try:
+            lines, start = inspect.getsourcelines(fn)
+            path = inspect.getsourcefile(fn)
+        except (OSError, TypeError):
+            continue
+        tree = ast.parse(textwrap.dedent("".join(lines)))
+        for node in ast.walk(tree):
+            if isinstance(node, node_type):
+                return str(path), start + node.lineno - 1
+    return None
+
+
+def user_cells(target) -> list[Any]:
+    cells = []
+    for root in (target.objective, target.model):
+        if root is not None:
+            cells += [c for _, c in root.cells_and_names()]
+    return cells
+
+
+def compile_error(exc: BaseException, target=None) -> ContractError | None:
+    """A graph-compile failure -> one line 'file:line: graph mode cannot compile ...: reason'."""
+    text = str(exc)
+    if not _is_graph_error(text):
+        return None
+    where = _user_frame(text)
+    unsupported = _UNSUPPORTED.search(text)
+    if unsupported and target is not None:
+        where = _statement_in(user_cells(target), unsupported.group(1)) or where
+    prefix = f"{where[0]}:{where[1]}: " if where else ""
+    return ContractError(f"{prefix}graph mode (mindspore.GRAPH_MODE) cannot compile the target: "
+                         f"{_first_line(text)} (run with --debug for MindSpore's full message)",
+                         detail=text)
+
+
+def location(text: str) -> str | None:
+    """'file:line' of the user's code in a MindSpore error text, if it names one."""
+    where = _user_frame(text)
+    return f"{where[0]}:{where[1]}" if where else None
+
+
+# --------------------------------------------------------------------------- the probe
+def _shape(x) -> str:
+    return str(list(getattr(x, "shape", ())))
+
+
+def _describe(out) -> str:
+    import mindspore as ms
+
+    if isinstance(out, ms.Tensor):
+        return f"a tensor of shape {_shape(out)} ({out.dtype})"
+    if isinstance(out, (tuple, list)):
+        return f"a {type(out).__name__} of {len(out)}: ({', '.join(_describe(o) for o in out)})"
+    if isinstance(out, dict):
+        return f"a dict with keys {sorted(map(str, out))}"
+    return f"a {type(out).__name__}"
+
+
+def _check_logits(out, batch: int, length: int) -> None:
+    import mindspore as ms
+
+    expected = f"float logits [B, T, V] = [{batch}, {length}, V]"
+    if not isinstance(out, ms.Tensor):
+        raise InputError(f"For 'model.factory', the model must return {expected} for input_ids "
+                         f"[{batch}, {length}], but got {_describe(out)}; return the logits alone.")
+    shape = tuple(out.shape)
+    if len(shape) != 3 or shape[:2] != (batch, length):
+        raise InputError(f"For 'model.factory', the model must return {expected} for input_ids "
+                         f"[{batch}, {length}], but got shape {list(shape)}.")
+    if out.dtype not in (ms.float16, ms.float32, ms.float64, ms.bfloat16):
+        raise InputError(f"For 'model.factory', the model must return {expected}, but got dtype "
+                         f"{out.dtype}.")
+
+
+def _scalar(x) -> bool:
+    import mindspore as ms
+
+    return isinstance(x, ms.Tensor) and int(np.prod(x.shape)) == 1
+
+
+def _check_objective(out, components: list[str], form: str) -> None:
+    expected = (f"a scalar loss, or a tuple (total, component, ...) with the components named in "
+                f"objective.components")
+    if isinstance(out, (tuple, list)):
+        if not out or not all(_scalar(o) for o in out):
+            raise InputError(f"For 'objective.factory', the objective ({form}) must return "
+                             f"{expected}, but got {_describe(out)}.")
+        k = len(out) - 1
+        if k != len(components):
+            noun = "component" if k == 1 else "components"
+            raise InputError(f"For 'objective.components', the objective returns a tuple of "
+                             f"{len(out)} (total + {k} {noun}), so the config must name {k} "
+                             f"{noun}, but got {len(components)}: {components}.")
+        return
+    if _scalar(out):
+        return
+    hint = " (reduction='none'? reduce to the mean over scored tokens)" \
+        if hasattr(out, "shape") and len(out.shape) >= 1 else ""
+    raise InputError(f"For 'objective.factory', the objective ({form}) must return {expected}, "
+                     f"but got {_describe(out)}{hint}.")
+
+
+def probe(target, engine) -> dict[str, Any]:
+    """Run model and objective once on a [batch, 32] batch; InputError when the contract is broken."""
+    import mindspore as ms
+
+    from objdebug.cells import RawObjective
+
+    cfg = target.config
+    batch, length = engine.batch_size, engine.bucket(1)
+    ids = np.zeros((batch, length), np.int32)       # token 0: in every vocabulary
+    labels = np.zeros((batch, length), np.int32)    # class 0 everywhere: valid, nothing masked
+    info: dict[str, Any] = {"batch": batch, "length": length}
+    try:
+        if target.model is not None:
+            logits = engine.call("model.forward", target.model, ms.Tensor(ids, ms.int32))
+            _check_logits(logits, batch, length)
+            info["vocab"] = int(logits.shape[-1])
+            info["logits_dtype"] = str(logits.dtype)
+            if cfg.objective.call in PREFERENCE_CALLS:  # no loss(logits, labels): the preference
+                return info                              # stage probes its own contract
+            form = f"call = '{cfg.objective.call}'"
+            cell = RawObjective(target, on_logits=True)
+            out = engine.call("contract.objective", cell, logits, ms.Tensor(labels, ms.int32))
+        else:
+            form = "end-to-end"
+            cell = RawObjective(target, on_logits=False)
+            out = engine.call("contract.objective", cell, ms.Tensor(ids, ms.int32),
+                              ms.Tensor(labels, ms.int32))
+    except InputError:
+        raise
+    except Exception as exc:  # a graph that does not compile, or an error raised at run time
+        err = compile_error(exc, target)
+        if err is not None:
+            raise err from None
+        raise ContractError(f"the target fails on a [{batch}, {length}] probe batch of token 0: "
+                            f"{type(exc).__name__}: {_first_line(str(exc))} (run with --debug for "
+                            f"the full message)", detail=str(exc)) from None
+    _check_objective(out, list(cfg.objective.components), form)
+    info["outputs"] = len(out) if isinstance(out, (tuple, list)) else 1
+    return info
+
+
+def max_positions(target) -> int | None:
+    """The longest input the model takes: data.max_length, else a position-table size the model
+    names (max_position_embeddings, n_positions, ...; on the model or its `config`)."""
+    cfg = target.config.data
+    if getattr(cfg, "max_length", None):
+        return int(cfg.max_length)
+    net = target.network
+    for holder in (net, getattr(net, "config", None)):
+        for attr in _POSITION_ATTRS:
+            value = getattr(holder, attr, None) if holder is not None else None
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+    return None
+
+
+def check_target(target, engine) -> None:
+    """probe() before the stages; records what it saw and the model's longest input on the target."""
+    limit = max_positions(target)
+    engine.max_length = limit  # first: the probe batch must fit the position table too
+    info = probe(target, engine)
+    if engine._vocab is None and "vocab" in info:
+        engine._vocab = info["vocab"]
+    info["max_length"] = limit
+    target.info["contract"] = info

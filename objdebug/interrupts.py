@@ -1,0 +1,101 @@
+"""SIGINT / SIGTERM as an exception, so a stopped run cleans up and says where it stopped.
+
+With Python's defaults SIGTERM ends the process at once (no `finally`, an empty scratch directory
+left behind, rc -15) and SIGINT raises a KeyboardInterrupt that user code or MindSpore may swallow.
+Inside `raising_signals()` both raise `Interrupted`, a BaseException (so a check's
+`except Exception` cannot turn it into an ERROR finding), every `finally` runs (scratch directories
+are removed, report temporaries deleted), and the CLI exits 128 + signal: 130 for SIGINT, 143 for
+SIGTERM. MindSpore's C++ code is not interrupted: the signal is handled when the running call
+(a graph compile, say) returns to Python.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_hold: dict[str, object] = {"depth": 0, "pending": None, "fired": None}
+
+
+class Interrupted(BaseException):
+    """The run was stopped by a signal; `after` is the last finished stage, `during` the current one."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+        self.after: str | None = None
+        self.during: str | None = None
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum  # the shell's convention: 130 SIGINT, 143 SIGTERM
+
+    def where(self) -> str:
+        """' after stage align' / ' after stage setup' (nothing finished yet), plus the stage it
+        was in; '' outside a run (render)."""
+        if self.after is None and self.during is None:
+            return ""
+        text = f" after stage {self.after or 'setup'}"
+        if self.during and self.during != self.after:
+            text += f" (during {self.during})"
+        return text
+
+
+@contextlib.contextmanager
+def raising_signals() -> Iterator[None]:
+    """Within the block, SIGINT and SIGTERM raise Interrupted (main thread only; elsewhere a no-op).
+
+    Only the first signal raises: later ones are ignored, so the cleanup that the first one starts
+    (removing a scratch directory, report temporaries) is not cut short by an impatient second ^C.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        if _hold["depth"]:  # inside held(): raised when the block ends
+            _hold["pending"] = _hold["pending"] or signum
+            return
+        for s in SIGNALS:
+            signal.signal(s, signal.SIG_IGN)
+        _hold["fired"] = signum
+        raise Interrupted(signum)
+
+    previous = {s: signal.signal(s, handler) for s in SIGNALS}
+    _hold["fired"] = None
+    try:
+        yield
+    finally:
+        for s, old in previous.items():
+            signal.signal(s, old)
+        _hold["fired"] = None  # the next run in this process starts clean
+
+
+def swallowed() -> Interrupted | None:
+    """The Interrupted to raise again when a signal fired but code on the way caught it as any
+    exception (MindSpore's load_checkpoint turns it into "Failed to read ...: SIGTERM")."""
+    signum = _hold["fired"]
+    return Interrupted(signum) if signum else None
+
+
+@contextlib.contextmanager
+def held() -> Iterator[None]:
+    """Delay SIGINT/SIGTERM until the block ends: a few renames that must happen all together.
+
+    (Blocking the signal with pthread_sigmask would not do: MindSpore's threads would receive it
+    and Python would still run the handler in the main thread, inside the block.)
+    """
+    _hold["depth"] += 1
+    try:
+        yield
+    finally:
+        _hold["depth"] -= 1
+        if not _hold["depth"] and _hold["pending"]:
+            pending, _hold["pending"] = _hold["pending"], None
+            for s in SIGNALS:
+                signal.signal(s, signal.SIG_IGN)
+            _hold["fired"] = pending
+            raise Interrupted(pending)
