@@ -121,13 +121,29 @@ def run(cfg: Config, *, stages: list[str] | None = None, profile: Profile | str 
                 t = time.perf_counter()
                 thresholds = profile.section(stage)
                 for check in stage_checks(stage):
+                    if not check.enabled(thresholds):
+                        continue
                     res = check.run(ctx, thresholds)
                     res.findings = [f for f in res.findings if code_selected(f.code, select, ignore)]
                     result.results.append(res)
                 result.timings[stage] = time.perf_counter() - t
+        _report_model_state(ctx, result, select, ignore)
         result.extra.update(ctx.cache.get("report_extra", {}))
         if cache.status != "off":
             result.extra["compile_cache"] = cache.summary()
     result.timings["total"] = time.perf_counter() - t0
     result.compiles = engine.compiles.to_dict()
     return result
+
+
+def _report_model_state(ctx: Context, result: RunResult, select: list[str], ignore: list[str]) -> None:
+    """The model-state measurement (OBJ004), when a check made it: first in the results, and its
+    numbers in the report's target, so every report shows it at the top."""
+    from objdebug import model_state
+
+    res = model_state.result(ctx)
+    if res is None:
+        return
+    result.target["model_state"] = model_state.summary(res.value)
+    res.findings = [f for f in res.findings if code_selected(f.code, select, ignore)]
+    result.results.insert(0, res)

@@ -48,6 +48,7 @@ JunitSkipOpt = Annotated[bool, typer.Option("--junit-warnings-as-skipped", help=
 HtmlOpt = Annotated[Optional[Path], typer.Option("--html", help="Write a self-contained HTML report (DIR/index.html, figures inlined).")]
 MarkdownOpt = Annotated[Optional[Path], typer.Option("--markdown", help="Write a Markdown report (DIR/report.md) with PNG figures beside it.")]
 CacheOpt = Annotated[Optional[Path], typer.Option("--compile-cache", help="Opt-in MindSpore compile cache in this directory (one sub-folder per target, profile and shape set; checked graph by graph). Speeds up a repeated run.")]
+ExpectTrainedOpt = Annotated[bool, typer.Option("--expect-trained", help="The model is trained: never treat it as untrained (quality checks are judged even at loss ~ log V; see OBJ004).")]
 BaselineOpt = Annotated[Optional[Path], typer.Option("--baseline", help="An earlier JSON report: regressions against it are findings (OBJ0xx).")]
 
 
@@ -147,11 +148,13 @@ def _stage_command(stage: str, doc: str):
         batch_size: BatchOpt = None, samples: SamplesOpt = None, junit: JunitOpt = None,
         junit_warnings_as_skipped: JunitSkipOpt = False, html: HtmlOpt = None,
         markdown: MarkdownOpt = None, baseline: BaselineOpt = None, compile_cache: CacheOpt = None,
+        expect_trained: ExpectTrainedOpt = False,
     ) -> None:
         execute(stages=[stage], config=config, demo=demo, sets=set_, device=device, mode=mode,
                 seed=seed, checkpoint=checkpoint, profile=profile, json_path=json_path, out=out,
                 strict=strict, debug=debug, select=select, ignore=ignore, verbose=verbose,
-                options={"synthesize": synthesize, "batch_size": batch_size, "samples": samples},
+                options={"synthesize": synthesize, "batch_size": batch_size, "samples": samples,
+                         **({"expect_trained": True} if expect_trained else {})},
                 junit=junit, junit_warnings_as_skipped=junit_warnings_as_skipped, html=html,
                 markdown=markdown, baseline=baseline, compile_cache=compile_cache)
 
@@ -180,13 +183,15 @@ def run(
     synthesize: SynthOpt = False, batch_size: BatchOpt = None, samples: SamplesOpt = None,
     junit: JunitOpt = None, junit_warnings_as_skipped: JunitSkipOpt = False, html: HtmlOpt = None,
     markdown: MarkdownOpt = None, baseline: BaselineOpt = None, compile_cache: CacheOpt = None,
+    expect_trained: ExpectTrainedOpt = False,
 ) -> None:
     """Run the pipeline (all stages, or --stages) on one target: the CI gate."""
     chosen = [s.strip() for s in stages.split(",") if s.strip()] if stages else None
     execute(stages=chosen, config=config, demo=demo, sets=set_, device=device, mode=mode, seed=seed,
             checkpoint=checkpoint, profile=profile, json_path=json_path, out=out, strict=strict,
             debug=debug, select=select, ignore=ignore, verbose=verbose,
-            options={"synthesize": synthesize, "batch_size": batch_size, "samples": samples},
+            options={"synthesize": synthesize, "batch_size": batch_size, "samples": samples,
+                     **({"expect_trained": True} if expect_trained else {})},
             junit=junit, junit_warnings_as_skipped=junit_warnings_as_skipped, html=html,
             markdown=markdown, baseline=baseline, compile_cache=compile_cache)
 

@@ -122,6 +122,13 @@ class Check:
     name: str = ""
     stage: str = ""
     codes: tuple[str, ...] = ()
+    # codes that judge what a TRAINED model learned: their WARN/FAIL become notes (INFO) on a model
+    # measured untrained (objdebug/model_state.py)
+    needs_trained: tuple[str, ...] = ()
+
+    def enabled(self, th: dict[str, Any]) -> bool:
+        """False when the profile switches this check off (it then leaves no result at all)."""
+        return True
 
     def measure(self, ctx: Any) -> dict[str, Any]:
         raise NotImplementedError
@@ -145,6 +152,10 @@ class Check:
             for cond in self.conditions(th):
                 verdict, message, key = cond.judge(result.value)
                 result.findings.append(self._finding(cond.code, verdict, message, cond.name, key))
+            if self.needs_trained:
+                from objdebug.model_state import excuse
+
+                excuse(ctx, result.findings, self.needs_trained)
         except Exception as exc:  # a crash inside a check is ERROR, the run goes on
             from objdebug.errors import InputError
 
