@@ -27,7 +27,7 @@ from objdebug.errors import InputError
 from objdebug.findings import Finding, Verdict
 from objdebug.profile import load_profile
 from objdebug.report import terminal
-from objdebug.stages import align, correlate, stress
+from objdebug.stages import align, correlate, grad, stress
 from objdebug.target import load_target
 
 from .conftest import ROOT, TARGETS
@@ -216,6 +216,14 @@ def test_default_quality_checks_are_notes_on_the_untrained_model(healthy):
     assert res.findings[0].verdict is Verdict.INFO and "would be WARN" in res.findings[0].message
 
 
+def test_gradient_ratio_is_a_note_at_initialisation(healthy):
+    res = healthy.run(grad.GradientHealth())
+    v = {f.code: f for f in res.findings}
+    assert v["OBJ201"].verdict is v["OBJ203"].verdict is v["OBJ204"].verdict is Verdict.PASS
+    assert v["OBJ202"].verdict is Verdict.INFO, v["OBJ202"].message  # the head holds the gradient
+    assert res.value["max_param"] == "lm_head.weight" and res.value["max_mean_ratio"] > 10
+
+
 def test_expect_trained_judges_them(healthy):
     healthy.ctx.options["expect_trained"] = True
     try:
@@ -313,3 +321,4 @@ def test_cli_pretrain_profile(tmp_path, target, code, expected):
         assert verdicts[code] == "FAIL"
     else:
         assert verdicts["OBJ004"] == verdicts["OBJ106"] == verdicts["OBJ512"] == "INFO"
+        assert verdicts["OBJ202"] == "INFO" and verdicts["OBJ201"] == verdicts["OBJ207"] == "PASS"
