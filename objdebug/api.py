@@ -161,6 +161,8 @@ def _run_stages(cfg, result, profile, chosen, select, ignore, options, out_dir, 
                 thresholds = profile.section(stage)
                 skip = stage_skip_reason(cfg, stage)
                 for check in stage_checks(stage):
+                    if not check.enabled(thresholds):
+                        continue  # switched off by the profile: no result at all
                     res = skipped(check, skip) if skip else check.run(ctx, thresholds)
                     res.findings = [f for f in res.findings if code_selected(f.code, select, ignore)]
                     result.results.append(res)
@@ -168,7 +170,21 @@ def _run_stages(cfg, result, profile, chosen, select, ignore, options, out_dir, 
                 progress.stage_end(StageSummary.of(stage, result.results[first_result:],
                                                    result.timings[stage],
                                                    engine.compiles.records[first_compile:]))
+        _report_model_state(ctx, result, select, ignore)
         result.extra.update(ctx.cache.get("report_extra", {}))
         if cache.status != "off":
             result.extra["compile_cache"] = cache.summary()
     result.compiles = engine.compiles.to_dict()
+
+
+def _report_model_state(ctx: Context, result: RunResult, select: list[str], ignore: list[str]) -> None:
+    """The model-state measurement (OBJ004), when a check made it: first in the results, and its
+    numbers in the report's target, so every report shows it at the top."""
+    from objdebug import model_state
+
+    res = model_state.result(ctx)
+    if res is None:
+        return
+    result.target["model_state"] = model_state.summary(res.value)
+    res.findings = [f for f in res.findings if code_selected(f.code, select, ignore)]
+    result.results.insert(0, res)

@@ -53,6 +53,7 @@ QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Print only the fi
 FormatOpt = Annotated[Optional[str], typer.Option("--output-format", help="text, github or gitlab (default: github under GitHub Actions, else text). github: annotations on stdout + the Markdown report appended to $GITHUB_STEP_SUMMARY; gitlab: a Code Quality JSON report (--gitlab-report).")]
 GitlabOpt = Annotated[Optional[Path], typer.Option("--gitlab-report", help="Write a GitLab Code Quality JSON report here (default with --output-format gitlab: gl-code-quality-report.json).")]
 WorkersOpt = Annotated[Optional[int], typer.Option("--workers", help="Run N workers through MindSpore's msrun on this machine; rows are sharded, results combined with collectives (docs/distributed.md).")]
+ExpectTrainedOpt = Annotated[bool, typer.Option("--expect-trained", help="The model is trained: never treat it as untrained (quality checks are judged even at loss ~ log V; see OBJ004).")]
 BaselineOpt = Annotated[Optional[Path], typer.Option("--baseline", help="An earlier JSON report: regressions against it are findings (OBJ0xx).")]
 
 
@@ -298,11 +299,13 @@ def _stage_command(stage: str, doc: str):
         markdown: MarkdownOpt = None, baseline: BaselineOpt = None, compile_cache: CacheOpt = None,
         quiet: QuietOpt = False, output_format_: FormatOpt = None, gitlab_report: GitlabOpt = None,
         workers: WorkersOpt = None,
+        expect_trained: ExpectTrainedOpt = False,
     ) -> None:
         execute(stages=[stage], config=config, demo=demo, sets=set_, device=device, mode=mode,
                 seed=seed, checkpoint=checkpoint, profile=profile, json_path=json_path, out=out,
                 strict=strict, debug=debug, select=select, ignore=ignore, verbose=verbose,
-                options={"synthesize": synthesize, "batch_size": batch_size, "samples": samples},
+                options={"synthesize": synthesize, "batch_size": batch_size, "samples": samples,
+                         **({"expect_trained": True} if expect_trained else {})},
                 junit=junit, junit_warnings_as_skipped=junit_warnings_as_skipped, html=html,
                 markdown=markdown, baseline=baseline, compile_cache=compile_cache, quiet=quiet,
                 output_format_=output_format_, gitlab_report=gitlab_report, workers=workers)
@@ -336,13 +339,15 @@ def run(
     markdown: MarkdownOpt = None, baseline: BaselineOpt = None, compile_cache: CacheOpt = None,
     quiet: QuietOpt = False, output_format_: FormatOpt = None, gitlab_report: GitlabOpt = None,
     workers: WorkersOpt = None,
+    expect_trained: ExpectTrainedOpt = False,
 ) -> None:
     """Run the pipeline (all stages, or --stages) on one target: the CI gate."""
     chosen = [s.strip() for s in stages.split(",") if s.strip()] if stages else None
     execute(stages=chosen, config=config, demo=demo, sets=set_, device=device, mode=mode, seed=seed,
             checkpoint=checkpoint, profile=profile, json_path=json_path, out=out, strict=strict,
             debug=debug, select=select, ignore=ignore, verbose=verbose,
-            options={"synthesize": synthesize, "batch_size": batch_size, "samples": samples},
+            options={"synthesize": synthesize, "batch_size": batch_size, "samples": samples,
+                     **({"expect_trained": True} if expect_trained else {})},
             junit=junit, junit_warnings_as_skipped=junit_warnings_as_skipped, html=html,
             markdown=markdown, baseline=baseline, compile_cache=compile_cache, quiet=quiet,
             output_format_=output_format_, gitlab_report=gitlab_report, workers=workers)

@@ -63,6 +63,8 @@ class DataSpec:
     align: str | None = None
     scores: str | None = None
     preference: str | None = None  # JSONL of {"id", "prompt", "chosen", "rejected", "strength"?}
+    text: str | None = None        # a plain corpus: JSONL {id, text} rows or a text file, one document a line
+    text_max_tokens: int = 256     # a longer document is cut into pieces of at most this many tokens
 
 
 @dataclass
@@ -116,7 +118,8 @@ class Config:
 _SECTIONS = {"model": ModelSpec, "objective": ObjectiveSpec, "data": DataSpec, "run": RunSpec,
              "preference": ObjectiveSpec, "reference": ReferenceSpec}
 _PATH_KEYS = {("model", "checkpoint"), ("objective", "checkpoint"), ("data", "align"), ("data", "scores"),
-              ("run", "compile_cache"), ("data", "preference"), ("reference", "checkpoint")}
+              ("run", "compile_cache"), ("data", "preference"), ("reference", "checkpoint"),
+              ("data", "text")}
 
 
 def find_config(start: Path | None = None) -> Path | None:
@@ -297,6 +300,12 @@ def _validate(cfg: Config, src: _Sources) -> None:
         _check_type(d.vocab_size, int, "data.vocab_size", src)
     if d.max_length is not None:
         _check_type(d.max_length, int, "data.max_length", src)
+    if d.text is not None:
+        _check_type(d.text, str, "data.text", src)
+    _check_type(d.text_max_tokens, int, "data.text_max_tokens", src)
+    if d.text_max_tokens < 2:
+        raise InputError(f"For 'data.text_max_tokens', the value must be >= 2, but got "
+                         f"{d.text_max_tokens}.", source=src)
     r = cfg.run
     if r.device not in DEVICES:
         raise InputError(f"For 'run.device', the value must be in {list(DEVICES)}, but got '{r.device}'.",

@@ -3,12 +3,14 @@
 - `encoder(ctx)`: tokenizer checked against the model's vocabulary.
 - `align_rows(ctx)`: data.align rows with good / medium / bad Samples (or synthesized ones).
 - `score_rows(ctx)`: data.scores rows with a response Sample and human scores.
+- `text_rows(ctx)`: data.text, a plain corpus (JSONL {id, text} rows or one document a line).
 - `text_samples(ctx, n)`: ordinary (good / reference) samples for gradient and stress stages.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -143,15 +145,64 @@ def score_rows(ctx: Context) -> list[dict[str, Any]]:
     return ctx.cached("scores.rows", build)
 
 
+JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
+
+
+def _text_documents(path: str) -> list[tuple[int, dict[str, Any]]]:
+    """(line, row) pairs of a corpus: JSONL rows as they are, a plain file's lines as {text}."""
+    if Path(path).suffix.lower() in JSONL_SUFFIXES:
+        return read_jsonl(path, "text")
+    p = Path(path)
+    if not p.is_file():
+        raise InputError("For 'data.text', file not found", source=str(p))
+    try:
+        lines = p.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not UTF-8 text (byte {exc.start})", source=str(p)) from None
+    rows = [(i, {"text": line}) for i, line in enumerate(lines, 1) if line.strip()]
+    if not rows:
+        raise InputError("For 'data.text', the file has no documents", source=str(p))
+    return rows
+
+
+def text_rows(ctx: Context) -> list[Sample]:
+    """Samples of data.text: every token of a document scored (no prompt), a document longer than
+    data.text_max_tokens cut into consecutive pieces, so one long line cannot set the batch shape."""
+    def build() -> list[Sample]:
+        path = ctx.config.data.text
+        enc = replace(encoder(ctx), source=str(path))
+        limit = ctx.config.data.text_max_tokens
+        out, seen = [], set()
+        for lineno, raw in _text_documents(path):
+            rid = str(raw.get("id", f"line{lineno}"))
+            if rid in seen:
+                raise InputError(f"duplicate id '{rid}'", source=str(path), line=lineno)
+            seen.add(rid)
+            ids = enc.field(raw, "text", lineno)
+            if len(ids) < 2:  # nothing to predict: a document needs a next token
+                raise InputError(f"field 'text' has {len(ids)} token(s); a document needs at least 2",
+                                 source=str(path), line=lineno)
+            pieces = [ids[k:k + limit] for k in range(0, len(ids), limit)]
+            pieces = [p for p in pieces if len(p) >= 2]
+            for k, piece in enumerate(pieces):
+                out.append(Sample(id=rid if len(pieces) == 1 else f"{rid}#{k}", prompt=[],
+                                  response=piece, kind="text", meta={"line": lineno}))
+        return out
+    return ctx.cached("text.rows", build)
+
+
 def text_samples(ctx: Context, n: int | None = None) -> list[Sample]:
-    """Ordinary samples from the target's data: align 'good' answers, then scored responses."""
+    """Ordinary samples from the target's data: align 'good' answers, scored responses, then the
+    plain corpus (data.text), so a target with only a corpus runs every mechanical check."""
     out: list[Sample] = []
     if ctx.config.data.align:
         out += [r["samples"]["good"] for r in align_rows(ctx)]
     if ctx.config.data.scores:
         out += [r["sample"] for r in score_rows(ctx)]
+    if ctx.config.data.text:
+        out += text_rows(ctx)
     if not out:
-        raise InputError("the target has no data: set data.align or data.scores",
+        raise InputError("the target has no data: set data.align, data.scores or data.text",
                          source=ctx.config.source)
     return out[:n] if n else out
 

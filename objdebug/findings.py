@@ -128,6 +128,13 @@ class Check:
     name: str = ""
     stage: str = ""
     codes: tuple[str, ...] = ()
+    # codes that judge what a TRAINED model learned: their WARN/FAIL become notes (INFO) on a model
+    # measured untrained (objdebug/model_state.py)
+    needs_trained: tuple[str, ...] = ()
+
+    def enabled(self, th: dict[str, Any]) -> bool:
+        """False when the profile switches this check off (it then leaves no result at all)."""
+        return True
 
     def measure(self, ctx: Any) -> dict[str, Any]:
         raise NotImplementedError
@@ -154,6 +161,10 @@ class Check:
                 if cond.locate is not None and verdict not in (Verdict.PASS, Verdict.SKIP):
                     finding.location = cond.locate(result.value)
                 result.findings.append(finding)
+            if self.needs_trained:
+                from objdebug.model_state import excuse
+
+                excuse(ctx, result.findings, self.needs_trained)
         except Exception as exc:  # a crash inside a check is ERROR, the run goes on
             from objdebug.errors import InputError
             from objdebug.interrupts import swallowed

@@ -55,7 +55,12 @@ def config_inputs(cfg, profile_source: str | None = None, baseline=None) -> list
     if cfg.model is not None:
         found.append(("model.checkpoint", cfg.model.checkpoint))
     found.append(("objective.checkpoint", cfg.objective.checkpoint))
-    found += [("data.align", cfg.data.align), ("data.scores", cfg.data.scores)]
+    found += [("data.align", cfg.data.align), ("data.scores", cfg.data.scores),
+              ("data.text", getattr(cfg.data, "text", None)),
+              ("data.preference", getattr(cfg.data, "preference", None))]
+    reference = getattr(cfg, "reference", None)
+    if reference is not None:
+        found.append(("reference.checkpoint", reference.checkpoint))
     if cfg.data.tokenizer and cfg.data.tokenizer != "bytes":
         tok = Path(cfg.data.tokenizer)
         found.append(("data.tokenizer", tok if tok.is_absolute() else Path(cfg.base_dir) / tok))

@@ -104,7 +104,7 @@ def test_aggregates_and_verdicts_are_consistent(tiny_runs):
     assert v["p_wilcoxon"] == pytest.approx(stats.wilcoxon(gaps, alternative="greater").pvalue)
     # 7 rows >= min_rows 6, so the paired test is judged, not an ERROR
     sig = next(f for f in res.findings if f.code == "OBJ103")
-    assert sig.verdict.value in ("PASS", "WARN", "FAIL")
+    assert sig.verdict.value in ("PASS", "WARN", "FAIL", "INFO")  # INFO: judged, the random model excuses it (OBJ004)
     codes = [f.code for f in res.findings]
     assert codes == ["OBJ101", "OBJ102", "OBJ103", "OBJ104"]
 

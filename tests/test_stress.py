@@ -299,9 +299,11 @@ def test_determinism_judges_differences(healthy):
 
 
 def test_over_smoothing_matches_reference_and_warns_on_flat_model(healthy, ms_ce):
-    for t, expect in ((healthy, Verdict.PASS), (ms_ce, Verdict.WARN)):
+    # ms_ce's model is random and flat: measured untrained (OBJ004), so its warning is a note
+    for t, expect in ((healthy, Verdict.PASS), (ms_ce, Verdict.INFO)):
         res = t.run("over-smoothing")
         assert res.findings[0].verdict == expect
+        assert expect != Verdict.INFO or "(would be WARN)" in res.findings[0].message
         samples = text_samples(t.ctx, 6)
         tops = []
         for s in samples:

@@ -23,6 +23,24 @@ def report_stages(report: dict) -> list[str]:
     return stages
 
 
+def describe_model_state(v: dict) -> str:
+    """'loss 9.012 vs log V 9.011 (ratio 1.00), entropy 9.010 nats (ratio 1.00)'."""
+    text = f"loss {v['loss']:.3f} vs log V {v['log_v']:.3f} (ratio {v['loss_ratio']:.2f})"
+    if v.get("entropy") is not None:
+        text += f", entropy {v['entropy']:.3f} nats (ratio {v['entropy_ratio']:.2f})"
+    return text
+
+
+def model_state_line(report: dict) -> str | None:
+    """The header line 'model: untrained (loss ... vs log V ...)' when the run measured the model."""
+    v = report.get("target", {}).get("model_state")
+    if not v:
+        return None
+    if not v.get("measured"):
+        return f"model state not measured: {v.get('reason')}"
+    return f"model: {'untrained' if v['untrained'] else 'trained'} ({describe_model_state(v)})"
+
+
 def summary_counts(s: dict) -> str:
     """'3 pass, 1 warn, 0 fail, 0 error, 2 skipped' (+ ', 1 note' when there are INFO findings)."""
     text = (f"{s.get('PASS', 0)} pass, {s.get('WARN', 0)} warn, {s.get('FAIL', 0)} fail, "

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from objdebug.findings import Verdict
-from objdebug.report import report_stages, summary_counts, write_atomic
+from objdebug.report import model_state_line, report_stages, summary_counts, write_atomic
 from objdebug.report.figures import Drawn, draw_all
 
 FILE_NAME = "index.html"
@@ -115,6 +115,8 @@ def render(report: dict[str, Any], figures: list[Drawn] | None = None) -> str:
                  + f"<br>profile <b>{escape(str(report.get('profile', {}).get('name', '')))}</b> · device "
                  f"{escape(str(report.get('device', '')))} · mode {escape(str(report.get('mode', '')))} · seed "
                  f"{escape(str(report.get('seed', '')))} · created {escape(str(report.get('created', '')))}</p>")
+    if model_state_line(report):
+        parts.append(f"<p>{escape(model_state_line(report))}</p>")
     parts.append(f"<p>{summary_counts(s)} · exit code "
                  f"{escape(str(report.get('exit_code')))}"
                  + (" · strict (warnings fail)" if report.get("strict") else "") + "</p>")

@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from objdebug.report import report_stages, summary_counts, write_atomic
+from objdebug.report import model_state_line, report_stages, summary_counts, write_atomic
 from objdebug.report.figures import Drawn, draw_all
 
 FILE_NAME = "report.md"
@@ -60,6 +60,8 @@ def render(report: dict[str, Any], figures: list[Drawn] | None = None) -> str:
                  + ")")
     lines.append(f"- profile: **{report.get('profile', {}).get('name', '')}** · device {report.get('device')} · "
                  f"mode {report.get('mode')} · seed {report.get('seed')} · created {report.get('created')}")
+    if model_state_line(report):
+        lines.append(f"- {model_state_line(report)}")
     lines.append(f"- result: {summary_counts(s)} · exit code {report.get('exit_code')}"
                  + (" · strict" if report.get("strict") else ""))
     lines.append("")

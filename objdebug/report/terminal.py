@@ -6,7 +6,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from objdebug.report import summary_counts
+from objdebug.report import model_state_line, summary_counts
 
 _COLOURS = {"PASS": "32", "INFO": "34", "WARN": "33", "FAIL": "31", "ERROR": "35", "SKIP": "36"}
 
@@ -39,6 +39,8 @@ def render(report: dict[str, Any], colour: bool = False, verbose: bool = False) 
                  + f" · profile {report['profile']['name']}")
     lines.append(f"  {comp.get('count', 0)} graph compiles ({comp.get('seconds', 0):.1f} s) · "
                  f"total {report['timings'].get('total', 0):.1f} s")
+    if model_state_line(report):
+        lines.append(f"  {model_state_line(report)}")
     rows = []
     for res in report["results"]:
         for f in res["findings"]:

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from objdebug.context import Context
-from objdebug.datasets import align_rows
+from objdebug.datasets import _synthesize, align_rows, encoder, text_samples
 from objdebug.findings import Check, Condition, Verdict, band, listing
 from objdebug.locations import config_key, data_row
 
@@ -34,6 +34,11 @@ class AlignmentLoss(Check):
     name = "alignment"
     stage = "align"
     codes = ("OBJ101", "OBJ102", "OBJ103", "OBJ104")
+    # ranking answers is learned; finiteness (OBJ104) is mechanics and is judged on any model
+    needs_trained = ("OBJ101", "OBJ102", "OBJ103")
+
+    def enabled(self, th: dict[str, Any]) -> bool:
+        return bool(th.get("judge_rows", True))
 
     def skip_reason(self, ctx: Context) -> str | None:
         return _no_align_data(ctx)
@@ -159,11 +164,17 @@ class LabelPadMasking(Check):
     codes = ("OBJ105",)
 
     def skip_reason(self, ctx: Context) -> str | None:
+        d = ctx.config.data
+        if d.align or d.text:  # masking is mechanics: a plain corpus is enough to probe it
+            return None
         return _no_align_data(ctx)
 
     def measure(self, ctx: Context) -> dict[str, Any]:
-        rows = align_rows(ctx)
-        lengths = [s.length for r in rows for s in r["samples"].values()]
+        if ctx.config.data.align:
+            samples = [s for r in align_rows(ctx) for s in r["samples"].values()]
+        else:
+            samples = text_samples(ctx)
+        lengths = [s.length for s in samples]
         length = ctx.engine.bucket(max(lengths)) if lengths else ctx.engine.bucket(1)
         rejected = None
         try:
@@ -176,7 +187,7 @@ class LabelPadMasking(Check):
             masked = float("nan")
             rejected = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"
         # Share of the bucket's positions that are real response targets: how much a leak dilutes.
-        resp = [len(s.response) for r in rows for s in r["samples"].values()]
+        resp = [len(s.response) for s in samples]
         return {"label_pad_id": ctx.config.data.label_pad_id, "masked_loss": masked, "length": length,
                 "rejected": rejected,
                 "response_share": float(np.mean(resp) / length) if resp else float("nan"),
@@ -206,5 +217,74 @@ class LabelPadMasking(Check):
         return [Condition("OBJ105", "label_pad_not_scored", judge, lambda v: v.get("config_location"))]
 
 
+class SynthesizedSanity(Check):
+    """Clean text vs the same text shuffled and vs uniformly random tokens (OBJ106).
+
+    Needs no labelled answers: any text of the target (a plain corpus is enough). Once a model has
+    seen a few hundred steps, the objective must already give clean text a lower loss than its
+    shuffled and random counterparts. At step 0 nothing can tell them apart, so on a model measured
+    untrained the check is a note and is not evaluated at all.
+    """
+
+    name = "synthesized-sanity"
+    stage = "align"
+    codes = ("OBJ106",)
+    needs_trained = ("OBJ106",)
+
+    def enabled(self, th: dict[str, Any]) -> bool:
+        return bool(th.get("sanity", False))
+
+    def measure(self, ctx: Context) -> dict[str, Any]:
+        from objdebug import model_state
+        from objdebug.data import Sample
+
+        th = ctx.profile.section(self.stage)
+        reason = model_state.untrained_reason(ctx)
+        if reason:  # step 0: skip the evaluation, say why
+            return {"untrained": reason}
+        samples = text_samples(ctx, int(th.get("sanity_samples", 16)))
+        rng = np.random.default_rng(int(th.get("seed", 0)))
+        vocab, pad = encoder(ctx).vocab_size, ctx.config.data.pad_id
+        kinds = {"clean": None, "shuffled": "shuffled", "random": "random"}
+        flat = []
+        for s in samples:
+            for kind, how in kinds.items():
+                resp = s.response if how is None else _synthesize(s.response, how, rng, vocab, pad)
+                flat.append(Sample(id=s.id, prompt=s.prompt, response=resp, kind=kind))
+        values = ctx.engine.evaluate(flat, label="align: clean vs synthesized text")[:, 0]
+        loss = {k: values[i::len(kinds)].astype(np.float64) for i, k in enumerate(kinds)}
+        ok = (loss["clean"] < loss["shuffled"]) & (loss["clean"] < loss["random"])
+        with np.errstate(invalid="ignore"):
+            return {"n": len(samples), "mean_loss": {k: float(np.mean(v)) for k, v in loss.items()},
+                    "gap_random": float(np.mean(loss["random"] - loss["clean"])),
+                    "gap_shuffled": float(np.mean(loss["shuffled"] - loss["clean"])),
+                    "order_accuracy": float(ok.mean()),
+                    "out_of_order": [s.id for s, good in zip(samples, ok) if not good]}
+
+    def conditions(self, th: dict[str, Any]) -> list[Condition]:
+        gap_pass, gap_fail = th.get("sanity_gap_pass", 1.0), th.get("sanity_gap_fail", 0.1)
+        ord_pass, ord_fail = th.get("sanity_order_pass", 0.8), th.get("sanity_order_fail", 0.5)
+
+        def judge(v):
+            if "untrained" in v:
+                return Verdict.INFO, (f"{v['untrained']}: not evaluated — at step 0 no model tells "
+                                      f"clean text from shuffled or random tokens; rerun after a few "
+                                      f"hundred steps"), None
+            g, acc = v["gap_random"], v["order_accuracy"]
+            gap_v = band(g, pass_if=lambda a: a >= gap_pass, fail_if=lambda a: a < gap_fail)
+            ord_v = band(acc, pass_if=lambda a: a >= ord_pass, fail_if=lambda a: a < ord_fail)
+            verdict = max(gap_v, ord_v, key=lambda x: x.rank)
+            ml = v["mean_loss"]
+            return verdict, (
+                f"loss clean {ml['clean']:.3f} < shuffled {ml['shuffled']:.3f} and < random "
+                f"{ml['random']:.3f} in {acc:.0%} of {v['n']} texts (gap random-clean {g:.3f}, "
+                f"shuffled-clean {v['gap_shuffled']:.3f} nats)"
+                + (f"; out of order: {listing(v['out_of_order'])}" if v["out_of_order"] else "")
+                + f"; pass: gap >= {gap_pass} and >= {ord_pass:.0%} ordered, fail: gap < {gap_fail} "
+                  f"or < {ord_fail:.0%}"), g
+
+        return [Condition("OBJ106", f"clean_text_beats_synthesized_{gap_pass}", judge)]
+
+
 def checks() -> list[Check]:
-    return [AlignmentLoss(), LabelPadMasking()]
+    return [AlignmentLoss(), LabelPadMasking(), SynthesizedSanity()]

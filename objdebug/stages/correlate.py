@@ -127,6 +127,8 @@ class ScoreCorrelation(Check):
     name = "score-correlation"
     stage = "correlate"
     codes = ("OBJ401", "OBJ402", "OBJ403", "OBJ404")
+    # tracking human judgement is learned; finiteness (OBJ402) is judged on any model
+    needs_trained = ("OBJ401", "OBJ403", "OBJ404")
 
     def skip_reason(self, ctx: Context) -> str | None:
         if not ctx.config.data.scores:

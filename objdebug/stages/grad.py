@@ -99,6 +99,9 @@ class GradientHealth(Check):
     name = "gradient-health"
     stage = "grad"
     codes = ("OBJ201", "OBJ202", "OBJ203", "OBJ204")
+    # At initialisation the output head holds nearly all the gradient and max/mean over P tensors
+    # sits near its bound P: the ratio measures the architecture, not the objective (see OBJ201).
+    needs_trained = ("OBJ202",)
 
     def skip_reason(self, ctx: Context) -> str | None:
         return _no_params(ctx)

@@ -29,6 +29,7 @@ class OverSmoothing(Check):
     name = "over-smoothing"
     stage = "stress"
     codes = ("OBJ512",)
+    needs_trained = ("OBJ512",)  # an untrained model is flat by nature: a note, not a warning
 
     def skip_reason(self, ctx: Context) -> str | None:
         if ctx.target.end_to_end:
