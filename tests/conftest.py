@@ -22,3 +22,10 @@ def tiny_target(tmp_path):
     dst = tmp_path / "tiny"
     shutil.copytree(TARGETS / "tiny", dst)
     return dst
+
+
+def messages(text: str) -> list[str]:
+    """What a command said, less the progress lines a non-terminal stream gets while it runs
+    (`objdebug: align (1/7): started`, ...): an input error must still be exactly one line."""
+    return [line for line in text.strip().splitlines()
+            if not (line.startswith("objdebug: ") and not line.startswith("objdebug: error:"))]

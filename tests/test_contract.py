@@ -9,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from .conftest import messages
 from typer.testing import CliRunner
 
 from objdebug import contract
@@ -24,7 +26,7 @@ def exit_2(args, *needles):
     result = runner.invoke(app, [str(a) for a in args])
     out = result.output
     assert result.exit_code == 2, out
-    assert "Traceback" not in out and len(out.strip().splitlines()) == 1, out
+    assert "Traceback" not in out and len(messages(out)) == 1, out
     for needle in needles:
         assert needle in out, out
     return out

@@ -14,7 +14,7 @@ import pytest
 from objdebug import distributed
 from objdebug.distributed import World, _collect, shard_and_combine
 
-from .conftest import ROOT
+from .conftest import ROOT, messages
 
 
 class FakeWorld(World):
@@ -103,7 +103,7 @@ def test_workers_must_be_positive_and_a_config_error_is_found_before_launching(t
     proc = subprocess.run([sys.executable, "-m", "objdebug.cli", "align", "--demo", "--workers", "2",
                            "--set", "data.pad_id=oops"], capture_output=True, text=True, cwd=tmp_path,
                           env=env, timeout=120)
-    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert proc.returncode == 2 and len(messages(proc.stderr)) == 1, proc.stderr
     assert not list(tmp_path.iterdir())
 
 
@@ -145,7 +145,7 @@ def test_an_input_error_inside_the_workers_is_one_line_and_keeps_the_logs(tmp_pa
 
     proc = _cli(["align", "--demo", "--set", "data.vocab_size=10", "--workers", "2"], tmp_path)
     assert proc.returncode == 2, proc.stderr
-    lines = proc.stderr.strip().splitlines()
+    lines = messages(proc.stderr)
     assert len(lines) == 1 and lines[0].startswith("objdebug: error: worker 0: ")
     assert "vocabulary mismatch" in lines[0]
     logs = re.search(r"\(worker logs: (\S+)\)$", lines[0]).group(1)

@@ -19,6 +19,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+
+from .conftest import messages
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -58,7 +60,7 @@ def run_cli(args, inputs, sandbox):
     assert result.exit_code in (1, 2), (result.exit_code, out, result.exception)
     assert "Traceback" not in out, out
     if result.exit_code == 2:
-        assert out.count("objdebug: error:") == 1 and len(out.strip().splitlines()) == 1, out
+        assert out.count("objdebug: error:") == 1 and len(messages(out)) == 1, out
     for p, h in before.items():
         assert digest(p) == h, f"{p} was modified"
     assert list((sandbox / "tmp").iterdir()) == [], "a temporary directory was left"
@@ -259,7 +261,7 @@ def test_garbled_checkpoint_and_data_in_a_real_process(tmp_path):
                            str(tmp_path / "r.json"), "--junit", str(tmp_path / "r.xml")],
                           capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 2, proc.stderr
-    lines = proc.stderr.strip().splitlines()
+    lines = messages(proc.stderr)
     assert len(lines) == 1 and "cut.ckpt" in lines[0] and "cannot read the checkpoint" in lines[0]
     assert {p: digest(p) for p in before} == before
     assert list(tmp.iterdir()) == [] and not (tmp_path / "r.json").exists()

@@ -6,6 +6,8 @@ import shutil
 from pathlib import Path
 
 import pytest
+
+from .conftest import messages
 from typer.testing import CliRunner
 
 from objdebug.cli import app
@@ -20,7 +22,7 @@ def exit_2(args, *needles):
     out = result.output
     assert result.exit_code == 2, out
     assert "Traceback" not in out
-    assert out.count("objdebug: error:") == 1 and len(out.strip().splitlines()) == 1, out
+    assert out.count("objdebug: error:") == 1 and len(messages(out)) == 1, out
     for needle in needles:
         assert needle in out, out
     return out

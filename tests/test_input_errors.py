@@ -6,6 +6,8 @@ import subprocess
 import sys
 
 import pytest
+
+from .conftest import messages
 from typer.testing import CliRunner
 
 from objdebug.cli import app
@@ -171,7 +173,7 @@ def test_unavailable_device_in_a_real_process(tiny_target):
         pytest.skip("this MindSpore build has a GPU backend")
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr
-    assert "[ERROR]" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "[ERROR]" not in proc.stderr and len(messages(proc.stderr)) == 1, proc.stderr
     assert "For 'run.device', 'GPU' is not available here" in proc.stderr
 
 

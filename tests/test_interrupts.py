@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from .conftest import messages
 from typer.testing import CliRunner
 
 from objdebug.cli import app
@@ -40,7 +42,7 @@ def test_signal_during_a_run(tiny_target, tmp_path, signum, code):
     finally:
         proc.kill()
     assert proc.returncode == code, err
-    lines = err.strip().splitlines()
+    lines = messages(err)
     assert len(lines) == 1 and "Traceback" not in err, err
     assert lines[0].startswith("objdebug: error: interrupted after stage "), err
     assert lines[0].endswith("; no report written"), err

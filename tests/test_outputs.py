@@ -7,6 +7,8 @@ import shutil
 from pathlib import Path
 
 import pytest
+
+from .conftest import messages
 from typer.testing import CliRunner
 
 from objdebug.cli import app
@@ -26,7 +28,7 @@ def assert_exit_2(args, *needles, unchanged=()):
     out = result.output
     assert result.exit_code == 2, out
     assert "Traceback" not in out
-    assert out.count("objdebug: error:") == 1 and len(out.strip().splitlines()) == 1, out
+    assert out.count("objdebug: error:") == 1 and len(messages(out)) == 1, out
     for needle in needles:
         assert needle in out, out
     for p, h in before.items():
