@@ -37,6 +37,7 @@ class ObjectiveSpec:
     kwargs: dict[str, Any] = field(default_factory=dict)
     call: str = "flat"
     components: list[str] = field(default_factory=list)
+    primary: str | None = None     # the task component (OBJ305); default: the first of components
     checkpoint: str | None = None  # end-to-end form: the objective owns the network
 
 
@@ -220,6 +221,11 @@ def _validate(cfg: Config, src: str) -> None:
         raise InputError(f"For 'objective.call', the value must be in {list(CALLS)}, "
                          f"but got '{cfg.objective.call}'.", source=src)
     _check_type(cfg.objective.components, list, "objective.components", src)
+    if cfg.objective.primary is not None:
+        _check_type(cfg.objective.primary, str, "objective.primary", src)
+        if cfg.objective.primary not in cfg.objective.components:
+            raise InputError(f"For 'objective.primary', the value must be one of objective.components "
+                             f"{cfg.objective.components}, but got '{cfg.objective.primary}'.", source=src)
     if not cfg.end_to_end and cfg.objective.checkpoint is not None:
         raise InputError("objective.checkpoint is only for the end-to-end form (no [model]); "
                          "put the checkpoint under [model]", source=src)
