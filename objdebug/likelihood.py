@@ -51,7 +51,7 @@ def _cos(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def analyse(grad: np.ndarray, logits: np.ndarray, labels: np.ndarray, label_pad_id: int,
-            band: float = 2.0, max_smoothing: float = 0.3, max_entropy: float = 0.5,
+            band: float = 2.0, max_smoothing: float = 0.3, max_entropy: float = 0.2,
             cosine_min: float = 0.99, reweighted_max: float = 0.1) -> dict[str, Any]:
     """Compare the objective's logit gradient [B, T, V] with the likelihood family (see module)."""
     scored = labels != label_pad_id
@@ -174,13 +174,13 @@ def name_shape(v: dict[str, Any], cosine_min: float = 0.99, reweighted_max: floa
         return "likelihood (cross-entropy" + (", " + ", ".join(parts) if parts else "") + ")"
     if v["per_token"]["median"] >= 0.9:  # each token points the likelihood's way; the mix differs
         weights = [b["weight"] for b in v.get("ce_weight_by_label_probability", {}).values()]
-        if len(weights) >= 2:
-            peak = int(np.argmax(weights))
-            if peak == 0:
+        band = v.get("band", 2.0)
+        if len(weights) >= 2 and max(weights) > 0:
+            top = max(weights)
+            if weights[0] < top / band:  # the least confident tokens get a fraction of the peak
+                return ("squared error on probabilities (confidently wrong tokens get little gradient, "
+                        "most weight goes to middling confidence)")
+            if weights[-1] < top / band:
                 return "focal-like (down-weights confident tokens)"
-            if peak < len(weights) - 1:
-                return ("squared error on probabilities (most weight at middling confidence: confidently "
-                        "wrong and confidently right tokens get little gradient)")
-            return "confidence-weighted (up-weights tokens the model already gets right)"
         return "a re-weighted likelihood (token weights vary)"
     return "not a likelihood (a different direction per token)"

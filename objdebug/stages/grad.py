@@ -442,7 +442,7 @@ class LikelihoodShape(Check):
         v = likelihood_shape(lg["grad"], lg["logits"], batch.labels, ctx.config.data.label_pad_id,
                              band=float(s.get("likelihood_weight_band", 2.0)),
                              max_smoothing=float(s.get("likelihood_max_smoothing", 0.3)),
-                             max_entropy=float(s.get("likelihood_max_entropy", 0.5)),
+                             max_entropy=float(s.get("likelihood_max_entropy", 0.2)),
                              cosine_min=float(s.get("likelihood_cosine_pass", 0.99)),
                              reweighted_max=float(s.get("likelihood_reweighted_pass", 0.1)))
         return {**v, "loss": float(lg["outputs"][0]), "rows": int(batch.labels.shape[0])}
@@ -468,7 +468,7 @@ class LikelihoodShape(Check):
                        f"tokens) {v['cosine_ce']:.4f} overall, per token median {pt['median']:.4f} / "
                        f"10th percentile {pt['p10']:.4f}; best likelihood fit (CE + label smoothing <= "
                        f"{th.get('likelihood_max_smoothing', 0.3):g} + entropy |λ| <= "
-                       f"{th.get('likelihood_max_entropy', 0.5):g}: ε {v['smoothing']:.3g}, λ "
+                       f"{th.get('likelihood_max_entropy', 0.2):g}: ε {v['smoothing']:.3g}, λ "
                        f"{v['entropy_weight']:.3g}) cosine {x:.4f}; {rw:.0%} of tokens weighted "
                        f"outside [1/{v['band']:g}, {v['band']:g}]x that fit (label probability median "
                        f"{v['label_probability']['median']:.3g})")
