@@ -78,6 +78,7 @@ class LongInputs(Check):
             avail = memory.available_bytes()
             row: dict[str, Any] = {"length": length, "estimate_bytes": need, "static_estimate_bytes": static,
                                    "estimate_from": "calibration" if calib else "static estimate",
+                                   "fit_lengths": calib["lengths"] if calib else None,
                                    "available_bytes": avail}
             if avail is not None and need * safety > avail:
                 row.update(ran=False, reason=(f"predicted {_gib(need)} ({row['estimate_from']}) x safety "
@@ -107,10 +108,9 @@ class LongInputs(Check):
                     longest = (f"; the longest length that fits is ~{v['longest_fitting']} tokens"
                                if v.get("longest_fitting") else "")
                     return Verdict.SKIP, f"T={length} not run: {r['reason']}{longest}", None
-                cal = v.get("calibration")
                 fitted = (f"predicted +{_gib(r['estimate_bytes'])} from peak RSS a + bT + cT^2 fitted on T="
-                          f"{'/'.join(str(t) for t in cal['lengths'])}, static estimate "
-                          f"{_gib(r['static_estimate_bytes'])}" if cal else
+                          f"{'/'.join(str(t) for t in r['fit_lengths'])}, static estimate "
+                          f"{_gib(r['static_estimate_bytes'])}" if r.get("fit_lengths") else
                           f"static estimate {_gib(r['estimate_bytes'])}")
                 longest = (f"; longest length that fits {_gib(r['available_bytes'] or 0)} available / "
                            f"safety: ~{v['longest_fitting']} tokens" if v.get("longest_fitting") else "")
