@@ -190,3 +190,24 @@ def test_rule_pages():
     for code, stage in (("OBJ208", "grad"), ("OBJ305", "decompose"), ("OBJ513", "stress")):
         rule = get_rule(code)
         assert rule.stage == stage and rule.fix
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,code", [("demo_seesaw", "OBJ305"), ("demo_mse", "OBJ208")])
+def test_cli_gate_fails_the_pitfalls(tmp_path, name, code):
+    import json
+    import subprocess
+    import sys
+
+    from .conftest import ROOT
+
+    report = tmp_path / "r.json"
+    proc = subprocess.run([sys.executable, "-m", "objdebug.cli", "run", "-c",
+                           str(TARGETS / name / "objdebug.toml"), "--profile", "ci-gate",
+                           "--stages", "grad,decompose", "--json", str(report)],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), "GLOG_v": "3"})
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    verdicts = {f["code"]: f["verdict"] for r in json.loads(report.read_text())["results"]
+                for f in r["findings"]}
+    assert verdicts[code] == "FAIL"
