@@ -45,9 +45,46 @@ def softmax64(logits: np.ndarray) -> np.ndarray:
     return p / p.sum(axis=-1, keepdims=True)
 
 
-def _cos(a: np.ndarray, b: np.ndarray) -> float:
-    na, nb = float(np.sqrt((a * a).sum())), float(np.sqrt((b * b).sum()))
-    return float((a * b).sum() / (na * nb)) if na > 0 and nb > 0 else float("nan")
+_PAIRS = ("gg", "rr", "ss", "ee", "gr", "gs", "ge", "rs", "re", "se")
+_CHUNK_ELEMENTS = 1 << 22  # float64 working set per chunk: a few x 32 MiB, whatever the vocabulary
+
+
+def token_dots(g: np.ndarray, logits: np.ndarray, y: np.ndarray) -> dict[str, np.ndarray]:
+    """Per scored token, the dot products among g, r, s, e (module docstring) and p(label).
+
+    Rows [n, V] in chunks: nothing of size n x V in float64 is kept, so a 32k vocabulary over a
+    few thousand tokens costs tens of MiB, not GiBs. With onehot o: r = p - o, s = o - 1/V,
+    sum(e) = 0, so the dot products with o and with the constant are closed forms.
+    """
+    n, vocab = g.shape
+    out = {k: np.empty(n) for k in _PAIRS + ("p_label",)}
+    step = max(1, _CHUNK_ELEMENTS // vocab)
+    for lo in range(0, n, step):
+        sl = slice(lo, min(n, lo + step))
+        gc = g[sl].astype(np.float64)
+        p = softmax64(logits[sl])
+        logp = np.log(np.maximum(p, 1e-300))
+        e = p * (logp + (-(p * logp).sum(-1, keepdims=True)))
+        rows = np.arange(gc.shape[0])
+        yc = y[sl]
+        p_y, g_y, e_y = p[rows, yc], gc[rows, yc], e[rows, yc]
+        pp = (p * p).sum(-1)
+        out["p_label"][sl] = p_y
+        out["gg"][sl] = (gc * gc).sum(-1)
+        out["rr"][sl] = pp - 2 * p_y + 1
+        out["ss"][sl] = 1 - 1 / vocab
+        out["ee"][sl] = (e * e).sum(-1)
+        out["gr"][sl] = (gc * p).sum(-1) - g_y
+        out["gs"][sl] = g_y - gc.sum(-1) / vocab
+        out["ge"][sl] = (gc * e).sum(-1)
+        out["rs"][sl] = p_y - 1
+        out["re"][sl] = (p * e).sum(-1) - e_y
+        out["se"][sl] = e_y
+    return out
+
+
+def _ratio(x: float, y: float) -> float:
+    return x / y if y > 0 else float("nan")
 
 
 def analyse(grad: np.ndarray, logits: np.ndarray, labels: np.ndarray, label_pad_id: int,
@@ -55,54 +92,47 @@ def analyse(grad: np.ndarray, logits: np.ndarray, labels: np.ndarray, label_pad_
             cosine_min: float = 0.99, reweighted_max: float = 0.1) -> dict[str, Any]:
     """Compare the objective's logit gradient [B, T, V] with the likelihood family (see module)."""
     scored = labels != label_pad_id
-    g = grad.astype(np.float64)[scored]                       # [n, V]
-    n, vocab = g.shape if g.ndim == 2 else (0, logits.shape[-1])
-    out: dict[str, Any] = {"scored_tokens": int(n), "vocab": int(vocab), "band": band}
+    vocab = int(logits.shape[-1])
+    g = grad[scored]
+    n = int(g.shape[0])
+    out: dict[str, Any] = {"scored_tokens": n, "vocab": vocab, "band": band}
     if n == 0:
         return {**out, "shape": "no scored tokens"}
-    p = softmax64(logits)[scored]
-    y = labels[scored].astype(np.int64)
-    rows = np.arange(n)
-    p_label = p[rows, y]
-    onehot = np.zeros_like(p)
-    onehot[rows, y] = 1.0
-    r = p - onehot
-    s = onehot - 1.0 / vocab
-    logp = np.log(np.maximum(p, 1e-300))
-    e = p * (logp + (-(p * logp).sum(-1, keepdims=True)))
-    g_norm = float(np.sqrt((g * g).sum()))
-    out.update(gradient_norm=g_norm, nonfinite=int((~np.isfinite(g)).sum()),
+    nonfinite = int((~np.isfinite(g)).sum())
+    if nonfinite:
+        return {**out, "nonfinite": nonfinite, "shape": "non-finite gradient"}
+    d = token_dots(g, logits[scored], labels[scored].astype(np.int64))
+    p_label = d["p_label"]
+    tot = {k: float(d[k].sum()) for k in _PAIRS}
+    g_norm = float(np.sqrt(tot["gg"]))
+    out.update(gradient_norm=g_norm, nonfinite=0,
                label_probability={"p10": float(np.quantile(p_label, 0.1)),
                                   "median": float(np.median(p_label)),
                                   "p90": float(np.quantile(p_label, 0.9))})
-    if out["nonfinite"]:
-        return {**out, "shape": "non-finite gradient"}
     if g_norm == 0.0:
         return {**out, "shape": "no gradient", "cosine_ce": 0.0, "cosine_family": 0.0}
 
     # plain comparison with a mean cross-entropy, overall and per token
-    dots = (g * r).sum(-1)
-    norms = np.sqrt((g * g).sum(-1) * (r * r).sum(-1))
+    norms = np.sqrt(d["gg"] * d["rr"])
     live = norms > 0
-    per_token = dots[live] / norms[live]
-    out.update(cosine_ce=_cos(g, r),
+    per_token = d["gr"][live] / norms[live]
+    out.update(cosine_ce=_ratio(tot["gr"], np.sqrt(tot["gg"] * tot["rr"])),
                per_token={"tokens": int(live.sum()),
                           "median": float(np.median(per_token)) if live.any() else float("nan"),
                           "p10": float(np.quantile(per_token, 0.1)) if live.any() else float("nan")})
 
     # the likelihood family: global least squares g ~ a r + b s + c e, the best admissible fit
-    a, b, c, fit = _family_fit(g, r, s, e, max_smoothing, max_entropy)
+    a, b, c, cos_fit = _family_fit(tot, max_smoothing, max_entropy)
     out.update(coefficients={"ce": a, "smoothing": b, "entropy": c},
                smoothing=b / a if a != 0 else float("nan"),
                entropy_weight=c / a if a != 0 else float("nan"),
-               cosine_family=_cos(g, fit))
+               cosine_family=cos_fit)
 
     # per-token weight of the likelihood part: what is left of g_t after the fitted smoothing and
     # entropy parts, along r_t, relative to the global a (1 for every token of the family).
     # Tokens where |r_t| is below float32 resolution of p - onehot are left out (noise).
-    r_sq = (r * r).sum(-1)
-    use = r_sq > _MIN_R ** 2
-    w = ((g - b * s - c * e) * r).sum(-1)[use] / (a * r_sq[use]) if a != 0 else np.array([])
+    use = d["rr"] > _MIN_R ** 2
+    w = ((d["gr"] - b * d["rs"] - c * d["re"])[use] / (a * d["rr"][use])) if a != 0 else np.array([])
     if w.size:
         off = (w < 1 / band) | (w > band)
         out.update(weighted_tokens=int(w.size), reweighted_share=float(off.mean()),
@@ -113,9 +143,9 @@ def analyse(grad: np.ndarray, logits: np.ndarray, labels: np.ndarray, label_pad_
         out.update(weighted_tokens=0, reweighted_share=float("nan"),
                    weight_vs_confidence=float("nan"))
     # median weight along r (relative to CE) by the probability on the label: a focal loss is
-    # largest on the hardest tokens, a squared error on probabilities peaks in between (the
-    # softmax Jacobian starves confidently wrong tokens as well as confident right ones)
-    ce_w = dots / np.maximum(r_sq, 1e-300)
+    # largest on the hardest tokens, a squared error on probabilities starves confidently wrong
+    # ones (the softmax Jacobian vanishes there)
+    ce_w = d["gr"] / np.maximum(d["rr"], 1e-300)
     by_conf = {}
     for lo, hi in _CONFIDENCE_BINS:
         sel = use & (p_label >= lo) & (p_label < hi)
@@ -126,30 +156,33 @@ def analyse(grad: np.ndarray, logits: np.ndarray, labels: np.ndarray, label_pad_
     return out
 
 
-def _family_fit(g, r, s, e, max_smoothing: float, max_entropy: float):
-    """(a, b, c, fit): the best cosine among CE alone, + smoothing, + entropy, + both, keeping
-    only fits with a > 0, 0 <= b/a <= max_smoothing and |c/a| <= max_entropy.
+def _family_fit(tot: dict[str, float], max_smoothing: float, max_entropy: float):
+    """(a, b, c, cosine): the best cosine among CE alone, + smoothing, + entropy, + both, from the
+    summed dot products (normal equations), keeping only fits with a > 0,
+    0 <= b/a <= max_smoothing and |c/a| <= max_entropy.
 
     Near a uniform softmax r, s and e are almost collinear and a free 3-term fit can explain
     other shapes with absurd coefficients (smoothing 0.98); the bounds keep the family to the
     regularisers people use.
     """
-    flat = g.ravel()
+    gram = np.array([[tot["rr"], tot["rs"], tot["re"]],
+                     [tot["rs"], tot["ss"], tot["se"]],
+                     [tot["re"], tot["se"], tot["ee"]]])
+    rhs = np.array([tot["gr"], tot["gs"], tot["ge"]])
     best = None
-    for use_s, use_e in ((False, False), (True, False), (False, True), (True, True)):
-        cols = [r.ravel()] + ([s.ravel()] if use_s else []) + ([e.ravel()] if use_e else [])
-        coef, *_ = np.linalg.lstsq(np.stack(cols, axis=1), flat, rcond=None)
-        a = float(coef[0])
-        b = float(coef[1]) if use_s else 0.0
-        c = float(coef[-1]) if use_e else 0.0
-        if use_s or use_e:
-            if not a > 0 or not 0 <= b / a <= max_smoothing or abs(c / a) > max_entropy:
-                continue
-        fit = a * r + b * s + c * e
-        score = _cos(g, fit)
-        if best is None or score > best[0] + 1e-12:
-            best = (score, a, b, c, fit)
-    return best[1], best[2], best[3], best[4]
+    for cols in ([0], [0, 1], [0, 2], [0, 1, 2]):
+        sub = np.ix_(cols, cols)
+        coef_sub, *_ = np.linalg.lstsq(gram[sub], rhs[cols], rcond=None)
+        coef = np.zeros(3)
+        coef[cols] = coef_sub
+        a, b, c = (float(x) for x in coef)
+        if len(cols) > 1 and (not a > 0 or not 0 <= b / a <= max_smoothing or abs(c / a) > max_entropy):
+            continue
+        fit_sq = float(coef @ gram @ coef)
+        score = _ratio(float(coef @ rhs), np.sqrt(tot["gg"] * fit_sq)) if fit_sq > 0 else float("nan")
+        if best is None or score > best[3] + 1e-12:
+            best = (a, b, c, score)
+    return best
 
 
 def _spearman(x: np.ndarray, y: np.ndarray) -> float:
