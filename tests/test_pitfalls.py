@@ -32,6 +32,7 @@ PROFILE.data["decompose"].update(max_samples=16, grad_batches=1)
 MUST_FAIL = {
     "demo_seesaw": [("decompose", "OBJ305")],
     "demo_mse": [("grad", "OBJ208")],
+    "demo_argmax": [("grad", "OBJ208")],
 }
 MUST_PASS = {
     "decompose_healthy": [("decompose", "OBJ305"), ("grad", "OBJ208")],
@@ -166,6 +167,11 @@ def test_family_fit_recovers_smoothing_and_entropy_weights():
         assert v["shape"].startswith("likelihood")
     v = analyse(np.zeros_like(logits), logits, labels, -100)
     assert v["shape"] == "no gradient"
+
+
+def test_argmax_objective_is_named_no_gradient():
+    res, f = finding("demo_argmax", "grad", "OBJ208")
+    assert res.value["shape"] == "no gradient" and "no gradient" in f.message
 
 
 def test_focal_weights_are_named():
