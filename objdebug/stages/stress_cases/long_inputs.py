@@ -44,14 +44,17 @@ class LongInputs(Check):
                 "seconds": seconds, "peak_rss_bytes": rss.peak_bytes,
                 "peak_delta_bytes": rss.delta_bytes, "memory_method": rss.method}
 
-    def _calibrate(self, ctx: Context, th: dict[str, Any], reference: dict[str, Any]) -> dict[str, Any] | None:
-        """Peaks at the short length and `memory_calibration_lengths`, fitted a + bT + cT^2."""
+    def _calibrate(self, ctx: Context, th: dict[str, Any], reference: dict[str, Any],
+                   runs: dict[int, dict[str, Any]]) -> dict[str, Any] | None:
+        """Peaks at the short length and `memory_calibration_lengths`, fitted a + bT + cT^2;
+        the runs go into `runs` by length."""
         if reference["memory_method"] != "vmhwm-reset":
             return None  # the high-water mark cannot be reset: no per-run peak to fit
         extra = [int(t) for t in th.get("memory_calibration_lengths", [256, 512])]
         lengths, peaks = [reference["length"]], [reference["peak_rss_bytes"]]
         for length in sorted(set(extra) - {reference["length"]}):  # increasing: the pool grows
             r = self._one(ctx, length)
+            runs[length] = r
             lengths.append(length)
             peaks.append(r["peak_rss_bytes"])
         return memory.fit_peaks(lengths, peaks)
@@ -64,7 +67,8 @@ class LongInputs(Check):
         safety = float(th.get("memory_safety", 1.5))
         ref_len = short_length(th)
         reference = self._one(ctx, ref_len)
-        calib = self._calibrate(ctx, th, reference)
+        calibration_runs: dict[int, dict[str, Any]] = {}
+        calib = self._calibrate(ctx, th, reference, calibration_runs)
         # the fit is of the process's absolute peak RSS (MindSpore's memory pool only grows, so
         # a delta after an earlier run undercounts); what a length adds is the peak minus now
         out: dict[str, Any] = {"reference": reference, "vocab": vocab, "model_shape": shape,
@@ -84,8 +88,9 @@ class LongInputs(Check):
                 row.update(ran=False, reason=(f"predicted {_gib(need)} ({row['estimate_from']}) x safety "
                                               f"{safety} > {_gib(avail)} available"))
             else:
-                row.update(self._one(ctx, length))
-                if calib:  # a long length that ran is the best point for the next one
+                # a long length that was a calibration length already ran: its numbers stand
+                row.update(calibration_runs.get(length) or self._one(ctx, length))
+                if calib and length not in calib["lengths"]:  # a long length that ran is the best point for the next one
                     calib = memory.fit_peaks(calib["lengths"] + [length],
                                              calib["peaks"] + [row["peak_rss_bytes"]])
                     row["refit"] = calib
