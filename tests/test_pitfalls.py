@@ -115,6 +115,18 @@ def test_effective_weights_count_a_negative_regulariser_at_its_weight():
     assert rows["entropy"]["contribution"] == pytest.approx(0.1 * rows["entropy"]["grad_norm"], rel=1e-2)
 
 
+def test_primary_names_the_task_component():
+    # decompose_healthy with z_loss declared the task: 2.4% of the gradient, the seesaw
+    ctx = context("decompose_healthy")
+    ctx.config.objective.primary = "z_loss"
+    try:
+        res, f = finding("decompose_healthy", "decompose", "OBJ305")
+    finally:
+        ctx.config.objective.primary = None
+    assert res.value["primary"] == "z_loss" and f.verdict is Verdict.FAIL
+    assert "'ce' takes" in f.message
+
+
 def test_primary_must_be_a_declared_component(tmp_path):
     src = (TARGETS / "demo_entreg" / "objdebug.toml").read_text()
     bad = tmp_path / "objdebug.toml"
