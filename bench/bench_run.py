@@ -253,8 +253,8 @@ def worker_bare(spec: dict) -> dict:
             build, use = (lambda b=args[0][1][0]: PerSample(model, objective, b)), 2
         elif kinds.startswith("ii") and ("grad" in name and "logit" not in name):
             build, use = (lambda: ParamGrad(model, objective)), 2   # param probe, FD, stress, decompose
-        elif name.endswith("logit_probe") and kinds == "fi":
-            build, use = (lambda: LogitGrad(objective)), 2
+        elif name.endswith(("logit_probe", "objective_long")) and kinds == "fi":
+            build, use = (lambda: LogitGrad(objective)), 2   # value_and_grad w.r.t. the logits
         elif kinds == "fi":
             build, use = (lambda: LossOnLogits(objective)), 2
         elif kinds == "ii":

@@ -42,6 +42,7 @@ class ObjectiveSpec:
     kwargs: dict[str, Any] = field(default_factory=dict)
     call: str = "flat"
     components: list[str] = field(default_factory=list)
+    primary: str | None = None     # the task component (OBJ305); default: the first of components
     checkpoint: str | None = None  # end-to-end form: the objective owns the network
     logps: str | None = None       # preference calls: "sum" or "mean" over response tokens
     loss_type: str | None = None   # preference calls: "sigmoid", "ipo", "simpo" or "hinge"
@@ -289,6 +290,11 @@ def _validate(cfg: Config, src: _Sources) -> None:
                          f"but got '{cfg.objective.call}'.", source=src.of("objective.call"))
     _validate_preference(cfg, src)
     _check_type(cfg.objective.components, list, "objective.components", src)
+    if cfg.objective.primary is not None:
+        _check_type(cfg.objective.primary, str, "objective.primary", src)
+        if cfg.objective.primary not in cfg.objective.components:
+            raise InputError(f"For 'objective.primary', the value must be one of objective.components "
+                             f"{cfg.objective.components}, but got '{cfg.objective.primary}'.", source=src)
     if not cfg.end_to_end and cfg.objective.checkpoint is not None:
         raise InputError("objective.checkpoint is only for the end-to-end form (no [model]); "
                          "put the checkpoint under [model]", source=str(src))

@@ -11,7 +11,9 @@ so every compile is counted. Both call the objective on a whole batch exactly as
   a large model never copies its gradients to the host. The same graph gives the loss for the
   finite-difference evaluations: no extra compile.
 - `grad.logit_probe` (logits, labels) differentiates the objective w.r.t. the logits and returns
-  the squared gradient norm per position [B, T], for padding leakage and scale sensitivity.
+  the squared gradient norm per position [B, T], for padding leakage and scale sensitivity, and
+  the gradient itself [B, T, V] (the size of the logits, which are on the host already) for the
+  likelihood-shape comparison (OBJ208): one graph for all three checks.
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ def _build_param_probe(target, params):
 
 def _build_logit_probe(target):
     class LogitProbe(nn.Cell):
-        """(logits [B,T,V], labels [B,T]) -> (outputs, squared logit-gradient norm per position)."""
+        """(logits [B,T,V], labels [B,T]) -> (outputs, squared logit-gradient norm per position, gradient)."""
 
         def __init__(self):
             super().__init__(auto_prefix=False)
@@ -72,7 +74,7 @@ def _build_logit_probe(target):
         def construct(self, logits, labels):
             (_, outputs), g = self.grad_fn(logits, labels)
             g32 = ops.cast(g, ms.float32)
-            return outputs, (g32 * g32).sum(-1)
+            return outputs, (g32 * g32).sum(-1), g32
 
     return LogitProbe()
 
@@ -202,12 +204,13 @@ class GradientProbe:
         return float(np.sqrt(sum(float((a.astype(np.float64) ** 2).sum()) for a in arrays)))
 
     # ------------------------------------------------------------------ logits
-    def logits(self, logits: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(outputs float64[K], squared logit-gradient norm per position float64[B, T])."""
+    def logits(self, logits: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(outputs float64[K], squared logit-gradient norm per position float64[B, T],
+        the logit gradient float32[B, T, V])."""
         cell = self.engine.cell(LOGIT_PROBE, lambda: _build_logit_probe(self.target))
-        outputs, sq = self.engine.call(LOGIT_PROBE, cell, ms.Tensor(logits, ms.float32),
-                                       ms.Tensor(labels, ms.int32))
-        return outputs.asnumpy().astype(np.float64), sq.asnumpy().astype(np.float64)
+        outputs, sq, g = self.engine.call(LOGIT_PROBE, cell, ms.Tensor(logits, ms.float32),
+                                          ms.Tensor(labels, ms.int32))
+        return outputs.asnumpy().astype(np.float64), sq.asnumpy().astype(np.float64), g.asnumpy()
 
 
 def reference_mean_ce_grad(logits: np.ndarray, labels: np.ndarray, label_pad_id: int) -> np.ndarray:

@@ -17,7 +17,7 @@ from objdebug.profile import load_profile
 from objdebug.stages import decompose
 
 TARGETS = Path(__file__).resolve().parent.parent / "fixtures" / "targets"
-CODES = ("OBJ300", "OBJ301", "OBJ302", "OBJ303", "OBJ304")
+CODES = ("OBJ300", "OBJ301", "OBJ302", "OBJ303", "OBJ304", "OBJ305")
 
 
 def run_stage(name):

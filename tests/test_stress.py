@@ -83,7 +83,7 @@ def ms_ce():
 
 # --------------------------------------------------------------------------- healthy: every case
 CASES = ["all-padding", "padding-invariance", "random-ids", "out-of-range-ids", "extreme-logits",
-         "low-precision", "determinism", "over-smoothing", "long-inputs"]
+         "low-precision", "determinism", "over-smoothing", "long-objective", "long-inputs"]
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -104,7 +104,7 @@ def test_checks_are_one_per_case_with_rule_pages():
     checks = stress.checks()
     assert [c.name for c in checks] == CASES and all(c.stage == "stress" for c in checks)
     codes = [code for c in checks for code in c.codes]
-    assert len(codes) == len(set(codes)) == 12
+    assert len(codes) == len(set(codes)) == 13
     for code in codes:
         rule = get_rule(code)
         assert rule.fix and "## How to fix" in rule.doc
@@ -280,6 +280,75 @@ def test_long_inputs_skip_when_memory_would_not_fit(healthy):
     finding = next(f for f in res.findings if f.code == "OBJ501")
     assert finding.verdict == Verdict.SKIP and "available" in finding.message
     assert res.value["lengths"][str(1 << 20)]["ran"] is False
+
+
+def test_long_inputs_calibrate_memory_from_measured_peaks(healthy):
+    from objdebug.stages.stress_cases import memory
+
+    v = healthy.run("long-inputs").value
+    cal = v["calibration"]
+    if v["reference"]["memory_method"] != "vmhwm-reset":
+        assert cal is None  # no resettable peak: the static estimate decides
+        return
+    assert cal["lengths"] == [32, 256, 512] and len(cal["peaks"]) == 3
+    assert min(cal["a"], cal["b"], cal["c"]) >= 0 and v["longest_fitting"] > 512
+    for length in ("256", "512"):
+        r = v["lengths"][length]
+        assert r["estimate_from"] == "calibration" and r["static_estimate_bytes"] > 0
+
+
+def test_peak_fit_recovers_a_quadratic_and_inverts():
+    from objdebug.stages.stress_cases import memory
+
+    a, b, c = 5e8, 3e5, 400.0
+    lengths = [128, 256, 512]
+    fit = memory.fit_peaks(lengths, [int(a + b * t + c * t * t) for t in lengths])
+    assert (fit["a"], fit["b"], fit["c"]) == pytest.approx((a, b, c), rel=1e-3)
+    assert memory.predict_bytes(fit, 2048) == pytest.approx(a + b * 2048 + c * 2048 ** 2, rel=1e-3)
+    longest = memory.longest_fitting(fit, memory.predict_bytes(fit, 3000))
+    assert abs(longest - 3000) <= 1
+    # a peak that falls with length (pool reuse, rounding) cannot bend the curve down
+    flat = memory.fit_peaks([128, 256, 512], [900, 800, 700])
+    assert min(flat["a"], flat["b"], flat["c"]) >= 0
+    assert memory.fit_peaks([128, 128], [1, 2]) is None
+
+
+# --------------------------------------------------------------------------- objective alone, long
+def test_long_objective_summed_loss_fails_and_matches_numpy():
+    from objdebug.stages.stress_cases.long_objective import real_rows, resampled
+
+    t = Target("stress_sum")
+    res = t.run("long-objective")
+    assert t.verdicts("long-objective")["OBJ513"] == [Verdict.FAIL]
+    v = res.value
+    rows, labels = real_rows(t.ctx)
+    nll = -np.take_along_axis(_log_softmax64(rows), labels[:, None].astype(np.int64), -1)[:, 0]
+    assert v["reference"]["length"] == len(rows)  # every real row once
+    assert v["reference"]["loss"] == pytest.approx(nll.sum(), rel=1e-4)
+    x, y = resampled(rows, labels, 2048, int(t.th.get("seed", 0)))
+    ref = -np.take_along_axis(_log_softmax64(x[0]), y[0][:, None].astype(np.int64), -1).sum()
+    r = v["lengths"]["2048"]
+    assert r["ran"] and r["loss"] == pytest.approx(ref, rel=1e-4)  # the sum over T resampled tokens
+    assert r["ratio"] == pytest.approx(2048 / len(rows), rel=0.2)  # a sum grows ~T
+
+
+def test_long_objective_healthy_numbers(healthy):
+    v = healthy.run("long-objective").value
+    r = v["lengths"]["2048"]
+    assert r["ran"] and 0.5 < r["ratio"] < 2.0 and r["nonfinite_grad"] == 0
+    assert r["logits_bytes"] == 2048 * v["vocab"] * 4 and r["copies_from"].startswith("profile")
+
+
+def test_long_objective_skips_what_would_not_fit(healthy):
+    check = next(c for c in stress.checks() if c.name == "long-objective")
+    th = dict(healthy.th, objective_long_lengths=[1 << 36])  # 2^36 x 256 x 4 bytes: 64 TiB
+    healthy.ctx.profile.data["stress"]["objective_long_lengths"] = th["objective_long_lengths"]
+    try:
+        res = check.run(healthy.ctx, th)
+    finally:
+        healthy.ctx.profile.data["stress"]["objective_long_lengths"] = healthy.th["objective_long_lengths"]
+    assert res.value["lengths"][str(1 << 36)]["ran"] is False
+    assert res.findings[0].verdict == Verdict.SKIP and "available" in res.findings[0].message
 
 
 # --------------------------------------------------------------------------- determinism, smoothing

@@ -7,7 +7,8 @@ gradients are reduced inside the compiled graph (see objdebug/gradients.py). Cod
   OBJ203 NaN/Inf gradients, OBJ204 disconnected (all-zero) parameters;
 - OBJ205 padding / prompt positions (label == label_pad_id) receive gradient;
 - OBJ206 autodiff disagrees with central finite differences of the real objective;
-- OBJ207 logit-gradient scale differs from a standard mean cross-entropy (reference).
+- OBJ207 logit-gradient scale differs from a standard mean cross-entropy (reference);
+- OBJ208 logit-gradient direction is not a likelihood's (see objdebug/likelihood.py).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from objdebug.errors import InputError
 from objdebug.findings import Check, Condition, Verdict, band, listing
 from objdebug.gradients import (Batch, GradientProbe, ParamGradients, layer_of, make_batch,
                                 reference_mean_ce_grad)
+from objdebug.likelihood import analyse as likelihood_shape
 
 _LISTED = 8
 _F32_EPS = 2.0 ** -23
@@ -70,9 +72,9 @@ def logit_gradients(ctx: Context) -> dict[str, np.ndarray]:
     def build() -> dict[str, np.ndarray]:
         batch = grad_batch(ctx)
         logits = ctx.engine.logits(batch.input_ids)
-        outputs, sq = grad_probe(ctx).logits(logits, batch.labels)
+        outputs, sq, g = grad_probe(ctx).logits(logits, batch.labels)
         ref = reference_mean_ce_grad(logits, batch.labels, ctx.config.data.label_pad_id)
-        return {"outputs": outputs, "sq": sq, "reference_sq": ref}
+        return {"outputs": outputs, "sq": sq, "reference_sq": ref, "grad": g, "logits": logits}
     return ctx.cached("grad.logits", build)
 
 
@@ -423,5 +425,68 @@ class FiniteDifferences(Check):
         return [Condition("OBJ206", f"fd_rel_error_less_than_{e_pass}", judge)]
 
 
+class LikelihoodShape(Check):
+    """Direction of the logit gradient vs a mean cross-entropy's (numpy float64 reference)."""
+
+    name = "likelihood-shape"
+    stage = "grad"
+    codes = ("OBJ208",)
+
+    def skip_reason(self, ctx: Context) -> str | None:
+        if ctx.target.end_to_end:
+            return ("end-to-end form: the objective takes input_ids, so its logits (and their "
+                    "gradient direction) are not exposed")
+        return None
+
+    def measure(self, ctx: Context) -> dict[str, Any]:
+        s = _settings(ctx)
+        lg = logit_gradients(ctx)
+        batch = grad_batch(ctx)
+        v = likelihood_shape(lg["grad"], lg["logits"], batch.labels, ctx.config.data.label_pad_id,
+                             band=float(s.get("likelihood_weight_band", 2.0)),
+                             max_smoothing=float(s.get("likelihood_max_smoothing", 0.3)),
+                             max_entropy=float(s.get("likelihood_max_entropy", 0.2)),
+                             cosine_min=float(s.get("likelihood_cosine_pass", 0.99)),
+                             reweighted_max=float(s.get("likelihood_reweighted_pass", 0.1)))
+        return {**v, "loss": float(lg["outputs"][0]), "rows": int(batch.labels.shape[0])}
+
+    def conditions(self, th: dict[str, Any]) -> list[Condition]:
+        c_pass, c_fail = th.get("likelihood_cosine_pass", 0.99), th.get("likelihood_cosine_fail", 0.9)
+        w_pass, w_fail = th.get("likelihood_reweighted_pass", 0.1), th.get("likelihood_reweighted_fail", 0.5)
+
+        def judge(v):
+            shape = v["shape"]
+            if shape == "no scored tokens":
+                return Verdict.SKIP, "not judged: the gradient batch has no scored token", None
+            if shape == "non-finite gradient":
+                return Verdict.SKIP, (f"not judged: {v['nonfinite']} NaN/Inf logit-gradient elements "
+                                      f"(loss {v['loss']:.4g}), see OBJ203"), None
+            if shape == "no gradient":
+                return Verdict.FAIL, (f"looks like: no gradient — the objective's gradient w.r.t. the "
+                                      f"logits is exactly 0 at all {v['scored_tokens']} scored tokens "
+                                      f"(argmax, a hard threshold or stop_gradient in the loss path)"), 0.0
+            x, rw, co = v["cosine_family"], v["reweighted_share"], v["coefficients"]
+            pt = v["per_token"]
+            numbers = (f"cosine with a mean cross-entropy's gradient (reference, {v['scored_tokens']} scored "
+                       f"tokens) {v['cosine_ce']:.4f} overall, per token median {pt['median']:.4f} / "
+                       f"10th percentile {pt['p10']:.4f}; best likelihood fit (CE + label smoothing <= "
+                       f"{th.get('likelihood_max_smoothing', 0.3):g} + entropy |λ| <= "
+                       f"{th.get('likelihood_max_entropy', 0.2):g}: ε {v['smoothing']:.3g}, λ "
+                       f"{v['entropy_weight']:.3g}) cosine {x:.4f}; {rw:.0%} of tokens weighted "
+                       f"outside [1/{v['band']:g}, {v['band']:g}]x that fit (label probability median "
+                       f"{v['label_probability']['median']:.3g})")
+            rule = (f"pass: fit cosine >= {c_pass:g} and re-weighted <= {w_pass:.0%}; fail: cosine < "
+                    f"{c_fail:g} or re-weighted > {w_fail:.0%}")
+            if not co["ce"] > 0:
+                return Verdict.FAIL, f"looks like: {shape}; {numbers}; {rule}", x
+            ok = x >= c_pass and not rw > w_pass
+            bad = x < c_fail or rw > w_fail or not math.isfinite(x)
+            verdict = Verdict.PASS if ok else Verdict.FAIL if bad else Verdict.WARN
+            return verdict, f"looks like: {shape}; {numbers}; {rule}", x
+
+        return [Condition("OBJ208", f"likelihood_cosine_at_least_{c_pass}", judge)]
+
+
 def checks() -> list[Check]:
-    return [GradientHealth(), PaddingLeakage(), LogitGradientScale(), FiniteDifferences()]
+    return [GradientHealth(), PaddingLeakage(), LogitGradientScale(), FiniteDifferences(),
+            LikelihoodShape()]

@@ -11,6 +11,7 @@ from objdebug.stages.stress_cases.all_padding import AllPadding
 from objdebug.stages.stress_cases.determinism import Determinism
 from objdebug.stages.stress_cases.garbage_ids import OutOfRangeIds, RandomIds
 from objdebug.stages.stress_cases.long_inputs import LongInputs
+from objdebug.stages.stress_cases.long_objective import LongObjective
 from objdebug.stages.stress_cases.over_smoothing import OverSmoothing
 from objdebug.stages.stress_cases.padding_invariance import PaddingInvariance
 from objdebug.stages.stress_cases.precision import ExtremeLogits, LowPrecision
@@ -19,4 +20,4 @@ from objdebug.stages.stress_cases.precision import ExtremeLogits, LowPrecision
 def checks() -> list[Check]:
     # Cheap cases first; long inputs last (they hold the most memory).
     return [AllPadding(), PaddingInvariance(), RandomIds(), OutOfRangeIds(), ExtremeLogits(),
-            LowPrecision(), Determinism(), OverSmoothing(), LongInputs()]
+            LowPrecision(), Determinism(), OverSmoothing(), LongObjective(), LongInputs()]

@@ -44,6 +44,21 @@ class LongInputs(Check):
                 "seconds": seconds, "peak_rss_bytes": rss.peak_bytes,
                 "peak_delta_bytes": rss.delta_bytes, "memory_method": rss.method}
 
+    def _calibrate(self, ctx: Context, th: dict[str, Any], reference: dict[str, Any],
+                   runs: dict[int, dict[str, Any]]) -> dict[str, Any] | None:
+        """Peaks at the short length and `memory_calibration_lengths`, fitted a + bT + cT^2;
+        the runs go into `runs` by length."""
+        if reference["memory_method"] != "vmhwm-reset":
+            return None  # the high-water mark cannot be reset: no per-run peak to fit
+        extra = [int(t) for t in th.get("memory_calibration_lengths", [256, 512])]
+        lengths, peaks = [reference["length"]], [reference["peak_rss_bytes"]]
+        for length in sorted(set(extra) - {reference["length"]}):  # increasing: the pool grows
+            r = self._one(ctx, length)
+            runs[length] = r
+            lengths.append(length)
+            peaks.append(r["peak_rss_bytes"])
+        return memory.fit_peaks(lengths, peaks)
+
     def measure(self, ctx: Context) -> dict[str, Any]:
         th = ctx.profile.section(self.stage)
         vocab = ctx.engine.vocab_size() or int(th.get("assume_vocab", 32000))
@@ -52,21 +67,40 @@ class LongInputs(Check):
         safety = float(th.get("memory_safety", 1.5))
         ref_len = short_length(th)
         reference = self._one(ctx, ref_len)
+        calibration_runs: dict[int, dict[str, Any]] = {}
+        calib = self._calibrate(ctx, th, reference, calibration_runs)
+        # the fit is of the process's absolute peak RSS (MindSpore's memory pool only grows, so
+        # a delta after an earlier run undercounts); what a length adds is the peak minus now
         out: dict[str, Any] = {"reference": reference, "vocab": vocab, "model_shape": shape,
-                               "memory_safety": safety, "lengths": {}}
-        for length in _lengths(th):
-            need = memory.estimate_bytes(length, vocab, n_params, shape, th)
+                               "memory_safety": safety, "lengths": {}, "calibration": calib}
+        for length in sorted(_lengths(th)):
+            static = memory.estimate_bytes(length, vocab, n_params, shape, th)
+            # the static estimate is the rule only where calibration cannot run (reported beside
+            # the prediction otherwise); the floor keeps a flat fit of small peaks honest
+            need = (max(memory.predict_bytes(calib, length) - memory.rss_bytes(),
+                        memory.floor_bytes(length, vocab, shape)) if calib else static)
             avail = memory.available_bytes()
-            row: dict[str, Any] = {"length": length, "estimate_bytes": need, "available_bytes": avail}
+            row: dict[str, Any] = {"length": length, "estimate_bytes": need, "static_estimate_bytes": static,
+                                   "estimate_from": "calibration" if calib else "static estimate",
+                                   "fit_lengths": calib["lengths"] if calib else None,
+                                   "available_bytes": avail}
             if avail is not None and need * safety > avail:
-                row.update(ran=False, reason=(f"estimated {_gib(need)} x safety {safety} > "
-                                              f"{_gib(avail)} available"))
+                row.update(ran=False, reason=(f"predicted {_gib(need)} ({row['estimate_from']}) x safety "
+                                              f"{safety} > {_gib(avail)} available"))
             else:
-                row.update(self._one(ctx, length))
+                # a long length that was a calibration length already ran: its numbers stand
+                row.update(calibration_runs.get(length) or self._one(ctx, length))
+                if calib and length not in calib["lengths"]:  # a long length that ran is the best point for the next one
+                    calib = memory.fit_peaks(calib["lengths"] + [length],
+                                             calib["peaks"] + [row["peak_rss_bytes"]])
+                    row["refit"] = calib
                 row["ratio"] = (row["loss"] / reference["loss"]
                                 if reference["loss"] not in (0.0,) and math.isfinite(reference["loss"])
                                 else float("nan"))
             out["lengths"][str(length)] = row
+        avail_now, rss_now = memory.available_bytes(), memory.rss_bytes()
+        out["longest_fitting"] = (memory.longest_fitting(calib, rss_now + avail_now / safety)
+                                  if calib and avail_now else None)
         return out
 
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
@@ -76,9 +110,17 @@ class LongInputs(Check):
             def judge(v):
                 r = v["lengths"][str(length)]
                 if not r["ran"]:
-                    return Verdict.SKIP, f"T={length} not run: {r['reason']}", None
-                cost = (f"{r['seconds']:.1f} s incl. compile, peak RSS {_gib(r['peak_rss_bytes'])} "
-                        f"(+{_gib(r['peak_delta_bytes'])}, estimate {_gib(r['estimate_bytes'])})")
+                    longest = (f"; the longest length that fits is ~{v['longest_fitting']} tokens"
+                               if v.get("longest_fitting") else "")
+                    return Verdict.SKIP, f"T={length} not run: {r['reason']}{longest}", None
+                fitted = (f"predicted +{_gib(r['estimate_bytes'])} from peak RSS a + bT + cT^2 fitted on T="
+                          f"{'/'.join(str(t) for t in r['fit_lengths'])}, static estimate "
+                          f"{_gib(r['static_estimate_bytes'])}" if r.get("fit_lengths") else
+                          f"static estimate {_gib(r['estimate_bytes'])}")
+                longest = (f"; longest length that fits {_gib(r['available_bytes'] or 0)} available / "
+                           f"safety: ~{v['longest_fitting']} tokens" if v.get("longest_fitting") else "")
+                cost = (f"{r['seconds']:.1f} s incl. compile, measured peak +{_gib(r['peak_delta_bytes'])} "
+                        f"(RSS {_gib(r['peak_rss_bytes'])}) vs {fitted}{longest}")
                 if math.isfinite(r["loss"]) and r["nonfinite_params"] == 0:
                     return Verdict.PASS, (f"T={length}: loss {r['loss']:.4g}, gradient norm "
                                           f"{r['grad_norm']:.3g}, all finite; {cost}"), r["loss"]

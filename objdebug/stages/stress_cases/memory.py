@@ -16,6 +16,14 @@ in graph mode on CPU (scores, scaling, mask, softmax, and their gradients are al
 What the model does not tell (heads, layers, width) is taken from the profile's `assume_*`
 settings, on the large side. A case runs only if need * memory_safety <= MemAvailable.
 
+Calibration (preferred): the peak of forward + backward measured at a few short lengths (the
+stress short length and `memory_calibration_lengths`, in increasing order, as the process's
+absolute peak RSS: MindSpore's memory pool only grows, so a per-run delta undercounts), fitted
+as a + bT + cT^2 (`fit_peaks`), predicts the long lengths (what a length adds: predicted peak
+minus the RSS now, at least one copy of the logits and attention scores, `floor_bytes`); the static estimate
+above is then only reported as an upper bound, and is the rule where calibration cannot run
+(no /proc, a peak that cannot be reset, fewer than two lengths).
+
 Measured peak: the process's resident-set high-water mark, VmHWM in /proc/self/status. Writing
 "5" to /proc/self/clear_refs resets it to the current RSS (Linux >= 4.0), so peak - RSS before
 the case is the case's own peak. Where the reset is refused the HWM only rises, and the delta is a
@@ -24,7 +32,10 @@ lower bound ("hwm-delta" method). tracemalloc does not see MindSpore's native al
 
 from __future__ import annotations
 
+import math
 from typing import Any
+
+import numpy as np
 
 GIB = 1024 ** 3
 
@@ -38,6 +49,11 @@ def _status_kib(field: str) -> int | None:
     except OSError:
         return None
     return None
+
+
+def rss_bytes() -> int:
+    """The process's resident set now (0 where there is no /proc)."""
+    return (_status_kib("VmRSS") or 0) * 1024
 
 
 def available_bytes() -> int | None:
@@ -105,6 +121,48 @@ def model_shape(model: Any, vocab: int, th: dict[str, Any]) -> dict[str, Any]:
             told.append(key)
     shape["from_model"] = told
     return shape
+
+
+def fit_peaks(lengths: list[int], peaks: list[int]) -> dict[str, Any] | None:
+    """Non-negative least squares peak(T) ~ a + b T + c T^2 over measured (length, peak) pairs.
+
+    Attention scores grow ~T^2, activations and logits ~T, buffers are constant; non-negative
+    coefficients keep rounding in small measurements from bending the curve down at long T.
+    None with fewer than two distinct lengths.
+    """
+    from scipy.optimize import nnls
+
+    if len(set(lengths)) < 2:
+        return None
+    t = np.asarray(lengths, np.float64)
+    y = np.asarray(peaks, np.float64)
+    scale = np.array([1.0, t.max(), t.max() ** 2])  # well-conditioned columns
+    coef, _ = nnls(np.stack([np.ones_like(t), t / scale[1], t ** 2 / scale[2]], axis=1), y)
+    a, b, c = (float(x) for x in coef / scale)
+    return {"a": a, "b": b, "c": c, "lengths": [int(x) for x in lengths], "peaks": [int(x) for x in peaks]}
+
+
+def predict_bytes(fit: dict[str, Any], length: int) -> int:
+    return int(fit["a"] + fit["b"] * length + fit["c"] * length * length)
+
+
+def longest_fitting(fit: dict[str, Any], budget: float) -> int:
+    """The largest T with a + b T + c T^2 <= budget (0 if none)."""
+    a, b, c = fit["a"], fit["b"], fit["c"]
+    if budget < a:
+        return 0
+    if c > 0:
+        return int((-b + math.sqrt(b * b + 4 * c * (budget - a))) / (2 * c))
+    return int((budget - a) / b) if b > 0 else 1 << 30
+
+
+def floor_bytes(length: int, vocab: int, shape: dict[str, Any]) -> int:
+    """What one copy of the logits and (where the model tells its shape) of the attention scores
+    take: a physical lower bound, so a flat fit of small peaks cannot wave a huge length through."""
+    t = int(length)
+    attention = (shape["layers"] * shape["heads"] * t * t
+                 if {"layers", "heads"} <= set(shape.get("from_model", [])) else 0)
+    return int((t * vocab + attention) * 4)
 
 
 def estimate_bytes(length: int, vocab: int, n_params: int, shape: dict[str, Any],
