@@ -8,8 +8,9 @@ so every compile is counted. Both call the objective on a whole batch exactly as
 - `grad.param_probe` (input_ids, labels, directions) runs one forward + backward and reduces the
   gradients inside the graph to small tensors per parameter (squared L2 norm, max |g|, exact
   zeros, non-finite count) and to the directional derivatives g.d along the given directions, so
-  a large model never copies its gradients to the host. The same graph gives the loss for the
-  finite-difference evaluations: no extra compile.
+  a large model never copies its gradients to the host unless asked (the gradients themselves are
+  returned as Tensors, read only for the finite differences along the gradient direction). The
+  same graph gives the loss for the finite-difference evaluations: no extra compile.
 - `grad.logit_probe` (logits, labels) differentiates the objective w.r.t. the logits and returns
   the squared gradient norm per position [B, T], for padding leakage and scale sensitivity, and
   the gradient itself [B, T, V] (the size of the logits, which are on the host already) for the
@@ -37,7 +38,7 @@ LOGIT_PROBE = "grad.logit_probe"
 
 def _build_param_probe(target, params):
     class ParamProbe(nn.Cell):
-        """(input_ids, labels, directions) -> (outputs, sq_norm, max_abs, zeros, nonfinite, g.d)."""
+        """(input_ids, labels, directions) -> (outputs, sq_norm, max_abs, zeros, nonfinite, g.d, grads)."""
 
         def __init__(self, loss, weights):
             super().__init__(auto_prefix=False)
@@ -57,7 +58,7 @@ def _build_param_probe(target, params):
                 bad.append(ops.cast(ops.logical_not(ops.isfinite(g32)), ms.float32).sum())
                 n = d.shape[0]
                 gdot = gdot + (d * ops.expand_dims(g32, 0)).reshape((n, -1)).sum(1)
-            return outputs, ops.stack(sq), ops.stack(mx), ops.stack(zeros), ops.stack(bad), gdot
+            return outputs, ops.stack(sq), ops.stack(mx), ops.stack(zeros), ops.stack(bad), gdot, grads
 
     return ParamProbe(BatchObjective(target), params)
 
@@ -92,6 +93,7 @@ class ParamGradients:
     zeros: np.ndarray          # int64[P] exact zeros
     nonfinite: np.ndarray      # int64[P] NaN / Inf elements
     gdot: np.ndarray           # float64[n_directions]: g . d
+    grads: tuple = ()          # the gradients as MindSpore Tensors (left on the device until read)
 
     @property
     def loss(self) -> float:
@@ -135,6 +137,7 @@ class GradientProbe:
         self.params = list(self.target.trainable_params())
         self.names = [p.name for p in self.params]
         self.sizes = np.array([int(p.size) for p in self.params], dtype=np.int64)
+        self._probe_dirs: list[np.ndarray] | None = None
 
     # ------------------------------------------------------------------ parameters
     def _need_params(self) -> list:
@@ -167,10 +170,26 @@ class GradientProbe:
 
         out = self.engine.call(PARAM_PROBE, probe, ms.Tensor(batch.input_ids, ms.int32),
                                ms.Tensor(batch.labels, ms.int32), dirs[0])
-        outputs, sq, mx, zeros, bad, gdot = (o.asnumpy().astype(np.float64) for o in out)
+        self._probe_dirs = directions  # the shapes this graph was called with (see loss_at)
+        *stats, grads = out
+        outputs, sq, mx, zeros, bad, gdot = (o.asnumpy().astype(np.float64) for o in stats)
         return ParamGradients(names=self.names, sizes=self.sizes, outputs=outputs, sq_norm=sq,
                               max_abs=mx, zeros=zeros.astype(np.int64), nonfinite=bad.astype(np.int64),
-                              gdot=gdot)
+                              gdot=gdot, grads=tuple(grads))
+
+    def gradient_direction(self, g: ParamGradients) -> list[np.ndarray]:
+        """The normalized gradient g/|g| as one direction ([1, *shape] per parameter).
+
+        Along it the directional derivative is |g|, the largest of all unit directions, so its
+        finite difference stands far above float32 rounding noise (a random direction's g.d is
+        |g|/sqrt(P) on average and can be near 0).
+        """
+        host = [t.asnumpy().astype(np.float64) for t in g.grads]
+        norm = float(np.sqrt(sum(float((a * a).sum()) for a in host)))
+        if not norm > 0:
+            raise ValueError("For 'gradient_direction', the gradient must be non-zero and finite, "
+                             f"but got norm {norm}.")
+        return [(a / norm).astype(np.float32)[None] for a in host]
 
     @contextmanager
     def saved_parameters(self) -> Iterator[list[np.ndarray]]:
@@ -188,7 +207,9 @@ class GradientProbe:
 
         `saved`: theta from an enclosing `saved_parameters()`, which restores the parameters once
         at its end, so a whole finite-difference measurement copies them to the host once.
-        Without it, this call saves and restores them itself.
+        Without it, this call saves and restores them itself. `directions` may hold any number of
+        directions: the loss comes from the probe graph called with the direction shapes it was
+        last called with, so moving along the gradient direction does not recompile it.
         """
         if saved is None:
             with self.saved_parameters() as theta:
@@ -196,7 +217,7 @@ class GradientProbe:
         for p, theta, d in zip(self.params, saved, directions):
             moved = (theta.astype(np.float64) + step * d[k].astype(np.float64)).astype(theta.dtype)
             p.set_data(ms.Tensor(moved))
-        return self.parameters(batch, directions).loss
+        return self.parameters(batch, self._probe_dirs if self._probe_dirs is not None else directions).loss
 
     def parameter_norm(self, saved: list[np.ndarray] | None = None) -> float:
         """L2 norm over all parameters (of `saved` when given: no copy from the device)."""

@@ -170,11 +170,20 @@ def test_healthy_masked_ce_passes_and_matches_host_gradients(ctx_of):
     assert health["loss"] == pytest.approx(float(nll[scored].mean()), rel=1e-5)
     assert float(total.asnumpy()) == pytest.approx(health["loss"], rel=1e-6)
 
-    # Directional derivatives reduced in graph == host g.d; FD agrees with them.
+    # Directional derivatives reduced in graph == host g.d; FD agrees with them. The first
+    # direction is the normalized gradient: its derivative is |g|, the host gradient's norm.
     dirs = G.fd_directions(ctx)
     host_gdot = [sum(float((g * d[k]).sum()) for g, d in zip(host, dirs)) for k in range(len(dirs[0]))]
     fd = out["finite-differences"]
-    np.testing.assert_allclose([r["autodiff"] for r in fd["directions"]], host_gdot, rtol=1e-4)
+    rows = fd["directions"]
+    assert [r["direction"] for r in rows] == ["gradient", "random 0", "random 1", "random 2"]
+    assert rows[0]["autodiff"] == pytest.approx(np.sqrt((norms ** 2).sum()), rel=1e-5)
+    np.testing.assert_allclose([r["autodiff"] for r in rows[1:]], host_gdot, rtol=1e-4)
+    ghat = probe.gradient_direction(G.param_gradients(ctx))
+    gn = np.sqrt(sum((g ** 2).sum() for g in host))
+    for a, g in zip(ghat, host):
+        np.testing.assert_allclose(a[0], g / gn, rtol=1e-4, atol=1e-7)
+    assert fd["typical_gdot"] == pytest.approx(gn / np.sqrt(sum(g.size for g in host)), rel=1e-5)
     assert fd["max_rel_error"] < 1e-2
 
     # Leakage and scale against numpy.
@@ -182,7 +191,8 @@ def test_healthy_masked_ce_passes_and_matches_host_gradients(ctx_of):
     assert leak["masked"] == int((batch.labels == -100).sum()) and leak["leaking"] == 0
     assert out["logit-gradient-scale"]["ratio"] == pytest.approx(1.0, abs=1e-4)
 
-    # One compile per graph and shape: 1 + 9 FD steps x 2 calls of the probe reuse one graph.
+    # One compile per graph and shape: 1 + 4 directions x 3 steps x 2 calls of the probe reuse one
+    # graph (moving along the single gradient direction does not recompile it).
     graphs = [r.graph for r in ctx.engine.compiles.records]
     assert graphs.count("grad.param_probe") == 1 and graphs.count("grad.logit_probe") == 1
 
@@ -259,6 +269,9 @@ def test_lying_bprop_disagrees_with_finite_differences(ctx_of):
     for r in out["value"]["directions"]:  # the bprop halves the gradient: autodiff = FD / 2
         assert r["autodiff"] == pytest.approx(0.5 * r["finite_difference"], rel=2e-2)
     assert out["value"]["max_rel_error"] == pytest.approx(0.5, abs=2e-2)
+    # along the (reported, halved) gradient direction the error is the full 0.5
+    grad_row = out["value"]["directions"][0]
+    assert grad_row["direction"] == "gradient" and grad_row["rel_error"] == pytest.approx(0.5, abs=1e-2)
 
 
 # --------------------------------------------------------------------------- end-to-end form

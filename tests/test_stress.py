@@ -181,24 +181,54 @@ def test_out_of_range_probes_healthy(healthy):
     assert "GatherD" in p["label -1"]["error"]
 
 
-def test_input_minus_one_accepted_by_a_wrapping_embedding_warns(ms_ce):
+def test_input_minus_one_read_by_a_wrapping_embedding_is_a_note(ms_ce):
     p = ms_ce.run("out-of-range-ids").value["probes"]
+    assert p["input 256"]["rejected"] and "Gather" in p["input 256"]["error"]
     assert not p["input -1"]["rejected"] and math.isfinite(p["input -1"]["value"])
-    assert ms_ce.verdicts("out-of-range-ids")["OBJ507"] == [Verdict.WARN]
+    assert p["input -1"]["wraps"]  # read as id 255: the same loss as the batch with 255 there
+    f = next(f for f in ms_ce.run("out-of-range-ids").findings if f.code == "OBJ507")
+    assert f.verdict == Verdict.INFO and "wraps a negative id" in f.message
+    assert "input_out_of_range = info" in f.message and f.fix  # a note carries its fix
 
 
-def test_out_of_range_label_minus_one_scored_as_last_class_fails(ms_ce):
+def test_out_of_range_label_minus_one_scored_as_last_class_is_a_note(ms_ce):
     res = ms_ce.run("out-of-range-ids")
-    verdicts = ms_ce.verdicts("out-of-range-ids")
-    assert verdicts["OBJ506"] == [Verdict.FAIL]
+    f = next(f for f in res.findings if f.code == "OBJ506")
+    assert f.verdict == Verdict.INFO and "GatherD accepts [-V, V)" in f.message and "OBJ105" in f.message
     p = res.value["probes"]
-    assert p["label 256"]["rejected"] and not p["label -1"]["rejected"]
+    assert p["label 256"]["rejected"] and not p["label -1"]["rejected"] and p["label -1"]["wraps"]
+    assert "(wrapped)" in f.message
     # reference: nn.CrossEntropyLoss scores label -1 as class V-1
     ids, labels = ms_ce.ctx.cache["stress.random_batch"]
     bad = labels[:1].copy()
     bad[0, res.value["position"]] = 255
     ref = _ce64(ms_ce.ctx.engine.logits(np.repeat(ids[:1], 4, 0))[:1], bad, ignore=-100)[0]
     assert p["label -1"]["value"] == pytest.approx(ref, rel=1e-5)
+
+
+@pytest.mark.parametrize("setting", ["warn", "fail"])
+def test_silent_scoring_verdict_is_configurable(ms_ce, setting):
+    check = next(c for c in stress.checks() if c.name == "out-of-range-ids")
+    th = dict(ms_ce.th, label_out_of_range=setting, input_out_of_range=setting)
+    value = ms_ce.run("out-of-range-ids").value
+    for cond in check.conditions(th):
+        verdict, message, n = cond.judge(value)
+        assert verdict == Verdict(setting.upper()) and n == 1.0 and f"= {setting})" in message
+
+
+def test_out_of_range_label_giving_nan_fails():
+    t = Target("stress_soft_target")  # renormalized one-hot target: an all-zero row, 0/0 = NaN
+    res = t.run("out-of-range-ids")
+    p = res.value["probes"]
+    assert not p["label 256"]["rejected"] and math.isnan(p["label 256"]["value"])
+    assert not p["label -1"]["rejected"] and math.isnan(p["label -1"]["value"])
+    f = {f.code: f for f in res.findings}
+    assert f["OBJ506"].verdict == Verdict.FAIL
+    assert "NaN/Inf instead of an error for label 256, label -1" in f["OBJ506"].message
+    # even the mildest setting cannot turn NaN/Inf into a note
+    check = next(c for c in stress.checks() if c.name == "out-of-range-ids")
+    assert check.conditions(dict(t.th, label_out_of_range="info"))[0].judge(res.value)[0] == Verdict.FAIL
+    assert f["OBJ507"].verdict == Verdict.PASS  # the demo model rejects both bad input ids
 
 
 def test_out_of_range_verdict_setting_is_validated(ms_ce):

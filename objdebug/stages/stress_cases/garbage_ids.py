@@ -1,11 +1,20 @@
 """Garbage token ids: random in-vocabulary ids (OBJ505) and out-of-range ids (OBJ506, OBJ507).
 
 Random ids are unpredictable: a sound objective gives a finite loss near or above log(V) (an
-untrained model sits at log(V), a trained one above it). Out-of-range ids must be rejected with an
-error, never turned into a number: MindSpore's Gather wraps a negative input id silently (-1 reads
-the last row) and nn.CrossEntropyLoss scores a label of -1 as class V-1. Four probes, each one
-position of one row of a valid random batch (batch 1, a graph per probe): input id V, input id -1,
-label V, label -1 (skipped when -1 is the label_pad_id).
+untrained model sits at log(V), a trained one above it).
+
+Out-of-range ids: four probes, each one position of one row of a valid random batch (batch 1, a
+graph per probe): input id V, input id -1, label V, label -1 (skipped when -1 is the
+label_pad_id). Three outcomes, judged apart:
+
+- rejected with an error: PASS (the healthy outcome);
+- a NaN/Inf loss: FAIL (a bad id poisons the whole batch, and the step after it);
+- a finite loss, silently scored: the profile's verdict (`[stress] label_out_of_range` /
+  `input_out_of_range`, "info" by default). This is MindSpore's nature rather than an objective
+  bug: GatherD accepts indices in [-V, V), so nn.CrossEntropyLoss and nearly every hand-written
+  `gather_elements` cross-entropy score label -1 as class V-1, and every standard embedding
+  (nn.Embedding, ops.gather) reads row V-1 for input id -1. The label the data pipeline actually
+  writes is checked by OBJ105; a note here says the objective would not catch a wrong one.
 """
 
 from __future__ import annotations
@@ -17,7 +26,6 @@ import numpy as np
 
 from objdebug.context import Context
 from objdebug.data import Sample
-from objdebug.errors import InputError
 from objdebug.findings import Check, Condition, Verdict
 from objdebug.stages.stress_cases._common import (POISONED, error_line, forward_loss, loss_and_grad,
                                                   packed, short_length)
@@ -119,40 +127,55 @@ class OutOfRangeIds(Check):
                 continue
             i, l = ids.copy(), labels.copy()
             (i if path == "input" else l)[0, p] = bad
-            probes[key] = self._probe(ctx, f"stress.probe.{graph}", ids, labels, i, l)
-            graph += int(probes[key]["rejected"])
+            probes[key] = r = self._probe(ctx, f"stress.probe.{graph}", ids, labels, i, l)
+            if not r["rejected"] and bad < 0 and math.isfinite(r["value"]):
+                # what was -1 read as? Gather's wrap-around reads it as V-1: the same graph, which
+                # did not raise, scores the batch with V-1 in its place
+                (i if path == "input" else l)[0, p] = bad + vocab
+                r["wrapped_value"] = forward_loss(ctx, f"stress.probe.{graph}", i, l)
+                r["wraps"] = bool(abs(r["wrapped_value"] - r["value"]) <= 1e-6 * max(abs(r["value"]), 1.0))
+            graph += int(r["rejected"])
         valid = next((r["valid_loss"] for r in probes.values() if "valid_loss" in r), float("nan"))
         return {"vocab": vocab, "valid_loss": valid, "position": p, "shape": list(ids.shape),
                 "probes": probes}
 
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
-        def judge_path(path: str, setting: str, default: str):
-            value = str(th.get(setting, default)).lower()
-            if value not in ("warn", "fail"):
-                raise InputError(f"For '[stress] {setting}', the value must be in ['warn', 'fail'], "
-                                 f"but got {value!r}.")
-            verdict = Verdict(value.upper())
+        def judge_path(path: str, setting: str):
+            # validated when the conditions are built: a typo is a usage error, before any run
+            silent_verdict = Verdict.from_setting(th.get(setting, "info"), f"[stress] {setting}")
 
             def judge(v):
                 mine = {k: r for k, r in v["probes"].items() if k.startswith(path)}
-                parts, silent = [], []
+                parts, silent, nonfinite = [], [], []
                 for k, r in mine.items():
                     if "skipped" in r:
                         parts.append(f"{k}: skipped ({r['skipped']})")
                     elif r["rejected"]:
                         parts.append(f"{k}: rejected ({r['error'][:100]})")
+                    elif not math.isfinite(r["value"]):
+                        parts.append(f"{k}: loss {r['value']:.4g}")
+                        nonfinite.append(k)
                     else:
-                        parts.append(f"{k}: accepted, loss {r['value']:.4g}")
+                        read_as = (f" = the loss with {k.split()[0]} {int(k.split()[1]) + v['vocab']} "
+                                   "(wrapped)" if r.get("wraps") else "")
+                        parts.append(f"{k}: accepted, loss {r['value']:.4g}{read_as}")
                         silent.append(k)
                 msg = (f"{path} ids out of [0, {v['vocab']}) at one position (valid loss "
                        f"{v['valid_loss']:.4g}): " + "; ".join(parts))
+                if nonfinite:
+                    return Verdict.FAIL, msg + f"; NaN/Inf instead of an error for {', '.join(nonfinite)}", \
+                        float(len(nonfinite) + len(silent))
                 if silent:
-                    return verdict, msg + f"; silently scored (profile {setting} = {verdict.value.lower()})", \
-                        float(len(silent))
+                    nature = ("MindSpore's GatherD accepts [-V, V), as nn.CrossEntropyLoss does; the "
+                              "labels your pipeline writes are checked by OBJ105" if path == "label"
+                              else "every standard MindSpore embedding (nn.Embedding, ops.gather) "
+                              "wraps a negative id")
+                    return silent_verdict, (msg + f"; silently scored ({nature}; profile "
+                                            f"{setting} = {silent_verdict.value.lower()})"), float(len(silent))
                 return Verdict.PASS, msg, 0.0
             return judge
 
         return [Condition("OBJ506", "out_of_range_labels_rejected",
-                          judge_path("label", "label_out_of_range", "fail")),
+                          judge_path("label", "label_out_of_range")),
                 Condition("OBJ507", "out_of_range_input_ids_rejected",
-                          judge_path("input", "input_out_of_range", "warn"))]
+                          judge_path("input", "input_out_of_range"))]
