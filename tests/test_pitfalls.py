@@ -33,6 +33,9 @@ MUST_FAIL = {
     "demo_seesaw": [("decompose", "OBJ305")],
     "demo_mse": [("grad", "OBJ208")],
     "demo_argmax": [("grad", "OBJ208")],
+    # the same pitfalls on the Llama-style fixture (RoPE, GQA, RMSNorm, SwiGLU, tied nn.Embedding)
+    "llama_seesaw": [("decompose", "OBJ305")],
+    "llama_mse": [("grad", "OBJ208")],
 }
 MUST_PASS = {
     "decompose_healthy": [("decompose", "OBJ305"), ("grad", "OBJ208")],
