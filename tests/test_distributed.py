@@ -137,6 +137,7 @@ def test_two_workers_give_the_same_report_as_one_process(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r1.json", "r2.json"]
 
 
+@pytest.mark.slow  # 45 s on 2 cores; the launcher's verdicts are covered by test_launcher_verdicts_...
 def test_an_input_error_inside_the_workers_is_one_line_and_keeps_the_logs(tmp_path):
     """Found after the cluster is up (the vocabulary is measured on the model): exit 2, the
     worker named, its log folder kept and shown."""
