@@ -41,6 +41,17 @@ def model_state_line(report: dict) -> str | None:
     return f"model: {'untrained' if v['untrained'] else 'trained'} ({describe_model_state(v)})"
 
 
+def findings_with(report: dict, verdicts: tuple[str, ...]) -> list[tuple[dict, dict]]:
+    """(result, finding) pairs whose verdict is one of `verdicts`, in report order."""
+    return [(r, f) for r in report.get("results", []) for f in r.get("findings", [])
+            if f["verdict"] in verdicts]
+
+
+# The two lists at the top of a report: what failed the gate, then the notes (INFO: facts about the
+# model or MindSpore, not objective bugs, which never fail it). (heading, anchor, verdicts)
+TOP_LISTS = (("What did not pass", "problems", ("WARN", "FAIL", "ERROR")), ("Notes", "notes", ("INFO",)))
+
+
 def summary_counts(s: dict) -> str:
     """'3 pass, 1 warn, 0 fail, 0 error, 2 skipped' (+ ', 1 note' when there are INFO findings)."""
     text = (f"{s.get('PASS', 0)} pass, {s.get('WARN', 0)} warn, {s.get('FAIL', 0)} fail, "

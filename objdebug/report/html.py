@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from objdebug.findings import Verdict
-from objdebug.report import model_state_line, report_stages, summary_counts, write_atomic
+from objdebug.report import (TOP_LISTS, findings_with, model_state_line, report_stages, summary_counts,
+                             write_atomic)
 from objdebug.report.figures import Drawn, draw_all
 
 FILE_NAME = "index.html"
@@ -126,27 +127,17 @@ def render(report: dict[str, Any], figures: list[Drawn] | None = None) -> str:
         if d.stage == "summary":
             parts.append(_figure_html(d))
 
-    # what did not pass first: the reader of a failed gate wants the reasons at the top
-    bad = [(r, f) for r in report.get("results", []) for f in r.get("findings", [])
-           if f["verdict"] in ("WARN", "FAIL", "ERROR")]
-    if bad:
-        parts.append("<h2 id=\"problems\">What did not pass</h2><ul>")
-        for r, f in bad:
-            parts.append(f"<li>{_badge(f['verdict'])} <b>{escape(f['code'])}</b> "
-                         f"[{escape(r['stage'])}/{escape(r['check'])}] {escape(f['message'])}"
-                         + (f"<div class=\"fix\">fix: {escape(f['fix'])}</div>" if f.get("fix") else "")
-                         + "</li>")
-        parts.append("</ul>")
-    notes = [(r, f) for r in report.get("results", []) for f in r.get("findings", [])
-             if f["verdict"] == "INFO"]
-    if notes:  # facts about the model or MindSpore, not objective bugs: never fail the gate
-        parts.append("<h2 id=\"notes\">Notes</h2><ul>")
-        for r, f in notes:
-            parts.append(f"<li>{_badge(f['verdict'])} <b>{escape(f['code'])}</b> "
-                         f"[{escape(r['stage'])}/{escape(r['check'])}] {escape(f['message'])}"
-                         + (f"<div class=\"fix\">fix: {escape(f['fix'])}</div>" if f.get("fix") else "")
-                         + "</li>")
-        parts.append("</ul>")
+    # what did not pass first: the reader of a failed gate wants the reasons at the top; then notes
+    for heading, anchor, verdicts in TOP_LISTS:
+        listed = findings_with(report, verdicts)
+        if listed:
+            parts.append(f"<h2 id=\"{anchor}\">{heading}</h2><ul>")
+            for r, f in listed:
+                parts.append(f"<li>{_badge(f['verdict'])} <b>{escape(f['code'])}</b> "
+                             f"[{escape(r['stage'])}/{escape(r['check'])}] {escape(f['message'])}"
+                             + (f"<div class=\"fix\">fix: {escape(f['fix'])}</div>" if f.get("fix") else "")
+                             + "</li>")
+            parts.append("</ul>")
 
     for stage in stages:
         results = [r for r in report.get("results", []) if r["stage"] == stage]

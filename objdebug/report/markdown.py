@@ -9,7 +9,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from objdebug.report import model_state_line, report_stages, summary_counts, write_atomic
+from objdebug.report import (TOP_LISTS, findings_with, model_state_line, report_stages, summary_counts,
+                             write_atomic)
 from objdebug.report.figures import Drawn, draw_all
 
 FILE_NAME = "report.md"
@@ -67,24 +68,15 @@ def render(report: dict[str, Any], figures: list[Drawn] | None = None) -> str:
     lines.append("")
     lines += figs("summary")
 
-    bad = [(r, f) for r in report.get("results", []) for f in r.get("findings", [])
-           if f["verdict"] in ("WARN", "FAIL", "ERROR")]
-    if bad:
-        lines += ["## What did not pass", ""]
-        for r, f in bad:
-            lines.append(f"- **{f['verdict']} {f['code']}** [{r['stage']}/{r['check']}] {_text(f['message'])}")
-            if f.get("fix"):
-                lines.append(f"  - fix: {_text(f['fix'])}")
-        lines.append("")
-    notes = [(r, f) for r in report.get("results", []) for f in r.get("findings", [])
-             if f["verdict"] == "INFO"]
-    if notes:  # facts about the model or MindSpore, not objective bugs: never fail the gate
-        lines += ["## Notes", ""]
-        for r, f in notes:
-            lines.append(f"- **INFO {f['code']}** [{r['stage']}/{r['check']}] {_text(f['message'])}")
-            if f.get("fix"):
-                lines.append(f"  - fix: {_text(f['fix'])}")
-        lines.append("")
+    for heading, _, verdicts in TOP_LISTS:  # what failed the gate first, then the notes
+        listed = findings_with(report, verdicts)
+        if listed:
+            lines += [f"## {heading}", ""]
+            for r, f in listed:
+                lines.append(f"- **{f['verdict']} {f['code']}** [{r['stage']}/{r['check']}] {_text(f['message'])}")
+                if f.get("fix"):
+                    lines.append(f"  - fix: {_text(f['fix'])}")
+            lines.append("")
 
     for stage in stages:
         results = [r for r in report.get("results", []) if r["stage"] == stage]
