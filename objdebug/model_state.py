@@ -50,31 +50,24 @@ def detection_on(ctx: Context) -> bool:
 def _from_logits(ctx: Context, samples: list) -> dict[str, Any]:
     """Mean cross-entropy of the real next tokens and mean predictive entropy, float64, over the
     scored positions (label != label_pad_id), batched per length bucket like every other stage."""
-    from objdebug.stages.stress_cases._common import packed
+    from objdebug.stages.stress_cases._common import logits_of_rows
 
-    b, cfg = ctx.engine.batch_size, ctx.config.data
+    cfg = ctx.config.data
     ce_sum, ent_sum, count = 0.0, 0.0, 0
-    groups: dict[int, list] = {}
-    for s in samples:
-        groups.setdefault(ctx.engine.bucket(s.length), []).append(s)
-    for length, group in sorted(groups.items()):
-        for start in range(0, len(group), b):
-            chunk = group[start:start + b]
-            ids, labels = packed(ctx, chunk + [chunk[0]] * (b - len(chunk)), length)
-            x = ctx.engine.logits(ids)[:len(chunk)].astype(np.float64)
-            y = labels[:len(chunk)].astype(np.int64)
-            if not cfg.shift:  # the objective shifts: logits at t predict the label at t + 1
-                x, y = x[:, :-1], y[:, 1:]
-            keep = y != cfg.label_pad_id
-            x, y = x[keep], y[keep]
-            if not y.size:
-                continue
-            x = x - x.max(-1, keepdims=True)
-            logz = np.log(np.exp(x).sum(-1))
-            logp = x - logz[:, None]
-            ce_sum += float(-(logp[np.arange(y.size), y]).sum())
-            ent_sum += float(-(np.exp(logp) * logp).sum())
-            count += int(y.size)
+    for x, labels in logits_of_rows(ctx, samples):
+        y = labels.astype(np.int64)
+        if not cfg.shift:  # the objective shifts: logits at t predict the label at t + 1
+            x, y = x[:, :-1], y[:, 1:]
+        keep = y != cfg.label_pad_id
+        x, y = x[keep], y[keep]
+        if not y.size:
+            continue
+        x = x - x.max(-1, keepdims=True)
+        logz = np.log(np.exp(x).sum(-1))
+        logp = x - logz[:, None]
+        ce_sum += float(-(logp[np.arange(y.size), y]).sum())
+        ent_sum += float(-(np.exp(logp) * logp).sum())
+        count += int(y.size)
     if not count:
         return {"positions": 0, "loss": float("nan"), "entropy": float("nan")}
     return {"positions": count, "loss": ce_sum / count, "entropy": ent_sum / count}

@@ -135,6 +135,22 @@ def packed(ctx: Context, samples: list[Sample], length: int) -> tuple[np.ndarray
     return pack(samples, length, cfg.pad_id, cfg.label_pad_id, cfg.shift)
 
 
+def logits_of_rows(ctx: Context, samples: list[Sample]):
+    """(float64 logits [n, T, V], int labels [n, T]) of the real rows, batch by batch: the engine's
+    length buckets and batch size (short batches filled, the filler dropped), so the
+    `model.forward` graphs are the ones every stage shares. Used by over-smoothing and the model
+    state (OBJ004)."""
+    b = ctx.engine.batch_size
+    groups: dict[int, list[Sample]] = {}
+    for s in samples:
+        groups.setdefault(ctx.engine.bucket(s.length), []).append(s)
+    for length, group in sorted(groups.items()):
+        for start in range(0, len(group), b):
+            chunk = group[start:start + b]
+            ids, labels = packed(ctx, chunk + [chunk[0]] * (b - len(chunk)), length)
+            yield ctx.engine.logits(ids)[:len(chunk)].astype(np.float64), labels[:len(chunk)]
+
+
 def short_length(th: dict[str, Any]) -> int:
     """The shared short shape: long-input reference, all-padding batch, padding-invariance base."""
     return int(th.get("short_length", 128))

@@ -14,7 +14,7 @@ import numpy as np
 from objdebug.context import Context
 from objdebug.datasets import text_samples
 from objdebug.findings import Check, Condition, Verdict
-from objdebug.stages.stress_cases._common import packed
+from objdebug.stages.stress_cases._common import logits_of_rows
 
 
 def _flat(parts: list[np.ndarray]) -> np.ndarray:
@@ -40,25 +40,17 @@ class OverSmoothing(Check):
         th = ctx.profile.section(self.stage)
         k = int(th.get("top_k", 5))
         samples = text_samples(ctx, int(th.get("smoothing_samples", 64)))
-        b, pad = ctx.engine.batch_size, ctx.config.data.label_pad_id
+        pad = ctx.config.data.label_pad_id
         topk, top1, entropy = [], [], []
-        groups: dict[int, list] = {}
-        for s in samples:
-            groups.setdefault(ctx.engine.bucket(s.length), []).append(s)
-        for length, group in sorted(groups.items()):
-            for start in range(0, len(group), b):
-                chunk = group[start:start + b]
-                ids, labels = packed(ctx, chunk + [chunk[0]] * (b - len(chunk)), length)
-                x = ctx.engine.logits(ids)[:len(chunk)].astype(np.float64)
-                keep = labels[:len(chunk)] != pad
-                x = x[keep]
-                x -= x.max(-1, keepdims=True)
-                p = np.exp(x)
-                p /= p.sum(-1, keepdims=True)
-                ps = np.sort(p, axis=-1)[:, ::-1]
-                topk.append(ps[:, :k].sum(-1))
-                top1.append(ps[:, 0])
-                entropy.append(-(p * np.log(np.maximum(p, 1e-300))).sum(-1))
+        for x, labels in logits_of_rows(ctx, samples):
+            x = x[labels != pad]
+            x -= x.max(-1, keepdims=True)
+            p = np.exp(x)
+            p /= p.sum(-1, keepdims=True)
+            ps = np.sort(p, axis=-1)[:, ::-1]
+            topk.append(ps[:, :k].sum(-1))
+            top1.append(ps[:, 0])
+            entropy.append(-(p * np.log(np.maximum(p, 1e-300))).sum(-1))
         topk_all = _flat(topk)
         vocab = ctx.engine.vocab_size()
         return {"k": k, "positions": int(topk_all.size), "samples": len(samples), "vocab": vocab,
