@@ -29,3 +29,29 @@ def messages(text: str) -> list[str]:
     (`objdebug: align (1/7): started`, ...): an input error must still be exactly one line."""
     return [line for line in text.strip().splitlines()
             if not (line.startswith("objdebug: ") and not line.startswith("objdebug: error:"))]
+
+
+def digest(path) -> str:
+    import hashlib
+
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def cli_exit_2(args, *needles, unchanged=()):
+    """Invoke the CLI in-process: exit 2, exactly one `objdebug: error:` line (progress lines
+    aside), no traceback, every needle in the output, the `unchanged` files not modified."""
+    from typer.testing import CliRunner
+
+    from objdebug.cli import app
+
+    before = {p: digest(p) for p in unchanged}
+    result = CliRunner().invoke(app, [str(a) for a in args])
+    out = result.output
+    assert result.exit_code == 2, out
+    assert "Traceback" not in out
+    assert out.count("objdebug: error:") == 1 and len(messages(out)) == 1, out
+    for needle in needles:
+        assert needle in out, out
+    for p, h in before.items():
+        assert digest(p) == h, f"{p} was modified"
+    return out

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from .conftest import messages
+from .conftest import messages, cli_exit_2
 from typer.testing import CliRunner
 
 from objdebug import contract
@@ -21,15 +21,6 @@ ROOT = Path(__file__).resolve().parent.parent
 FIXTURE = ROOT / "fixtures" / "contract_targets.py"
 runner = CliRunner()
 
-
-def exit_2(args, *needles):
-    result = runner.invoke(app, [str(a) for a in args])
-    out = result.output
-    assert result.exit_code == 2, out
-    assert "Traceback" not in out and len(messages(out)) == 1, out
-    for needle in needles:
-        assert needle in out, out
-    return out
 
 
 def _tensor(shape, dtype=np.float32):
@@ -114,7 +105,7 @@ def test_max_positions_from_config_or_model(tiny_target):
 
 # --------------------------------------------------------------------------- real runs
 def test_model_returning_a_tuple(tiny_target):
-    exit_2(["align", "-c", tiny_target / "objdebug.toml",
+    cli_exit_2(["align", "-c", tiny_target / "objdebug.toml",
             "--set", "model.factory='fixtures.contract_targets:build_tuple_model'",
             "--set", "model.checkpoint=''"],
            "For 'model.factory', the model must return float logits [B, T, V] = [8, 32, V]",
@@ -128,7 +119,7 @@ def test_model_returning_a_tuple(tiny_target):
 def test_construct_graph_mode_rejects_names_file_and_line(tiny_target, objective, statement, reason):
     line = next(i for i, text in enumerate(FIXTURE.read_text().splitlines(), 1)
                 if text.strip() == statement)
-    exit_2(["align", "-c", tiny_target / "objdebug.toml",
+    cli_exit_2(["align", "-c", tiny_target / "objdebug.toml",
             "--set", f"objective.factory='fixtures.contract_targets:{objective}'",
             "--set", "objective.kwargs={}"],
            f"{FIXTURE}:{line}: graph mode (mindspore.GRAPH_MODE) cannot compile the target: {reason}")
@@ -142,7 +133,7 @@ def test_rows_longer_than_the_position_table(tiny_target):
     first = next(i for i, r in enumerate(rows, 1)
                  if len(r["prompt"]) + max(len(r[k]) for k in ("good", "medium", "bad")) > 24)
     assert n_long >= 2
-    exit_2(["align", "-c", tiny_target / "objdebug.toml",
+    cli_exit_2(["align", "-c", tiny_target / "objdebug.toml",
             "--set", "model.factory='fixtures.contract_targets:build_positional_model'",
             "--set", "model.kwargs={max_positions=24}", "--set", "model.checkpoint=''"],
            f"align.jsonl:{first}: row", "more than the model's 24 positions", f"{n_long} rows are too long")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import messages
+from .conftest import messages, cli_exit_2
 from typer.testing import CliRunner
 
 from objdebug.cli import app
@@ -16,16 +16,6 @@ ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "tests" / "golden" / "synthetic.json"
 runner = CliRunner()
 
-
-def exit_2(args, *needles):
-    result = runner.invoke(app, [str(a) for a in args])
-    out = result.output
-    assert result.exit_code == 2, out
-    assert "Traceback" not in out
-    assert out.count("objdebug: error:") == 1 and len(messages(out)) == 1, out
-    for needle in needles:
-        assert needle in out, out
-    return out
 
 
 def _append(path: Path, raw: bytes) -> int:
@@ -42,7 +32,7 @@ def test_non_utf8_data_names_file_and_line_and_keeps_the_old_report(tiny_target)
     old = tiny_target / "r.json"
     shutil.copy(GOLDEN, old)
     before = old.read_bytes()
-    exit_2(["align", "-c", tiny_target / "objdebug.toml", "--json", old],
+    cli_exit_2(["align", "-c", tiny_target / "objdebug.toml", "--json", old],
            f"align.jsonl:{line}: not UTF-8 text: byte 0xe9")
     assert old.read_bytes() == before
 
@@ -52,14 +42,14 @@ def test_non_finite_scores(tiny_target, score):
     scores = tiny_target / "scores.jsonl"
     scores.write_text('{"id": "a", "response": "ok", "score": 3}\n'
                       f'{{"id": "b", "response": "ok", "score": {score}}}\n')
-    exit_2(["correlate", "-c", tiny_target / "objdebug.toml", "--set", f"data.scores='{scores}'"],
+    cli_exit_2(["correlate", "-c", tiny_target / "objdebug.toml", "--set", f"data.scores='{scores}'"],
            "scores.jsonl:2: not valid JSON", score)
 
 
 def test_non_finite_aspect_score_in_a_large_integer(tiny_target):
     scores = tiny_target / "scores.jsonl"
     scores.write_text('{"id": "a", "response": "ok", "score": 3, "scores": {"fluency": %d}}\n' % 10 ** 400)
-    exit_2(["correlate", "-c", tiny_target / "objdebug.toml", "--set", f"data.scores='{scores}'"],
+    cli_exit_2(["correlate", "-c", tiny_target / "objdebug.toml", "--set", f"data.scores='{scores}'"],
            "scores.jsonl:1: field 'scores' must be an object of finite numbers")
 
 
@@ -69,21 +59,21 @@ def test_misspelled_row_key(tiny_target):
     for r in rows:
         r["medum"] = r.pop("medium")
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    exit_2(["align", "-c", tiny_target / "objdebug.toml"],
+    cli_exit_2(["align", "-c", tiny_target / "objdebug.toml"],
            "align.jsonl:1: unknown field 'medum' (did you mean 'medium'?)")
 
 
 def test_text_and_ids_for_one_field(tiny_target):
     line = _append(tiny_target / "align.jsonl",
                    b'{"id": "x", "prompt": "p", "good": "a", "good_ids": [1, 2], "bad": "b"}')
-    exit_2(["align", "-c", tiny_target / "objdebug.toml"],
+    cli_exit_2(["align", "-c", tiny_target / "objdebug.toml"],
            f"align.jsonl:{line}: the row has both 'good' and 'good_ids'")
 
 
 def test_a_field_twice_in_one_row(tiny_target):
     line = _append(tiny_target / "align.jsonl",
                    b'{"id": "x", "prompt": "p", "good": "a", "bad": "b", "bad": "c"}')
-    exit_2(["align", "-c", tiny_target / "objdebug.toml"],
+    cli_exit_2(["align", "-c", tiny_target / "objdebug.toml"],
            f"align.jsonl:{line}: not valid JSON: field 'bad' appears twice")
 
 
@@ -104,7 +94,7 @@ def test_a_field_twice_in_one_row(tiny_target):
 def test_profile_keys_and_types_checked_against_default(tiny_target, tmp_path, text, needle):
     profile = tmp_path / "mine.toml"
     profile.write_text('extends = "default"\n' + text)
-    exit_2(["align", "-c", tiny_target / "objdebug.toml", "-p", profile], f"{profile}: {needle}")
+    cli_exit_2(["align", "-c", tiny_target / "objdebug.toml", "-p", profile], f"{profile}: {needle}")
 
 
 def test_profile_open_tables_and_int_for_float_are_accepted(tmp_path):
@@ -129,7 +119,7 @@ def test_profile_open_tables_and_int_for_float_are_accepted(tmp_path):
     (["--set", "run.seed=1.5"], "command line (--set run.seed=1.5): For 'run.seed'"),
 ])
 def test_command_line_errors_name_the_command_line(tiny_target, args, needle):
-    out = exit_2(["align", "-c", tiny_target / "objdebug.toml", *args], needle)
+    out = cli_exit_2(["align", "-c", tiny_target / "objdebug.toml", *args], needle)
     assert "objdebug.toml" not in out
 
 
@@ -148,7 +138,7 @@ def test_render_on_a_broken_report(tmp_path, mutate, needle):
     mutate(data)
     path = tmp_path / "r.json"
     path.write_text(json.dumps(data))
-    exit_2(["render", path, "--junit", tmp_path / "r.xml"], f"{path}: not a well-formed objdebug report",
+    cli_exit_2(["render", path, "--junit", tmp_path / "r.xml"], f"{path}: not a well-formed objdebug report",
            needle)
     assert not (tmp_path / "r.xml").exists()
 

@@ -1,14 +1,13 @@
 """Nothing lost: an output that would replace an input of the run, or another output, or that
 cannot be written, is exit 2 before any work (no model is loaded for these cases)."""
 
-import hashlib
 import os
 import shutil
 from pathlib import Path
 
 import pytest
 
-from .conftest import messages
+from .conftest import messages, cli_exit_2, digest
 from typer.testing import CliRunner
 
 from objdebug.cli import app
@@ -18,22 +17,6 @@ GOLDEN = ROOT / "tests" / "golden" / "synthetic.json"
 runner = CliRunner()
 
 
-def digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def assert_exit_2(args, *needles, unchanged=()):
-    before = {p: digest(p) for p in unchanged}
-    result = runner.invoke(app, [str(a) for a in args])
-    out = result.output
-    assert result.exit_code == 2, out
-    assert "Traceback" not in out
-    assert out.count("objdebug: error:") == 1 and len(messages(out)) == 1, out
-    for needle in needles:
-        assert needle in out, out
-    for p, h in before.items():
-        assert digest(p) == h, f"{p} was modified"
-    return out
 
 
 @pytest.fixture
@@ -45,35 +28,35 @@ def report(tmp_path):
 
 def test_json_over_the_checkpoint(tiny_target):
     ckpt = tiny_target / "tiny.ckpt"
-    assert_exit_2(["align", "-c", tiny_target / "objdebug.toml", "--json", ckpt],
+    cli_exit_2(["align", "-c", tiny_target / "objdebug.toml", "--json", ckpt],
                   "For '--json'", "is model.checkpoint", unchanged=[ckpt])
 
 
 def test_json_over_the_data(tiny_target):
     data = tiny_target / "align.jsonl"
-    assert_exit_2(["align", "-c", tiny_target / "objdebug.toml", "--json", data], "is data.align",
+    cli_exit_2(["align", "-c", tiny_target / "objdebug.toml", "--json", data], "is data.align",
                   unchanged=[data])
 
 
 def test_junit_over_the_config(tiny_target):
     cfg = tiny_target / "objdebug.toml"
-    assert_exit_2(["align", "-c", cfg, "--junit", cfg], "For '--junit'", "is the config",
+    cli_exit_2(["align", "-c", cfg, "--junit", cfg], "For '--junit'", "is the config",
                   unchanged=[cfg])
 
 
 def test_json_over_the_config_through_a_relative_path(tiny_target, monkeypatch):
     monkeypatch.chdir(tiny_target)
     cfg = tiny_target / "objdebug.toml"
-    assert_exit_2(["align", "--json", "./sub/../objdebug.toml"], "is the config", unchanged=[cfg])
+    cli_exit_2(["align", "--json", "./sub/../objdebug.toml"], "is the config", unchanged=[cfg])
 
 
 def test_json_over_the_profile_and_the_baseline(tiny_target, tmp_path, report):
     profile = tmp_path / "p.toml"
     profile.write_text('extends = "default"\n')
     cfg = tiny_target / "objdebug.toml"
-    assert_exit_2(["align", "-c", cfg, "-p", profile, "--junit", profile], "is the profile",
+    cli_exit_2(["align", "-c", cfg, "-p", profile, "--junit", profile], "is the profile",
                   unchanged=[profile])
-    assert_exit_2(["align", "-c", cfg, "--baseline", report, "--json", report], "is --baseline",
+    cli_exit_2(["align", "-c", cfg, "--baseline", report, "--json", report], "is --baseline",
                   unchanged=[report])
 
 
@@ -81,33 +64,33 @@ def test_markdown_dir_over_an_input(tiny_target):
     """--markdown DIR writes DIR/report.md: an input of that name is refused."""
     data = tiny_target / "report.md"
     shutil.copy(tiny_target / "align.jsonl", data)
-    assert_exit_2(["align", "-c", tiny_target / "objdebug.toml", "--set", "data.align='report.md'",
+    cli_exit_2(["align", "-c", tiny_target / "objdebug.toml", "--set", "data.align='report.md'",
                    "--markdown", tiny_target], "For '--markdown'", unchanged=[data])
 
 
 def test_render_over_the_report_it_renders(report):
-    assert_exit_2(["render", report, "--junit", report], "is the report being rendered",
+    cli_exit_2(["render", report, "--junit", report], "is the report being rendered",
                   unchanged=[report])
 
 
 def test_two_outputs_one_path(tiny_target, tmp_path):
     out = tmp_path / "same.out"
-    assert_exit_2(["align", "-c", tiny_target / "objdebug.toml", "--json", out, "--junit", out],
+    cli_exit_2(["align", "-c", tiny_target / "objdebug.toml", "--json", out, "--junit", out],
                   "For '--junit'", "must differ from '--json'")
     assert not out.exists()
-    assert_exit_2(["align", "-c", tiny_target / "objdebug.toml", "--json", tmp_path / "x",
+    cli_exit_2(["align", "-c", tiny_target / "objdebug.toml", "--json", tmp_path / "x",
                    "--html", tmp_path / "x"], "must differ")
 
 
 def test_output_is_an_existing_directory(tiny_target, tmp_path):
-    assert_exit_2(["align", "-c", tiny_target / "objdebug.toml", "--json", tmp_path],
+    cli_exit_2(["align", "-c", tiny_target / "objdebug.toml", "--json", tmp_path],
                   "For '--json'", "is a directory")
 
 
 def test_empty_output_path(tiny_target, monkeypatch, tmp_path):
     """'' is the working directory to the shell's Path: a directory where a file is needed."""
     monkeypatch.chdir(tmp_path)
-    assert_exit_2(["align", "-c", tiny_target / "objdebug.toml", "--junit", ""], "For '--junit'",
+    cli_exit_2(["align", "-c", tiny_target / "objdebug.toml", "--junit", ""], "For '--junit'",
                   "is a directory")
 
 
@@ -115,25 +98,25 @@ def test_file_where_a_directory_is_needed(tiny_target, tmp_path):
     afile = tmp_path / "plain.txt"
     afile.write_text("x")
     cfg = tiny_target / "objdebug.toml"
-    assert_exit_2(["align", "-c", cfg, "--html", afile], "For '--html'", "is a file")
-    assert_exit_2(["align", "-c", cfg, "--json", afile / "r.json"], "For '--json'", "is a file")
-    assert_exit_2(["align", "-c", cfg, "--compile-cache", afile], "For '--compile-cache'",
+    cli_exit_2(["align", "-c", cfg, "--html", afile], "For '--html'", "is a file")
+    cli_exit_2(["align", "-c", cfg, "--json", afile / "r.json"], "For '--json'", "is a file")
+    cli_exit_2(["align", "-c", cfg, "--compile-cache", afile], "For '--compile-cache'",
                   "is a file")
-    assert_exit_2(["render", GOLDEN, "--markdown", afile], "For '--markdown'", "is a file")
+    cli_exit_2(["render", GOLDEN, "--markdown", afile], "For '--markdown'", "is a file")
     assert afile.read_text() == "x"
 
 
 def test_read_only_place(tiny_target, tmp_path):
     """Permission bits do not stop root: a read-only file system does (/proc), so test both."""
     cfg = tiny_target / "objdebug.toml"
-    assert_exit_2(["align", "-c", cfg, "--json", "/proc/objdebug-report.json"], "For '--json'",
+    cli_exit_2(["align", "-c", cfg, "--json", "/proc/objdebug-report.json"], "For '--json'",
                   "cannot write in '/proc'")
     if os.geteuid() != 0:
         ro = tmp_path / "ro"
         ro.mkdir()
         ro.chmod(0o555)
         try:
-            assert_exit_2(["align", "-c", cfg, "--junit", ro / "r.xml"], "cannot write in")
+            cli_exit_2(["align", "-c", cfg, "--junit", ro / "r.xml"], "cannot write in")
         finally:
             ro.chmod(0o755)
 
