@@ -104,7 +104,7 @@ def worker_objdebug(spec: dict) -> dict:
     """Run objdebug's API once; count engine calls per (graph, shapes)."""
     t0 = time.perf_counter()
     from objdebug import api
-    from objdebug.engine import Engine
+    from objdebug.engine.core import Engine
 
     counts: Counter = Counter()
     seconds: Counter = Counter()
@@ -215,7 +215,7 @@ def worker_bare(spec: dict) -> dict:
     import numpy as np
 
     from objdebug.config import load_config
-    from objdebug.target import import_factory
+    from objdebug.engine.target import import_factory
 
     ms.set_device("CPU")
     ms.set_context(mode=ms.GRAPH_MODE)

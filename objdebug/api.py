@@ -13,19 +13,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from objdebug import contract, distributed, runtime
-from objdebug.compile_cache import open_cache
+from objdebug import contract, distributed
+from objdebug.engine import runtime
+from objdebug.engine.compile_cache import open_cache
 from objdebug.config import Config, load_config  # noqa: F401  (re-exported)
 from objdebug.context import Context
-from objdebug.data import preflight
-from objdebug.engine import Engine
+from objdebug.engine.data import preflight
+from objdebug.engine.core import Engine
 from objdebug.errors import EXIT_CHECK_FAILED, EXIT_OK
 from objdebug.findings import CheckResult, Verdict
 from objdebug.interrupts import Interrupted, swallowed
 from objdebug.profile import Profile, code_selected, load_profile
 from objdebug.progress import Progress, StageSummary
 from objdebug.stages import STAGES, skipped, stage_checks, stage_skip_reason
-from objdebug.target import load_target
+from objdebug.engine.target import load_target
 
 SCHEMA_VERSION = 1
 
@@ -88,7 +89,7 @@ def run(cfg: Config, *, stages: list[str] | None = None, profile: Profile | str 
     """Run `stages` on the target described by `cfg`; never raises for a failing check.
 
     `compile_cache` (or `run.compile_cache`): a directory for MindSpore's compile cache, opt-in
-    and checked graph by graph (see objdebug/compile_cache.py); it only helps a process's first run.
+    and checked graph by graph (see objdebug/engine/compile_cache.py); it only helps a process's first run.
     """
     if out_dir:  # checks run inside a scratch directory: a relative path would be lost there
         out_dir = str(Path(out_dir).resolve())

@@ -89,7 +89,7 @@ def _quiet_mindspore(debug: bool) -> None:
     failure's dump) reach the terminal only under --debug; objdebug reports the error itself in one
     line. Takes effect when MindSpore is first imported, which the commands do lazily."""
     if _USER_GLOG is None:
-        from objdebug.runtime import quiet_mindspore
+        from objdebug.engine.runtime import quiet_mindspore
 
         os.environ["GLOG_v"] = "3" if debug else "4"  # 4: CRITICAL only
         quiet_mindspore(not debug)

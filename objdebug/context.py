@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from objdebug.config import Config
-from objdebug.engine import Engine
+from objdebug.engine.core import Engine
 from objdebug.profile import Profile
-from objdebug.target import Target
+from objdebug.engine.target import Target
 
 
 @dataclass

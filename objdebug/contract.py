@@ -59,8 +59,8 @@ def _user_frame(text: str) -> tuple[str, int] | None:
         path = m.group("file")
         if "site-packages/mindspore" in path or "/mindspore/" in path:
             continue
-        if path.startswith(_OURS) and Path(path).name in ("cells.py", "contract.py", "engine.py",
-                                                          "gradients.py"):
+        if path.startswith(_OURS) and (Path(path).parent.name == "engine"
+                                       or Path(path).name == "contract.py"):
             continue
         found = (path, int(m.group("line")))
     return found
@@ -180,7 +180,7 @@ def probe(target, engine) -> dict[str, Any]:
     """Run model and objective once on a [batch, 32] batch; InputError when the contract is broken."""
     import mindspore as ms
 
-    from objdebug.cells import RawObjective
+    from objdebug.engine.cells import RawObjective
 
     cfg = target.config
     batch, length = engine.batch_size, engine.bucket(1)

@@ -7,7 +7,7 @@ One kind of graph, `invariants.logit_grad[<variant>]`: (logits [B, T, V], labels
 (measured: the same results as static graphs, a steady call about as fast); an objective that
 cannot compile with dynamic shapes falls back to one static graph per shape. The objective is
 called on the batch exactly as the user calls it (flat or sequence, through
-`objdebug.cells.call_on_logits`); `scale` is a Tensor input, so `grad(c * loss)` needs no second
+`objdebug.engine.cells.call_on_logits`); `scale` is a Tensor input, so `grad(c * loss)` needs no second
 graph, and `value_and_grad(..., has_aux=True)` differentiates the total only. A variant is the
 objective rebuilt from the same factory with some keyword arguments changed (reduction "sum", label
 smoothing, a perturbed setting); it gets its own graph name, so a variant that raises can never
@@ -29,7 +29,7 @@ import mindspore as ms
 import numpy as np
 from mindspore import nn
 
-from objdebug.cells import as_outputs, call_on_logits
+from objdebug.engine.cells import as_outputs, call_on_logits
 
 LOGIT_GRAD = "invariants.logit_grad"
 TRAIN_MODE = "invariants.train_mode"
@@ -133,7 +133,7 @@ class InvarianceProbe:
     """The configured objective and its variants on given logits, through cached graphs."""
 
     def __init__(self, engine: Any):
-        from objdebug.target import import_factory
+        from objdebug.engine.target import import_factory
 
         self.engine = engine
         self.target = engine.target

@@ -75,7 +75,7 @@ def _from_logits(ctx: Context, samples: list) -> dict[str, Any]:
 
 def measure(ctx: Context) -> dict[str, Any]:
     """The measurement itself (uncached): loss, entropy, log V and the verdict 'untrained'."""
-    from objdebug.datasets import text_samples
+    from objdebug.engine.datasets import text_samples
 
     th = settings(ctx)
     n = int(th.get("samples", 16))

@@ -259,7 +259,7 @@ class TrainingMonitor:
         self._records: list[dict[str, Any]] = []
         self._t0 = time.perf_counter()
         self._fh = open(self.path, "w", encoding="utf-8")
-        from objdebug.runtime import versions
+        from objdebug.engine.runtime import versions
 
         self._write({"type": "header", "schema": SCHEMA, "tool": "objdebug", "source": source,
                      "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),

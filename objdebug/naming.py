@@ -1,4 +1,4 @@
-"""Parameter names, MindSpore-free: shared by the grad stage (`objdebug.gradients`) and the
+"""Parameter names, MindSpore-free: shared by the grad stage (`objdebug.engine.gradients`) and the
 training monitor (`objdebug.monitor`), so a layer means the same thing in both."""
 
 from __future__ import annotations

@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 
 from objdebug.context import Context
-from objdebug.data import build_labels
-from objdebug.datasets import encoder, preference_rows
+from objdebug.engine.data import build_labels
+from objdebug.engine.datasets import encoder, preference_rows
 from objdebug.errors import InputError
 
 # the closed-form loss at a zero margin (policy == reference; SimPO: chosen == rejected)
@@ -280,7 +280,7 @@ def _pack_answers(rows: list[dict[str, Any]], key: str, length: int, cfg) -> tup
 
 def _build(ctx: Context) -> Session:
     from objdebug.preference_cells import LogpsObjective, PairsObjective, ProbedPolicy
-    from objdebug.target import _call_factory, load_checkpoint_strict
+    from objdebug.engine.target import _call_factory, load_checkpoint_strict
 
     cfg = ctx.config
     spec = cfg.preference_objective
@@ -329,7 +329,7 @@ def _build(ctx: Context) -> Session:
 
 def build_pairs_objective(ctx: Context, kwargs: dict[str, Any], policy: Any, reference: Any) -> Any:
     """The "preference-pairs" factory called with policy=, reference= and the declared kwargs."""
-    from objdebug.target import import_factory
+    from objdebug.engine.target import import_factory
 
     cfg = ctx.config
     spec = cfg.preference_objective
@@ -352,7 +352,7 @@ def _copy_parameters(source: Any, dest: Any) -> None:
 
 
 def _copy_model(ctx: Context, model: Any) -> Any:
-    from objdebug.target import _call_factory
+    from objdebug.engine.target import _call_factory
 
     cfg = ctx.config
     copy = _call_factory(cfg.model.factory, cfg.model.kwargs, "model", cfg.base_dir)

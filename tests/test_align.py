@@ -7,11 +7,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from objdebug import api, runtime
+from objdebug import api
+from objdebug.engine import runtime
 from objdebug.config import load_config
-from objdebug.data import build_labels, pack
-from objdebug.engine import Engine
-from objdebug.target import load_target
+from objdebug.engine.data import build_labels, pack
+from objdebug.engine.core import Engine
+from objdebug.engine.target import load_target
 
 from .conftest import TARGETS
 
@@ -57,7 +58,7 @@ def tiny_runs():
 
 def test_losses_match_numpy_reference(tiny_runs):
     from objdebug.context import Context
-    from objdebug.datasets import align_rows
+    from objdebug.engine.datasets import align_rows
     from objdebug.profile import load_profile
 
     good_cfg, good, bad_cfg, bad = tiny_runs
@@ -176,7 +177,7 @@ def test_compiles_are_counted_once_per_shape(tiny_runs):
     # one per-sample graph per length bucket serves all 21 answers and the masked probe
     import json
 
-    from objdebug.data import bucket_length
+    from objdebug.engine.data import bucket_length
 
     rows = [json.loads(line) for line in open(TARGETS / "tiny" / "align.jsonl")]
     buckets = {bucket_length(len((r["prompt"] + r[k]).encode())) for r in rows

@@ -29,7 +29,7 @@ def test_make_data_replicates_rows_with_unique_ids(bench, tmp_path):
 
 @pytest.mark.parametrize("length", [64, 256, 1024])
 def test_make_data_fills_the_length_bucket(bench, tmp_path, length):
-    from objdebug.data import bucket_length
+    from objdebug.engine.data import bucket_length
 
     paths = bench.make_data(tmp_path / "d", 24, length)
     rows = [json.loads(x) for x in Path(paths["data.align"]).read_text().splitlines()]

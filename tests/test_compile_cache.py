@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from objdebug import compile_cache
-from objdebug.compile_cache import MANIFEST, CompileCache, cache_key, key_parts
+from objdebug.engine import compile_cache
+from objdebug.engine.compile_cache import MANIFEST, CompileCache, cache_key, key_parts
 from objdebug.config import load_config
 from objdebug.profile import load_profile
 

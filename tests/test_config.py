@@ -88,7 +88,7 @@ def test_code_selection_more_specific_wins():
 
 def test_factory_package_found_in_a_parent_folder(tmp_path):
     """A config in configs/ names mypkg.models:build with mypkg/ at the repository root."""
-    from objdebug.target import import_factory
+    from objdebug.engine.target import import_factory
 
     pkg = tmp_path / "odbg_parentpkg"
     pkg.mkdir()

@@ -71,7 +71,7 @@ MATMUL_ERROR = f"""For 'MatMulExt' op, shape1[-1] must be equal to shape2[-2], b
 ----------------------------------------------------
 - The Traceback of Net Construct Code:
 ----------------------------------------------------
-# 0 In file {ROOT}/objdebug/cells.py:118, 19~83
+# 0 In file {ROOT}/objdebug/engine/cells.py:118, 19~83
             return call_on_logits(self.objective, self.flat, x, labels)
 # 1 In file /home/u/proj/losses.py:126, 16~42
         extra = ops.matmul(logits, self.w).sum()
@@ -90,7 +90,7 @@ def test_compile_error_names_the_users_frame():
 
 def test_max_positions_from_config_or_model(tiny_target):
     from objdebug.config import load_config
-    from objdebug.target import load_target
+    from objdebug.engine.target import load_target
 
     from fixtures.contract_targets import PositionalLM
 

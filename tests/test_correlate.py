@@ -14,15 +14,16 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from objdebug import api, runtime, stats
+from objdebug import api, stats
+from objdebug.engine import runtime
 from objdebug.config import load_config
 from objdebug.context import Context
-from objdebug.data import build_labels
-from objdebug.engine import Engine
+from objdebug.engine.data import build_labels
+from objdebug.engine.core import Engine
 from objdebug.findings import Verdict
 from objdebug.profile import load_profile
 from objdebug.stages.correlate import SCATTER_NAME, ScoreCorrelation, measure_vectors
-from objdebug.target import load_target
+from objdebug.engine.target import load_target
 
 from .conftest import FIXTURES, ROOT, TARGETS
 

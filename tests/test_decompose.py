@@ -7,10 +7,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from objdebug import runtime
+from objdebug.engine import runtime
 from objdebug.config import load_config
 from objdebug.context import Context
-from objdebug.engine import Engine
+from objdebug.engine.core import Engine
 from objdebug.errors import InputError
 from objdebug.findings import Verdict
 from objdebug.profile import load_profile
@@ -24,7 +24,7 @@ def run_stage(name):
     """Load a fixture target as api.run does and run the decompose checks; keep the context."""
     cfg = load_config(TARGETS / name / "objdebug.toml")
     runtime.setup(cfg.run.device, cfg.run.mode, cfg.run.seed)
-    from objdebug.target import load_target
+    from objdebug.engine.target import load_target
 
     target = load_target(cfg)
     profile = load_profile("default")
@@ -67,7 +67,7 @@ def numpy_components(ctx):
     for idx in decompose.engine_batches(ctx, samples):
         batch = [samples[i] for i in idx] + [samples[idx[0]]] * (ctx.engine.batch_size - len(idx))
         length = ctx.engine.bucket(max(s.length for s in batch))
-        from objdebug.data import pack
+        from objdebug.engine.data import pack
 
         ids, labels = pack(batch, length, cfg.pad_id, cfg.label_pad_id, cfg.shift)
         x = ctx.engine.logits(ids).astype(np.float64)

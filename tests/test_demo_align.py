@@ -38,12 +38,12 @@ def test_demo_broken_masking_is_caught_and_explained(demo_runs):
 
 
 def test_demo_losses_match_numpy_reference(demo_runs):
-    from objdebug import runtime
+    from objdebug.engine import runtime
     from objdebug.context import Context
-    from objdebug.datasets import align_rows
-    from objdebug.engine import Engine
+    from objdebug.engine.datasets import align_rows
+    from objdebug.engine.core import Engine
     from objdebug.profile import load_profile
-    from objdebug.target import load_target
+    from objdebug.engine.target import load_target
 
     for cfg, result in demo_runs[0:2], demo_runs[2:4]:
         runtime.setup("CPU", "graph", 0)

@@ -28,7 +28,7 @@ from typer.testing import CliRunner
 from objdebug.cli import app
 from objdebug.errors import InputError
 
-from objdebug.runtime import import_mindspore  # noqa: E402
+from objdebug.engine.runtime import import_mindspore  # noqa: E402
 
 import_mindspore()  # it raises the recursion limit on import: before hypothesis notes the limit
 ROOT = Path(__file__).resolve().parent.parent
@@ -94,7 +94,7 @@ KNOWN_KEYS = ["factory", "kwargs", "checkpoint", "call", "components", "tokenize
               "mode", "seed", "profile", "stages", "select", "ignore", "compile_cache"]
 # never an importable Cell: these runs must stay model-free
 FACTORIES = ["no_such_module_fuzz:Loss", "no colon", "objdebug.losses:NoSuchLoss", "os.path:sep",
-             "json:loads", "objdebug.data:BytesTokenizer", ":", "objdebug.losses:"]
+             "json:loads", "objdebug.engine.data:BytesTokenizer", ":", "objdebug.losses:"]
 names = st.text(string.ascii_letters + "_.", min_size=1, max_size=8)
 scalars = st.one_of(st.integers(-300, 300), st.floats(allow_nan=False, allow_infinity=False, width=32),
                     st.text(max_size=10), st.booleans(), st.sampled_from(FACTORIES),
@@ -176,7 +176,7 @@ def _fake_ctx(config_path: Path, max_length):
 def test_generated_rows_reach_the_stages_only_when_valid(sandbox, lines, max_length):
     """Past the file checks, the rows meet the tokenizer, the vocabulary and the model's length:
     each row either becomes samples or an InputError naming file:line, nothing else."""
-    from objdebug import datasets
+    from objdebug.engine import datasets
 
     align, scores = sandbox / "align.jsonl", sandbox / "scores.jsonl"
     align.write_bytes(b"\n".join(lines) + b"\n")
@@ -230,7 +230,7 @@ def tiny_net():
 def test_garbled_checkpoints(sandbox, tiny_net, how):
     """A damaged checkpoint either loads (a flipped weight is still a checkpoint) or is an
     InputError naming the file, in one line; MindSpore never crashes the process."""
-    from objdebug.target import load_checkpoint_strict
+    from objdebug.engine.target import load_checkpoint_strict
 
     path = sandbox / "w.ckpt"
     path.write_bytes(garble(how))

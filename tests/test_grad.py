@@ -19,18 +19,18 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # fixtures.grad_losses is referenced by the fixture configs
     sys.path.insert(0, str(ROOT))
 
-from objdebug import runtime  # noqa: E402
+from objdebug.engine import runtime  # noqa: E402
 from objdebug.config import load_config  # noqa: E402
 from objdebug.context import Context  # noqa: E402
-from objdebug.engine import Engine  # noqa: E402
+from objdebug.engine.core import Engine  # noqa: E402
 from objdebug.errors import InputError  # noqa: E402
 from objdebug.findings import Verdict  # noqa: E402
-from objdebug.gradients import layer_of, reference_mean_ce_grad  # noqa: E402
+from objdebug.engine.gradients import layer_of, reference_mean_ce_grad  # noqa: E402
 from objdebug.profile import load_profile  # noqa: E402
 from objdebug.rules import get_rule  # noqa: E402
 from objdebug.stages import grad as G  # noqa: E402
 from objdebug.stages import stage_checks  # noqa: E402
-from objdebug.target import load_target  # noqa: E402
+from objdebug.engine.target import load_target  # noqa: E402
 
 TARGETS = ROOT / "fixtures" / "targets"
 PROFILE = load_profile("default")
@@ -133,7 +133,7 @@ def test_every_grad_code_has_a_rule_page():
 def test_healthy_masked_ce_passes_and_matches_host_gradients(ctx_of):
     import mindspore as ms
 
-    from objdebug.cells import BatchObjective
+    from objdebug.engine.cells import BatchObjective
 
     ctx = ctx_of("grad_healthy")
     probe = G.grad_probe(ctx)

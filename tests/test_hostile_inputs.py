@@ -149,10 +149,10 @@ def test_padding_label_out_of_range_for_the_objective_is_explained(tiny_target):
     (GatherD); OBJ105 says the padding label is out of range for the objective and what to set."""
     from objdebug.config import load_config
     from objdebug.context import Context
-    from objdebug.engine import Engine
+    from objdebug.engine.core import Engine
     from objdebug.profile import load_profile
     from objdebug.stages.align import LabelPadMasking
-    from objdebug.target import load_target
+    from objdebug.engine.target import load_target
 
     cfg = load_config(tiny_target / "objdebug.toml", overrides={"objective.kwargs": {"ignore_index": 0},
                                                                  "data.vocab_size": 256})

@@ -14,10 +14,10 @@ import sys
 import numpy as np
 import pytest
 
-from objdebug import runtime
+from objdebug.engine import runtime
 from objdebug.config import load_config
 from objdebug.context import Context
-from objdebug.engine import Engine
+from objdebug.engine.core import Engine
 from objdebug.errors import InputError
 from objdebug.findings import Verdict
 from objdebug.invariance import constructor_settings, dropout_cells
@@ -29,7 +29,7 @@ from objdebug.stages.invariant_cases.settings_used import perturbation
 from objdebug.stages.invariant_cases.token_weighting import TokenWeighting
 from objdebug.stages.invariant_cases.truncation import supervised_after
 from objdebug.stages.invariant_cases.upstream import l2_rel
-from objdebug.target import load_target
+from objdebug.engine.target import load_target
 
 from .conftest import ROOT, TARGETS
 
@@ -145,7 +145,7 @@ def test_constructor_settings_read_defaults():
 
 
 def test_supervised_tokens_after_truncation():
-    from objdebug.data import Sample
+    from objdebug.engine.data import Sample
 
     s = Sample(id="a", prompt=[1, 2, 3, 4], response=[5, 6, 7])
     assert supervised_after(s, 100, -100, True) == 3   # positions 3, 4, 5 predict 5, 6, 7
@@ -368,7 +368,7 @@ def test_dropout_kept_on_purpose_is_a_note():
 
 def test_empty_rows_are_named_under_max_length(healthy):
     """max_length 20: demo rows whose prompt has >= 20 tokens keep no supervised token."""
-    from objdebug.datasets import text_samples
+    from objdebug.engine.datasets import text_samples
     from objdebug.stages.invariant_cases.truncation import EmptyAfterTruncation
 
     healthy.profile.data["invariants"]["max_length"] = 20

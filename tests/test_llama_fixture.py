@@ -59,7 +59,7 @@ def _assert_clean(rc: int, data: dict, out: str) -> list[dict]:
 # --------------------------------------------------------------------------- objectives (fast)
 @pytest.fixture(scope="module")
 def graph_mode():
-    from objdebug import runtime
+    from objdebug.engine import runtime
     runtime.setup("CPU", "graph", 0)
 
 
@@ -94,9 +94,9 @@ def test_checkpoint_is_trained_and_the_model_is_causal(graph_mode):
     import mindspore as ms
 
     from objdebug.config import load_config
-    from objdebug.data import Sample, pack
+    from objdebug.engine.data import Sample, pack
     from objdebug.demo import corpus
-    from objdebug.target import load_target
+    from objdebug.engine.target import load_target
 
     assert (LLAMA / "llama.ckpt").stat().st_size < 2 * 1024 * 1024
     target = load_target(load_config(TARGETS / "llama_ce" / "objdebug.toml"))  # strict load

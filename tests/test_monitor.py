@@ -144,7 +144,7 @@ def test_unreadable_log_or_incomplete_record_is_an_input_error(tmp_path, make, l
 # --------------------------------------------------------------------------- with MindSpore
 @pytest.fixture(scope="module")
 def ms_graph():
-    from objdebug import runtime
+    from objdebug.engine import runtime
 
     runtime.setup("CPU", "graph", 0)
 
@@ -245,7 +245,7 @@ def test_callback_in_model_train_on_demo_model(tmp_path, ms_graph):
     import objdebug.demo
     from fixtures.decompose_losses import DeadFactTerm
     from objdebug.demo.model import build_model
-    from objdebug.target import load_checkpoint_strict
+    from objdebug.engine.target import load_checkpoint_strict
 
     net = build_model()                               # the demo target's model ...
     ckpt = Path(objdebug.demo.__file__).parent / "demo.ckpt"

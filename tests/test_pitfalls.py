@@ -11,10 +11,10 @@ import tempfile
 import numpy as np
 import pytest
 
-from objdebug import runtime
+from objdebug.engine import runtime
 from objdebug.config import load_config
 from objdebug.context import Context
-from objdebug.engine import Engine
+from objdebug.engine.core import Engine
 from objdebug.errors import InputError
 from objdebug.findings import Verdict
 from objdebug.likelihood import analyse
@@ -65,7 +65,7 @@ def context(name: str) -> Context:
     if name not in _CTX:
         cfg = load_config(TARGETS / name / "objdebug.toml")
         runtime.setup(cfg.run.device, cfg.run.mode, cfg.run.seed)
-        from objdebug.target import load_target
+        from objdebug.engine.target import load_target
 
         target = load_target(cfg)
         _CTX[name] = Context(config=cfg, target=target, engine=Engine(target, batch_size=8),

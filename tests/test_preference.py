@@ -27,16 +27,17 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # fixtures.preference_losses is referenced by the fixture configs
     sys.path.insert(0, str(ROOT))
 
-from objdebug import api, runtime  # noqa: E402
+from objdebug import api  # noqa: E402
+from objdebug.engine import runtime  # noqa: E402
 from objdebug.config import load_config  # noqa: E402
 from objdebug.context import Context  # noqa: E402
-from objdebug.engine import Engine  # noqa: E402
+from objdebug.engine.core import Engine  # noqa: E402
 from objdebug.errors import InputError  # noqa: E402
 from objdebug.findings import Verdict  # noqa: E402
 from objdebug.preference import _truncate, session  # noqa: E402
 from objdebug.profile import load_profile  # noqa: E402
 from objdebug.stages import preference as P  # noqa: E402
-from objdebug.target import load_target  # noqa: E402
+from objdebug.engine.target import load_target  # noqa: E402
 
 TARGETS = ROOT / "fixtures" / "targets"
 DATA = TARGETS / "pref_data"

@@ -7,7 +7,7 @@ import mindspore as ms
 import numpy as np
 import pytest
 
-from objdebug import runtime
+from objdebug.engine import runtime
 from objdebug.losses import HingeDPOLoss, IPOLoss, SigmoidDPOLoss, SimPOLoss
 
 

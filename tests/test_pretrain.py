@@ -17,18 +17,19 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from objdebug import model_state, runtime
+from objdebug import model_state
+from objdebug.engine import runtime
 from objdebug.config import load_config
 from objdebug.context import Context
-from objdebug.data import build_labels
-from objdebug.datasets import text_rows, text_samples
-from objdebug.engine import Engine
+from objdebug.engine.data import build_labels
+from objdebug.engine.datasets import text_rows, text_samples
+from objdebug.engine.core import Engine
 from objdebug.errors import InputError
 from objdebug.findings import Finding, Verdict
 from objdebug.profile import load_profile
 from objdebug.report import terminal
 from objdebug.stages import align, correlate, grad, stress
-from objdebug.target import load_target
+from objdebug.engine.target import load_target
 
 from .conftest import ROOT, TARGETS
 

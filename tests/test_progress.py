@@ -40,7 +40,7 @@ def test_shapes_text_keeps_distinct_shapes_without_dtypes():
 
 
 def test_stage_summary_counts_verdicts_and_compiles():
-    from objdebug.engine import CompileRecord
+    from objdebug.engine.core import CompileRecord
     from objdebug.findings import CheckResult, Finding, Verdict
 
     res = CheckResult("align", "x", findings=[Finding("OBJ101", Verdict.PASS, ""),

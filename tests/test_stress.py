@@ -12,18 +12,18 @@ import math
 import numpy as np
 import pytest
 
-from objdebug import runtime
+from objdebug.engine import runtime
 from objdebug.config import load_config
 from objdebug.context import Context
-from objdebug.data import pack
-from objdebug.datasets import text_samples
-from objdebug.engine import Engine
+from objdebug.engine.data import pack
+from objdebug.engine.datasets import text_samples
+from objdebug.engine.core import Engine
 from objdebug.errors import InputError
 from objdebug.findings import Verdict
 from objdebug.profile import load_profile
 from objdebug.rules import get_rule
 from objdebug.stages import stress
-from objdebug.target import load_target
+from objdebug.engine.target import load_target
 
 from .conftest import TARGETS
 

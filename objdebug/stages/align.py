@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from objdebug.context import Context
-from objdebug.datasets import _synthesize, align_rows, encoder, text_samples
+from objdebug.engine.datasets import _synthesize, align_rows, encoder, text_samples
 from objdebug.findings import Check, Condition, Verdict, band, listing
 from objdebug.locations import config_key, data_row
 
@@ -236,7 +236,7 @@ class SynthesizedSanity(Check):
 
     def measure(self, ctx: Context) -> dict[str, Any]:
         from objdebug import model_state
-        from objdebug.data import Sample
+        from objdebug.engine.data import Sample
 
         th = ctx.profile.section(self.stage)
         reason = model_state.untrained_reason(ctx)

@@ -16,7 +16,7 @@ import numpy as np
 
 from objdebug import stats
 from objdebug.context import Context
-from objdebug.datasets import score_rows
+from objdebug.engine.datasets import score_rows
 from objdebug.findings import Check, Condition, Verdict, band, listing
 
 SCATTER_NAME = "correlate_scatter.png"

@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 
 from objdebug.context import Context
-from objdebug.data import Sample, pack
-from objdebug.datasets import text_samples
+from objdebug.engine.data import Sample, pack
+from objdebug.engine.datasets import text_samples
 from objdebug.errors import InputError
 from objdebug.findings import Check, Condition, Verdict, band
 
@@ -101,7 +101,7 @@ def _build_weighted_grad(ctx: Context):
     import mindspore as ms
     from mindspore import nn, ops
 
-    from objdebug.cells import BatchObjective
+    from objdebug.engine.cells import BatchObjective
 
     class WeightedComponents(nn.Cell):
         def __init__(self, target):

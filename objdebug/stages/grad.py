@@ -1,7 +1,7 @@
 """Stage 2, grad: one real forward + backward of the user's objective on a batch of the target's data.
 
 The batch total is the objective called as the user calls it (flat / sequence / end-to-end); its
-gradients are reduced inside the compiled graph (see objdebug/gradients.py). Codes OBJ2xx:
+gradients are reduced inside the compiled graph (see objdebug/engine/gradients.py). Codes OBJ2xx:
 
 - OBJ201 mean per-parameter gradient norm out of range, OBJ202 max/mean norm imbalance,
   OBJ203 NaN/Inf gradients, OBJ204 disconnected (all-zero) parameters;
@@ -19,10 +19,10 @@ from typing import Any
 import numpy as np
 
 from objdebug.context import Context
-from objdebug.datasets import text_samples
+from objdebug.engine.datasets import text_samples
 from objdebug.errors import InputError
 from objdebug.findings import Check, Condition, Verdict, band, listing
-from objdebug.gradients import (Batch, GradientProbe, ParamGradients, layer_of, make_batch,
+from objdebug.engine.gradients import (Batch, GradientProbe, ParamGradients, layer_of, make_batch,
                                 reference_mean_ce_grad)
 from objdebug.likelihood import analyse as likelihood_shape
 

@@ -503,7 +503,7 @@ class Settings(PreferenceCheck):
     def _points(s, kwargs, key: str = "") -> list[np.ndarray]:
         """Batch losses at the probe points (real pairs; for the logps form also the unit margin)."""
         from objdebug.preference_cells import LossOnLogps, PairsObjective
-        from objdebug.target import _call_factory
+        from objdebug.engine.target import _call_factory
 
         if kwargs is None:
             cell, name = None, "preference.objective"

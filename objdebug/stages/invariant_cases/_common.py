@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from objdebug.context import Context
-from objdebug.gradients import Batch
+from objdebug.engine.gradients import Batch
 from objdebug.invariance import InvarianceProbe, Probe
 from objdebug.stages.grad import grad_batch
 

@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 
 from objdebug.context import Context
-from objdebug.data import build_labels
-from objdebug.datasets import text_samples
+from objdebug.engine.data import build_labels
+from objdebug.engine.datasets import text_samples
 from objdebug.findings import Check, Condition, Verdict, listing
 from objdebug.stages.invariant_cases._common import (batch, fmt, logits, micro_batches, probe, settings,
                                                      skip_end_to_end)

@@ -1,6 +1,6 @@
 """Shared pieces of the stress cases: the compiled Cells they run and the inputs they build.
 
-Two graphs over the shared Cells of `objdebug.cells`, both built once per engine through
+Two graphs over the shared Cells of `objdebug.engine.cells`, both built once per engine through
 `engine.cell` and called through `engine.call` so every (graph, shape) compile is counted:
 
 - `loss_and_grad`: the user's model + objective under `ms.value_and_grad` -> loss, per-parameter
@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 
 from objdebug.context import Context
-from objdebug.data import Sample, pack
-from objdebug.datasets import text_samples
+from objdebug.engine.data import Sample, pack
+from objdebug.engine.datasets import text_samples
 
 LOSS_AND_GRAD = "stress.loss_and_grad"
 OBJECTIVE_ON_LOGITS = "stress.objective_on_logits"
@@ -35,7 +35,7 @@ def _build_loss_and_grad(ctx: Context):
     import mindspore as ms
     from mindspore import nn, ops
 
-    from objdebug.cells import BatchObjective
+    from objdebug.engine.cells import BatchObjective
 
     class LossAndGrad(nn.Cell):
         def __init__(self, target, params):
@@ -74,7 +74,7 @@ def forward_loss(ctx: Context, name: str, ids: np.ndarray, labels: np.ndarray) -
     """The objective's forward loss through the fresh graph `name` (see the module docstring)."""
     import mindspore as ms
 
-    from objdebug.cells import BatchObjective
+    from objdebug.engine.cells import BatchObjective
 
     cell = ctx.engine.cell(name, lambda: BatchObjective(ctx.target))
     total, _ = ctx.engine.call(name, cell, ms.Tensor(ids, ms.int32), ms.Tensor(labels, ms.int32))
@@ -103,7 +103,7 @@ def objective_on_logits(ctx: Context, logits, labels: np.ndarray, name: str = OB
     """
     import mindspore as ms
 
-    from objdebug.cells import ObjectiveOnLogits
+    from objdebug.engine.cells import ObjectiveOnLogits
 
     cell = ctx.engine.cell(name, lambda: ObjectiveOnLogits(ctx.target))
     total, _ = ctx.engine.call(name, cell, logits, ms.Tensor(labels, ms.int32))

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from objdebug.context import Context
-from objdebug.data import Sample
+from objdebug.engine.data import Sample
 from objdebug.findings import Check, Condition, Verdict
 from objdebug.stages.stress_cases._common import (POISONED, error_line, forward_loss, loss_and_grad,
                                                   packed, short_length)

@@ -34,7 +34,7 @@ def _build(ctx: Context):
     import mindspore as ms
     from mindspore import nn, ops
 
-    from objdebug.cells import ObjectiveOnLogits
+    from objdebug.engine.cells import ObjectiveOnLogits
 
     class LongObjective(nn.Cell):
         """(logits [1,T,V], labels [1,T]) -> (loss, squared logit-gradient norm, non-finite count)."""

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from objdebug.context import Context
-from objdebug.datasets import text_samples
+from objdebug.engine.datasets import text_samples
 from objdebug.findings import Check, Condition, Verdict
 from objdebug.stages.stress_cases._common import logits_of_rows
 

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from objdebug.context import Context
-from objdebug.data import Encoder, Sample, make_tokenizer, read_jsonl
+from objdebug.engine.data import Encoder, Sample, make_tokenizer, read_jsonl
 from objdebug.errors import InputError
 from objdebug.findings import listing
 

@@ -28,9 +28,9 @@ import mindspore as ms
 import numpy as np
 from mindspore import nn, ops
 
-from objdebug.cells import BatchObjective, ObjectiveOnLogits
-from objdebug.data import Sample, pack
-from objdebug.naming import layer_of  # noqa: F401  (re-exported: objdebug.gradients.layer_of)
+from objdebug.engine.cells import BatchObjective, ObjectiveOnLogits
+from objdebug.engine.data import Sample, pack
+from objdebug.naming import layer_of  # noqa: F401  (re-exported: objdebug.engine.gradients.layer_of)
 
 PARAM_PROBE = "grad.param_probe"
 LOGIT_PROBE = "grad.logit_probe"

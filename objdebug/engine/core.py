@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from objdebug.data import Sample, bucket_length, pack
+from objdebug.engine.data import Sample, bucket_length, pack
 from objdebug.progress import Progress, shapes_text
-from objdebug.target import Target
+from objdebug.engine.target import Target
 
 
 @dataclass
@@ -128,7 +128,7 @@ class Engine:
         """The objective on each row of a [batch_size, T] batch -> float64[B, K] (K = total + components)."""
         import mindspore as ms
 
-        from objdebug.cells import PerSampleObjective
+        from objdebug.engine.cells import PerSampleObjective
 
         cell = self.cell("objective.per_sample", lambda: PerSampleObjective(self.target, self.batch_size))
         out = self.call("objective.per_sample", cell, ms.Tensor(input_ids, ms.int32),

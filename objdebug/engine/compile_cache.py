@@ -89,7 +89,7 @@ def sources_digest(files: list[str]) -> str:
 def key_parts(cfg: Any, profile: Any, stages: list[str], options: dict[str, Any],
               batch_size: int) -> dict[str, Any]:
     """Everything that decides which graphs a run compiles and what they contain."""
-    from objdebug.runtime import versions
+    from objdebug.engine.runtime import versions
 
     v = versions()
     spec = {}
