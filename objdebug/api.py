@@ -1,8 +1,12 @@
 """The library entry point: load a target once, run stages, judge, return a RunResult.
 
     from objdebug import api
-    result = api.run(api.load_config("objdebug.toml"), stages=["align"])
+    result = api.run(api.load_config("objdebug.toml"), stages=["align"], baseline="old.json")
+    api.write_reports(result, json="r.json", junit="r.xml")  # all replaced, or none
     result.exit_code  # 0 pass, 1 a check failed
+
+The `objdebug` command is a thin shell around these two calls: a Python caller gets the same
+comparison with a baseline and the same report files.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from typing import Any
 
 from objdebug import contract, distributed
 from objdebug.engine import runtime
-from objdebug.engine.compile_cache import open_cache
+from objdebug.engine.compile_cache import default_root, open_cache
 from objdebug.config import Config, load_config  # noqa: F401  (re-exported)
 from objdebug.context import Context
 from objdebug.engine.data import preflight
@@ -27,8 +31,7 @@ from objdebug.profile import Profile, code_selected, load_profile
 from objdebug.progress import Progress, StageSummary
 from objdebug.stages import STAGES, skipped, stage_checks, stage_skip_reason
 from objdebug.engine.target import load_target
-
-SCHEMA_VERSION = 1
+from objdebug.report.json_report import SCHEMA_VERSION  # noqa: F401  (re-exported)
 
 
 @dataclass
@@ -85,20 +88,34 @@ def resolve_stages(cfg: Config, profile: Profile, stages: list[str] | None) -> l
 def run(cfg: Config, *, stages: list[str] | None = None, profile: Profile | str | None = None,
         options: dict[str, Any] | None = None, out_dir: str | None = None, strict: bool = False,
         select: list[str] | None = None, ignore: list[str] | None = None, debug: bool = False,
-        progress: Progress | None = None, compile_cache: str | None = None) -> RunResult:
+        progress: Progress | None = None, compile_cache: str | bool | None = None,
+        baseline: str | Path | dict[str, Any] | None = None) -> RunResult:
     """Run `stages` on the target described by `cfg`; never raises for a failing check.
 
-    `compile_cache` (or `run.compile_cache`): a directory for MindSpore's compile cache, opt-in
-    and checked graph by graph (see objdebug/engine/compile_cache.py); it only helps a process's first run.
+    `compile_cache`: a directory for MindSpore's compile cache, checked graph by graph (see
+    objdebug/engine/compile_cache.py); it only helps a process's first run. None: the config's
+    `run.compile_cache`, else off; True: that, else ./.objdebug_cache (the CLI's default; off when
+    OBJDEBUG_NO_CACHE is set); False: off.
+    `baseline`: an earlier JSON report (a path, or the dict `baseline.load` returned); its
+    regressions are appended as the "baseline" stage's findings (OBJ0xx) and count for the exit code.
+    `out_dir`: the report's figures are drawn there as PNG files too (report/figures.py).
     """
+    old = _load_baseline(baseline)  # a bad baseline is an input error before any work
     if out_dir:  # checks run inside a scratch directory: a relative path would be lost there
         out_dir = str(Path(out_dir).resolve())
+    if compile_cache is True:  # the CLI's default: the configured directory, else ./.objdebug_cache
+        compile_cache = cfg.run.compile_cache or default_root()
+    elif compile_cache is None:
+        compile_cache = cfg.run.compile_cache
     if compile_cache:  # same: the cache is opened inside the scratch directory
         compile_cache = str(Path(compile_cache).expanduser().resolve())
+    else:
+        compile_cache = None  # False: off, whatever the config says
     if not isinstance(profile, Profile):
         profile = load_profile(profile or cfg.run.profile)
     chosen = resolve_stages(cfg, profile, stages)
     preflight(cfg)  # data-file errors before MindSpore starts
+    user_select, user_ignore = select, ignore  # the baseline comparison adds the profile's itself
     select = list(profile.data.get("select", [])) + list(cfg.run.select) + list(select or [])
     ignore = list(profile.data.get("ignore", [])) + list(cfg.run.ignore) + list(ignore or [])
     progress = progress or Progress()  # no display unless the caller passes one
@@ -106,8 +123,58 @@ def run(cfg: Config, *, stages: list[str] | None = None, profile: Profile | str 
     # stops on any exception, Ctrl-C included, which goes on to the caller
     with progress.running(chosen):
         progress.stage_start("load")
-        return _run(cfg, chosen, profile, options, out_dir, strict, select, ignore, debug, progress,
-                    compile_cache)
+        result = _run(cfg, chosen, profile, options, out_dir, strict, select, ignore, debug,
+                      progress, compile_cache)
+    if old is not None:
+        from objdebug import baseline as baseline_mod
+
+        baseline_mod.apply(result, old, select=user_select, ignore=user_ignore)
+    if out_dir:
+        from objdebug.report import json_report
+        from objdebug.report.figures import write_pngs
+
+        figures = write_pngs(json_report.to_dict(result), out_dir)
+        if figures:
+            result.extra.setdefault("figures", {}).update(figures)
+    return result
+
+
+def _load_baseline(baseline: str | Path | dict[str, Any] | None) -> dict[str, Any] | None:
+    if baseline is None or isinstance(baseline, dict):
+        return baseline
+    from objdebug import baseline as baseline_mod
+
+    return baseline_mod.load(str(baseline))
+
+
+def write_reports(result: RunResult | dict[str, Any], *, json: str | Path | None = None,
+                  junit: str | Path | None = None, junit_warnings_as_skipped: bool = False,
+                  html: str | Path | None = None, markdown: str | Path | None = None,
+                  gitlab: str | Path | None = None):
+    """Write the report files of a run (a RunResult, or a saved report's dict from
+    `json_report.load`): every file is replaced, or none (report.all_or_nothing). Returns the
+    ReportSet (its `paths`, and `committed`)."""
+    from objdebug.report import all_or_nothing, json_report
+    from objdebug.report import gitlab as gitlab_report
+    from objdebug.report import html as html_report
+    from objdebug.report import junit as junit_report
+    from objdebug.report import markdown as markdown_report
+    from objdebug.report.figures import draw_all
+
+    report = json_report.to_dict(result) if isinstance(result, RunResult) else result
+    with all_or_nothing() as written:
+        if json:
+            json_report.write_dict(report, str(json))
+        if junit:
+            junit_report.write(report, str(junit), warnings_as_skipped=junit_warnings_as_skipped)
+        figures = draw_all(report) if (html or markdown) else None
+        if html:
+            html_report.write(report, html, figures)
+        if markdown:
+            markdown_report.write(report, markdown, figures)
+        if gitlab:
+            gitlab_report.write(report, str(gitlab))
+    return written
 
 
 def _run(cfg: Config, chosen: list[str], profile: Profile, options: dict[str, Any] | None,
@@ -149,8 +216,10 @@ def _run_stages(cfg, result, profile, chosen, select, ignore, options, out_dir, 
                         progress=progress)
         ctx = Context(config=cfg, target=target, engine=engine, profile=profile,
                       options=dict(options or {}), out_dir=out_dir, debug=debug)
-        cache = open_cache(compile_cache or cfg.run.compile_cache, cfg, profile, chosen,
-                           dict(options or {}), engine.batch_size)
+        # msrun workers would share one directory (and MindSpore writes one folder per rank)
+        cache = open_cache(compile_cache, cfg, profile, chosen, dict(options or {}),
+                           engine.batch_size,
+                           refuse="not with --workers (one cache per process)" if world.distributed else "")
         cache.attach(engine)
         with cache:  # writes the cache's manifest after a clean run only
             contract.check_target(target, engine)  # the contract on one small batch: exit 2 if broken

@@ -5,11 +5,13 @@ Exit codes: 0 all checks pass, 1 a check failed, 2 usage/config/input error, 3 i
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
 import sys
 import traceback
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 _USER_GLOG = os.environ.get("GLOG_v")  # a user's own MindSpore log level is kept
 os.environ.setdefault("GLOG_v", "3")
@@ -48,7 +50,8 @@ JunitOpt = Annotated[Optional[Path], typer.Option("--junit", help="Write a JUnit
 JunitSkipOpt = Annotated[bool, typer.Option("--junit-warnings-as-skipped", help="JUnit: report WARN findings as skipped instead of failures.")]
 HtmlOpt = Annotated[Optional[Path], typer.Option("--html", help="Write a self-contained HTML report (DIR/index.html, figures inlined).")]
 MarkdownOpt = Annotated[Optional[Path], typer.Option("--markdown", help="Write a Markdown report (DIR/report.md) with PNG figures beside it.")]
-CacheOpt = Annotated[Optional[Path], typer.Option("--compile-cache", help="Opt-in MindSpore compile cache in this directory (one sub-folder per target, profile and shape set; checked graph by graph). Speeds up a repeated run.")]
+CacheOpt = Annotated[Optional[Path], typer.Option("--compile-cache", help="MindSpore compile cache in this directory instead of ./.objdebug_cache (one sub-folder per target, profile and shape set; checked graph by graph). Speeds up a repeated run.")]
+NoCacheOpt = Annotated[bool, typer.Option("--no-cache", help="No compile cache: neither read nor write .objdebug_cache/ (or --compile-cache, run.compile_cache); also OBJDEBUG_NO_CACHE=1.")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Print only the final verdict line (no progress display, no table).")]
 FormatOpt = Annotated[Optional[str], typer.Option("--output-format", help="text, github or gitlab (default: github under GitHub Actions, else text). github: annotations on stdout + the Markdown report appended to $GITHUB_STEP_SUMMARY; gitlab: a Code Quality JSON report (--gitlab-report).")]
 GitlabOpt = Annotated[Optional[Path], typer.Option("--gitlab-report", help="Write a GitLab Code Quality JSON report here (default with --output-format gitlab: gl-code-quality-report.json).")]
@@ -169,15 +172,6 @@ def gitlab_path(fmt: str, gitlab_report=None):
     return gitlab_report or (Path(gitlab.DEFAULT_PATH) if fmt == "gitlab" else None)
 
 
-def ci_files(report, fmt: str, gitlab_report=None) -> None:
-    """The CI report files: a GitLab Code Quality JSON (inside the run's all-or-nothing write)."""
-    from objdebug.report import gitlab
-
-    path = gitlab_path(fmt, gitlab_report)
-    if path is not None:
-        gitlab.write(report, str(path))
-
-
 def ci_output(report, fmt: str) -> None:
     """The CI-native output of a report: GitHub annotations on stdout + the job summary."""
     from objdebug.report import github
@@ -195,31 +189,17 @@ def ci_annotations(report, fmt: str) -> str:
     return "".join(line + "\n" for line in github.annotations(report)) if fmt == "github" else ""
 
 
-def write_reports(report, *, junit=None, junit_warnings_as_skipped=False, html=None,
-                  markdown=None) -> None:
-    """The file reports of a report dict (a live run's or a saved one's): same input, same files."""
-    from objdebug.report import html as html_report
-    from objdebug.report import junit as junit_report
-    from objdebug.report import markdown as markdown_report
-    from objdebug.report.figures import draw_all
-
-    if junit:
-        junit_report.write(report, str(junit), warnings_as_skipped=junit_warnings_as_skipped)
-    figures = draw_all(report) if (html or markdown) else None
-    if html:
-        html_report.write(report, html, figures)
-    if markdown:
-        markdown_report.write(report, markdown, figures)
-
-
-def execute(*, stages, config, demo, sets, device, mode, seed, checkpoint, profile, json_path, out,
-            strict, debug, select, ignore, verbose, options, junit=None,
-            junit_warnings_as_skipped=False, html=None, markdown=None, baseline=None,
-            compile_cache=None, quiet=False, output_format_=None, gitlab_report=None,
-            workers=None) -> None:
-    """Shared body of `run`, `demo` and the stage commands."""
+def execute(*, stages, config=None, demo=False, set_=None, device=None, mode=None, seed=None,
+            checkpoint=None, profile=None, json_path=None, out=None, strict=False, debug=False,
+            select=None, ignore=None, verbose=False, synthesize=False, batch_size=None,
+            samples=None, junit=None, junit_warnings_as_skipped=False, html=None, markdown=None,
+            baseline=None, compile_cache=None, no_cache=False, quiet=False, output_format_=None,
+            gitlab_report=None, workers=None, expect_trained=False) -> None:
+    """Shared body of `run`, `demo` and the stage commands: one keyword per shared option."""
     from objdebug import distributed
 
+    options = {"synthesize": synthesize, "batch_size": batch_size, "samples": samples,
+               **({"expect_trained": True} if expect_trained else {})}
     if workers is not None and workers < 1:
         _fail(f"For '--workers', the value must be >= 1, but got {workers}.", EXIT_INPUT_ERROR)
     def prepare():
@@ -230,10 +210,12 @@ def execute(*, stages, config, demo, sets, device, mode, seed, checkpoint, profi
         from objdebug.profile import load_profile
 
         fmt = output_format(output_format_)
-        cfg = _load(config, demo, sets, device, mode, seed, checkpoint)
+        cfg = _load(config, demo, set_, device, mode, seed, checkpoint)
         prof = load_profile(profile or cfg.run.profile)
+        # a named cache directory is checked like any output; the default one never stops a run
+        named_cache = None if no_cache else (compile_cache or cfg.run.compile_cache)
         outputs.check(outputs.outputs(json=json_path, junit=junit, html=html, markdown=markdown,
-                                      out=out, compile_cache=compile_cache or cfg.run.compile_cache,
+                                      out=out, compile_cache=named_cache,
                                       gitlab=gitlab_path(fmt, gitlab_report)),
                       outputs.config_inputs(cfg, prof.source, baseline))
         old = baseline_mod.load(str(baseline)) if baseline else None
@@ -245,19 +227,17 @@ def execute(*, stages, config, demo, sets, device, mode, seed, checkpoint, profi
 
     def body():
         from objdebug import api
-        from objdebug import baseline as baseline_mod
         from objdebug.interrupts import Interrupted
         from objdebug.progress import for_stream
-        from objdebug.report import all_or_nothing, json_report, terminal
+        from objdebug.report import json_report, terminal
 
         fmt, cfg, prof, old = prepare()
-        out_dir = str(out.resolve()) if out else None
-        result = api.run(cfg, stages=stages, profile=prof, options=options, out_dir=out_dir,
-                         strict=strict, select=select, ignore=ignore, debug=debug,
-                         progress=for_stream(sys.stderr, quiet=quiet),
-                         compile_cache=str(compile_cache.resolve()) if compile_cache else None)
-        if old is not None:
-            baseline_mod.apply(result, old, select=select, ignore=ignore)
+        cache = False if no_cache else (str(compile_cache.resolve()) if compile_cache else True)
+        result = api.run(cfg, stages=stages, profile=prof, options=options,
+                         out_dir=str(out.resolve()) if out else None, strict=strict,
+                         select=select, ignore=ignore, debug=debug,
+                         progress=for_stream(sys.stderr, quiet=quiet), compile_cache=cache,
+                         baseline=old)
         report = json_report.to_dict(result)
         leader = distributed.world().leader  # under msrun only rank 0 writes and prints
         colour = sys.stdout.isatty()
@@ -265,14 +245,11 @@ def execute(*, stages, config, demo, sets, device, mode, seed, checkpoint, profi
                 else terminal.render(report, colour=colour, verbose=verbose).rstrip("\n"))
         written = None
         try:
-            if leader:
-                with all_or_nothing() as written:  # the run's report files: all replaced, or none
-                    if json_path:
-                        json_report.write(result, str(json_path))
-                    write_reports(report, junit=junit,
-                                  junit_warnings_as_skipped=junit_warnings_as_skipped, html=html,
-                                  markdown=markdown)
-                    ci_files(report, fmt, gitlab_report)
+            if leader:  # the run's report files: all replaced, or none
+                written = api.write_reports(report, json=json_path, junit=junit,
+                                            junit_warnings_as_skipped=junit_warnings_as_skipped,
+                                            html=html, markdown=markdown,
+                                            gitlab=gitlab_path(fmt, gitlab_report))
             distributed.record_exit(result.exit_code, report_text=text + "\n" +
                                     ci_annotations(report, fmt) if leader else None)
             if leader:
@@ -287,28 +264,61 @@ def execute(*, stages, config, demo, sets, device, mode, seed, checkpoint, profi
     guarded(debug, body)
 
 
+# --------------------------------------------------------------------------- shared options
+# Every option that several commands take, once: name of the keyword -> (annotated type, default).
+# A command lists the names it takes (with_options); its order is the order of `--help`.
+OPTIONS: dict[str, tuple[Any, Any]] = {
+    "config": (ConfigOpt, None), "demo": (DemoOpt, False), "set_": (SetOpt, None),
+    "device": (DeviceOpt, None), "mode": (ModeOpt, None), "seed": (SeedOpt, None),
+    "checkpoint": (CkptOpt, None), "profile": (ProfileOpt, None), "json_path": (JsonOpt, None),
+    "out": (OutOpt, None), "strict": (StrictOpt, False), "debug": (DebugOpt, False),
+    "select": (SelectOpt, None), "ignore": (IgnoreOpt, None), "verbose": (VerboseOpt, False),
+    "synthesize": (SynthOpt, False), "batch_size": (BatchOpt, None), "samples": (SamplesOpt, None),
+    "junit": (JunitOpt, None), "junit_warnings_as_skipped": (JunitSkipOpt, False),
+    "html": (HtmlOpt, None), "markdown": (MarkdownOpt, None), "baseline": (BaselineOpt, None),
+    "compile_cache": (CacheOpt, None), "no_cache": (NoCacheOpt, False), "quiet": (QuietOpt, False),
+    "output_format_": (FormatOpt, None), "gitlab_report": (GitlabOpt, None),
+    "workers": (WorkersOpt, None), "expect_trained": (ExpectTrainedOpt, False),
+}
+# what `run` and each stage command take
+RUN_OPTIONS = ("config", "demo", "set_", "device", "mode", "seed", "checkpoint", "profile",
+               "json_path", "out", "strict", "debug", "select", "ignore", "verbose", "synthesize",
+               "batch_size", "samples", "junit", "junit_warnings_as_skipped", "html", "markdown",
+               "baseline", "compile_cache", "no_cache", "quiet", "output_format_", "gitlab_report",
+               "workers", "expect_trained")
+DEMO_OPTIONS = ("json_path", "out", "profile", "debug", "verbose", "junit", "html", "markdown",
+                "compile_cache", "no_cache", "quiet", "output_format_", "gitlab_report", "workers")
+RENDER_OPTIONS = ("html", "markdown", "junit", "junit_warnings_as_skipped", "verbose", "debug",
+                  "output_format_", "gitlab_report")
+
+
+def with_options(*names: str):
+    """Give a command the shared options `names`: a parameter of the command with such a name
+    gets the shared option's type and help, the others follow its own parameters (through
+    **kwargs). Typer reads the signature; the command receives keywords."""
+    def decorate(fn):
+        own = [p for p in inspect.signature(fn, eval_str=True).parameters.values()
+               if p.kind is not inspect.Parameter.VAR_KEYWORD]
+        own = [p.replace(annotation=OPTIONS[p.name][0], default=OPTIONS[p.name][1])
+               if p.name in names else p for p in own]
+        declared = {p.name for p in own}
+        shared = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, annotation=OPTIONS[n][0],
+                                    default=OPTIONS[n][1]) for n in names if n not in declared]
+
+        @functools.wraps(fn)
+        def command(**kwargs):
+            return fn(**kwargs)
+
+        command.__signature__ = inspect.Signature(own + shared)
+        command.__annotations__ = {p.name: p.annotation for p in own + shared}
+        return command
+    return decorate
+
+
 def _stage_command(stage: str, doc: str):
-    def command(
-        config: ConfigOpt = None, demo: DemoOpt = False, set_: SetOpt = None, device: DeviceOpt = None,
-        mode: ModeOpt = None, seed: SeedOpt = None, checkpoint: CkptOpt = None,
-        profile: ProfileOpt = None, json_path: JsonOpt = None, out: OutOpt = None,
-        strict: StrictOpt = False, debug: DebugOpt = False, select: SelectOpt = None,
-        ignore: IgnoreOpt = None, verbose: VerboseOpt = False, synthesize: SynthOpt = False,
-        batch_size: BatchOpt = None, samples: SamplesOpt = None, junit: JunitOpt = None,
-        junit_warnings_as_skipped: JunitSkipOpt = False, html: HtmlOpt = None,
-        markdown: MarkdownOpt = None, baseline: BaselineOpt = None, compile_cache: CacheOpt = None,
-        quiet: QuietOpt = False, output_format_: FormatOpt = None, gitlab_report: GitlabOpt = None,
-        workers: WorkersOpt = None,
-        expect_trained: ExpectTrainedOpt = False,
-    ) -> None:
-        execute(stages=[stage], config=config, demo=demo, sets=set_, device=device, mode=mode,
-                seed=seed, checkpoint=checkpoint, profile=profile, json_path=json_path, out=out,
-                strict=strict, debug=debug, select=select, ignore=ignore, verbose=verbose,
-                options={"synthesize": synthesize, "batch_size": batch_size, "samples": samples,
-                         **({"expect_trained": True} if expect_trained else {})},
-                junit=junit, junit_warnings_as_skipped=junit_warnings_as_skipped, html=html,
-                markdown=markdown, baseline=baseline, compile_cache=compile_cache, quiet=quiet,
-                output_format_=output_format_, gitlab_report=gitlab_report, workers=workers)
+    @with_options(*RUN_OPTIONS)
+    def command(**opts) -> None:
+        execute(stages=[stage], **opts)
 
     command.__doc__ = doc
     return command
@@ -328,68 +338,42 @@ for _name, _doc in _STAGE_DOCS.items():
 
 
 @app.command()
+@with_options(*RUN_OPTIONS)
 def run(
     stages: Annotated[Optional[str], typer.Option("--stages", help="Comma-separated stages (default: the profile's).")] = None,
-    config: ConfigOpt = None, demo: DemoOpt = False, set_: SetOpt = None, device: DeviceOpt = None,
-    mode: ModeOpt = None, seed: SeedOpt = None, checkpoint: CkptOpt = None, profile: ProfileOpt = None,
-    json_path: JsonOpt = None, out: OutOpt = None, strict: StrictOpt = False, debug: DebugOpt = False,
-    select: SelectOpt = None, ignore: IgnoreOpt = None, verbose: VerboseOpt = False,
-    synthesize: SynthOpt = False, batch_size: BatchOpt = None, samples: SamplesOpt = None,
-    junit: JunitOpt = None, junit_warnings_as_skipped: JunitSkipOpt = False, html: HtmlOpt = None,
-    markdown: MarkdownOpt = None, baseline: BaselineOpt = None, compile_cache: CacheOpt = None,
-    quiet: QuietOpt = False, output_format_: FormatOpt = None, gitlab_report: GitlabOpt = None,
-    workers: WorkersOpt = None,
-    expect_trained: ExpectTrainedOpt = False,
+    **opts,
 ) -> None:
     """Run the pipeline (all stages, or --stages) on one target: the CI gate."""
     chosen = [s.strip() for s in stages.split(",") if s.strip()] if stages else None
-    execute(stages=chosen, config=config, demo=demo, sets=set_, device=device, mode=mode, seed=seed,
-            checkpoint=checkpoint, profile=profile, json_path=json_path, out=out, strict=strict,
-            debug=debug, select=select, ignore=ignore, verbose=verbose,
-            options={"synthesize": synthesize, "batch_size": batch_size, "samples": samples,
-                     **({"expect_trained": True} if expect_trained else {})},
-            junit=junit, junit_warnings_as_skipped=junit_warnings_as_skipped, html=html,
-            markdown=markdown, baseline=baseline, compile_cache=compile_cache, quiet=quiet,
-            output_format_=output_format_, gitlab_report=gitlab_report, workers=workers)
+    execute(stages=chosen, **opts)
 
 
 @app.command()
-def demo(
-    json_path: JsonOpt = None, out: OutOpt = None, profile: ProfileOpt = None,
-    debug: DebugOpt = False, verbose: VerboseOpt = False, junit: JunitOpt = None,
-    html: HtmlOpt = None, markdown: MarkdownOpt = None, compile_cache: CacheOpt = None,
-    quiet: QuietOpt = False, output_format_: FormatOpt = None, gitlab_report: GitlabOpt = None,
-    workers: WorkersOpt = None,
-) -> None:
+@with_options(*DEMO_OPTIONS)
+def demo(**opts) -> None:
     """Run every stage on the bundled demo target (a tiny causal LM trained by this project)."""
-    execute(stages=None, config=None, demo=True, sets=None, device=None, mode=None, seed=None,
-            checkpoint=None, profile=profile, json_path=json_path, out=out, strict=False, debug=debug,
-            select=None, ignore=None, verbose=verbose, options={}, junit=junit, html=html,
-            markdown=markdown, compile_cache=compile_cache, quiet=quiet,
-            output_format_=output_format_, gitlab_report=gitlab_report, workers=workers)
+    execute(stages=None, demo=True, **opts)
 
 
 @app.command()
+@with_options(*RENDER_OPTIONS)
 def render(
     result_json: Annotated[Path, typer.Argument(help="A JSON report written by --json.")],
-    html: HtmlOpt = None, markdown: MarkdownOpt = None, junit: JunitOpt = None,
-    junit_warnings_as_skipped: JunitSkipOpt = False, verbose: VerboseOpt = False,
-    debug: DebugOpt = False, output_format_: FormatOpt = None, gitlab_report: GitlabOpt = None,
+    html=None, markdown=None, junit=None, junit_warnings_as_skipped=False, verbose=False,
+    debug=False, output_format_=None, gitlab_report=None,
 ) -> None:
     """Re-render a saved JSON report (terminal, and --html/--markdown/--junit files); exit 0 once written."""
     def body():
-        from objdebug import outputs
-        from objdebug.report import all_or_nothing, json_report, terminal
+        from objdebug import api, outputs
+        from objdebug.report import json_report, terminal
 
         fmt = output_format(output_format_)
         outputs.check(outputs.outputs(junit=junit, html=html, markdown=markdown,
                                       gitlab=gitlab_path(fmt, gitlab_report)),
                       [("the report being rendered", outputs.resolve(result_json))])
         report = json_report.load(str(result_json), renderable=True)
-        with all_or_nothing():
-            write_reports(report, junit=junit, junit_warnings_as_skipped=junit_warnings_as_skipped,
-                          html=html, markdown=markdown)
-            ci_files(report, fmt, gitlab_report)
+        api.write_reports(report, junit=junit, junit_warnings_as_skipped=junit_warnings_as_skipped,
+                          html=html, markdown=markdown, gitlab=gitlab_path(fmt, gitlab_report))
         typer.echo(terminal.render(report, colour=sys.stdout.isatty(), verbose=verbose), nl=False)
         ci_output(report, fmt)
 
@@ -419,11 +403,11 @@ def list_rules() -> None:
     typer.echo(tabulate(rows, headers=["code", "stage", "name", "summary"], tablefmt="simple"))
 
 
-@app.command("report")
-def report_log(
-    log: Annotated[Path, typer.Argument(help="A training-monitor JSONL log (objdebug.monitor).")],
-    debug: DebugOpt = False,
-) -> None:
+LogArg = Annotated[Path, typer.Argument(help="A training-monitor JSONL log (objdebug.monitor).")]
+
+
+@app.command("monitor-log")
+def monitor_log(log: LogArg, debug: DebugOpt = False) -> None:
     """Render a training-monitor log with its verdicts; exit 1 if a failure was recorded."""
     def body():
         from objdebug import monitor
@@ -433,6 +417,13 @@ def report_log(
         raise typer.Exit(rep["exit_code"])
 
     guarded(debug, body)
+
+
+@app.command("report", hidden=True)
+def report_log(log: LogArg, debug: DebugOpt = False) -> None:
+    """Deprecated name of `monitor-log` (it renders a training log, not a run's report)."""
+    typer.echo("objdebug: 'objdebug report' is deprecated; use 'objdebug monitor-log'.", err=True)
+    monitor_log(log, debug)
 
 
 def main() -> None:

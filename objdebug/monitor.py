@@ -8,7 +8,7 @@ Two ways in:
 
 The log is one JSON object per line: a header (schema, component names, thresholds), one record
 per step, and an end record. Every record that breaks a rule carries its findings; the same
-rules re-judge a whole log in `judge_log` (used by `objdebug report`), so live warnings and the
+rules re-judge a whole log in `judge_log` (used by `objdebug monitor-log`), so live warnings and the
 report agree. Codes: OBJ301 (dead component) and OBJ303 (scale imbalance) as in the decompose
 stage, OBJ601-OBJ604 for non-finite loss, non-finite gradients, exploding max/mean ratio and
 zero gradients.
@@ -321,7 +321,7 @@ class TrainingMonitor:
         return dict(zip(self.components, values))
 
     def summary(self) -> list[Finding]:
-        """The run so far, judged as `objdebug report` judges the log."""
+        """The run so far, judged as `objdebug monitor-log` judges the log."""
         header = {"components": self.components, "thresholds": self.thresholds}
         return judge_log(header, self._records)
 

@@ -3,6 +3,10 @@ import sys
 from pathlib import Path
 
 os.environ.setdefault("GLOG_v", "3")
+# The CLI caches compiled graphs in ./.objdebug_cache by default: a suite of CLI runs would leave
+# one in the repository and make later runs warm. Off for every test (and its subprocesses) unless
+# a test names a cache (--compile-cache DIR) or removes this variable (tests/test_compile_cache.py).
+os.environ.setdefault("OBJDEBUG_NO_CACHE", "1")
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:

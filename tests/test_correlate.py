@@ -22,7 +22,9 @@ from objdebug.engine.data import build_labels
 from objdebug.engine.core import Engine
 from objdebug.findings import Verdict
 from objdebug.profile import load_profile
-from objdebug.stages.correlate import SCATTER_NAME, ScoreCorrelation, measure_vectors
+from objdebug.stages.correlate import ScoreCorrelation, measure_vectors
+
+SCATTER_NAME = "correlate_scatter.png"  # the figure a run with --out writes (report/figures.py)
 from objdebug.engine.target import load_target
 
 from .conftest import FIXTURES, ROOT, TARGETS
@@ -124,12 +126,11 @@ def test_healthy_correlations_equal_scipy_and_pass(healthy):
     assert "pass <= -0.6, fail > -0.3" in f["OBJ401"].message
 
 
-def test_healthy_writes_scatter_with_plot_data(healthy):
+def test_healthy_returns_points_and_draws_nothing(healthy):
+    # the check measures; the scatter is drawn once, in report/, from these points
     result, ctx, out = healthy
     v = result.value
-    assert v["figure"] == str(out / SCATTER_NAME)
-    assert open(v["figure"], "rb").read(8) == b"\x89PNG\r\n\x1a\n"
-    assert ctx.cache["report_extra"]["figures"]["correlate_scatter"] == v["figure"]
+    assert "figure" not in v and not list(out.iterdir())
     assert set(v["points"][0]) == {"id", "loss", "score", "length"}
     assert v["points"][0]["id"] == "h00" and v["points"][0]["length"] == 43
     json.dumps(result.to_dict())  # the measurement is JSON-safe
@@ -287,7 +288,9 @@ def test_cli_exit_code_and_json(tmp_path):
     data = json.loads(report.read_text())
     # the model-state result (OBJ004) comes first when a quality finding asked for it
     value = next(r for r in data["results"] if r["stage"] == "correlate")["value"]
-    assert value["figure"] == str(out / SCATTER_NAME) and (out / SCATTER_NAME).is_file()
+    assert "figure" not in value
+    assert data["extra"]["figures"]["correlate_scatter"] == str(out / SCATTER_NAME)
+    assert (out / SCATTER_NAME).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert len(value["points"]) == 40
 
 

@@ -1,4 +1,4 @@
-"""Training-time monitor: gradient statistics against numpy, the log's rules and `objdebug report`,
+"""Training-time monitor: gradient statistics against numpy, the log's rules and `objdebug monitor-log`,
 a functional loop (overhead measured), and the Callback in a real Model.train on the demo model."""
 
 import json
@@ -51,7 +51,7 @@ def test_log_rules_and_report_exit_codes(tmp_path):
     healthy = tmp_path / "healthy.jsonl"
     mon = write_log(healthy, [(3.0 - 0.1 * i, [2.5, 0.5 - 0.01 * i], ok_grads) for i in range(12)])
     assert all(f.verdict in (Verdict.PASS, Verdict.SKIP) for f in mon.summary())
-    res = runner.invoke(app, ["report", str(healthy)])
+    res = runner.invoke(app, ["monitor-log", str(healthy)])
     assert res.exit_code == 0, res.output
     assert "OBJ601" in res.output and "PASSED" in res.output
 
@@ -75,9 +75,17 @@ def test_log_rules_and_report_exit_codes(tmp_path):
     assert lines[0]["thresholds"]["dead_steps"] == 5
     assert {f["code"] for f in lines[5]["findings"]} >= {"OBJ301"}   # 5th zero step
     assert lines[7]["loss"] == "NaN" and lines[-1]["type"] == "end"
-    res = runner.invoke(app, ["report", str(broken)])
+    res = runner.invoke(app, ["monitor-log", str(broken)])
     assert res.exit_code == 1
     assert "FAIL OBJ601" in res.output and "FAIL OBJ301" in res.output and "fix:" in res.output
+
+    # the old name still works, hidden, with one line on stderr pointing to the new one
+    old = runner.invoke(app, ["report", str(broken)])
+    assert old.exit_code == 1 and old.stdout == res.stdout
+    assert old.stderr.strip().splitlines() == [
+        "objdebug: 'objdebug report' is deprecated; use 'objdebug monitor-log'."]
+    listed = [line.strip("│ ").split(" ")[0] for line in runner.invoke(app, ["--help"]).output.splitlines()]
+    assert "monitor-log" in listed and "report" not in listed
 
 
 def test_ratio_and_scale_thresholds(tmp_path):
@@ -104,7 +112,7 @@ def test_malformed_log_names_the_line(tmp_path, text, line):
     with pytest.raises(InputError) as exc:
         monitor.load_log(str(path))
     assert exc.value.line == line
-    res = runner.invoke(app, ["report", str(path)])
+    res = runner.invoke(app, ["monitor-log", str(path)])
     assert res.exit_code == 2 and f"bad.jsonl:{line}:" in res.output
 
 
@@ -136,7 +144,7 @@ def test_unreadable_log_or_incomplete_record_is_an_input_error(tmp_path, make, l
     with pytest.raises(InputError) as exc:
         monitor.load_log(str(path))
     assert exc.value.line == line
-    res = runner.invoke(app, ["report", str(path)])
+    res = runner.invoke(app, ["monitor-log", str(path)])
     assert res.exit_code == 2, res.output
     assert ("bad.jsonl:" + (f"{line}:" if line else "")) in res.output
 
@@ -237,7 +245,7 @@ def test_functional_loop_overhead_and_stop(tmp_path, ms_graph):
 def test_callback_in_model_train_on_demo_model(tmp_path, ms_graph):
     """Model.train on the demo model (its checkpoint, else random init) with a composite loss whose fact term never
     fires: the callback logs every step, computes gradients every 2 steps on the step's batch,
-    and stops training when the dead term is detected; `objdebug report` renders the log."""
+    and stops training when the dead term is detected; `objdebug monitor-log` renders the log."""
     import mindspore.dataset as ds
     from mindspore import nn
     from mindspore.train import Model
@@ -293,7 +301,7 @@ def test_callback_in_model_train_on_demo_model(tmp_path, ms_graph):
     assert recs[1]["components"]["ce"] == pytest.approx(float(ref[1].asnumpy()), rel=1e-5)
     assert recs[1]["components"]["fact_consistency"] == 0.0
     assert recs[0]["grad"]["max_mean_ratio"] < 10                  # a healthy model passes OBJ603
-    res = runner.invoke(app, ["report", str(path)])
+    res = runner.invoke(app, ["monitor-log", str(path)])
     assert res.exit_code == 1, res.output
     assert "FAIL OBJ301" in res.output and "fact_consistency" in res.output and "stopped" in res.output
 

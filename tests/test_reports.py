@@ -113,20 +113,32 @@ def test_figure_crash_does_not_sink_report(report):
 
 
 def test_html_scatter_title_names_the_ci_method_like_the_stage_figure(report, monkeypatch):
-    import objdebug.plots
+    import objdebug.report.plots
 
     seen = {}
-    real = objdebug.plots.scatter_loss_vs_score
+    real = objdebug.report.plots.scatter_png
 
     def spy(*args, **kwargs):
         seen.update(kwargs)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(objdebug.plots, "scatter_loss_vs_score", spy)
+    monkeypatch.setattr(objdebug.report.plots, "scatter_png", spy)
     drawn = {d.name: d for d in draw_all(report)}
     assert drawn["loss_vs_score"].png is not None
     ci = next(r for r in report["results"] if r["stage"] == "correlate")["value"]["ci"]
     assert ci["method"] and seen["ci_method"] == ci["method"]
+
+
+def test_out_dir_scatter_is_the_report_figure(report, tmp_path):
+    # drawn once, in report/: a run's --out PNG has the same bytes as the HTML/Markdown figure
+    from objdebug.report.figures import write_pngs
+
+    written = write_pngs(report, tmp_path)
+    assert written == {"correlate_scatter": str(tmp_path / "correlate_scatter.png")}
+    drawn = {d.name: d for d in draw_all(report)}
+    assert (tmp_path / "correlate_scatter.png").read_bytes() == drawn["loss_vs_score"].png
+    sparse = dict(report, results=[r for r in report["results"] if r["stage"] != "correlate"])
+    assert write_pngs(sparse, tmp_path / "none") == {} and not (tmp_path / "none").exists()
 
 
 def _links(html: str) -> list[str]:

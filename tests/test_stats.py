@@ -131,7 +131,7 @@ def test_linear_fit_equals_linregress(tied):
 
 
 def test_scatter_plot_writes_png(tmp_path, tied):
-    from objdebug.plots import scatter_loss_vs_score
+    from objdebug.report.plots import scatter_loss_vs_score
 
     x, y = tied
     loss = x.copy()
@@ -143,7 +143,7 @@ def test_scatter_plot_writes_png(tmp_path, tied):
 
 
 def test_scatter_png_is_byte_stable_and_written_atomically(tmp_path, tied):
-    from objdebug.plots import scatter_loss_vs_score
+    from objdebug.report.plots import scatter_loss_vs_score
 
     x, y = tied
     a = scatter_loss_vs_score(y, x, tmp_path / "a.png", r=-0.7, ci=(-0.8, -0.6), ci_method="bca")

@@ -1,4 +1,9 @@
-"""Opt-in MindSpore compile cache, made safe for objdebug's many-graph runs (`--compile-cache DIR`).
+"""MindSpore's compile cache, made safe for objdebug's many-graph runs.
+
+On by default for the CLI, in `.objdebug_cache/` of the working directory (the convention of
+`.pytest_cache`, `.ruff_cache`; a `.gitignore` of `*` is written inside when it is created);
+`--compile-cache DIR` (or `run.compile_cache`) chooses another directory, `--no-cache` or
+`OBJDEBUG_NO_CACHE=1` turns the default off. The library (`api.run`) uses it only when asked.
 
 What MindSpore 2.10 does (measured, see docs/performance.md): with `MS_COMPILER_CACHE_ENABLE=1`
 and `MS_COMPILER_CACHE_PATH=D`, the n-th graph compiled in a process is saved as
@@ -40,6 +45,17 @@ from typing import Any
 MANIFEST = "objdebug-manifest.json"
 LOCK = "objdebug.lock"
 SCHEMA = 1
+DEFAULT_DIR = ".objdebug_cache"  # in the working directory, like .pytest_cache
+NO_CACHE_ENV = "OBJDEBUG_NO_CACHE"  # set (not "0"/""): no default cache, e.g. in the test suite
+GITIGNORE = "# Created by objdebug: a local compile cache, never committed.\n*\n"
+
+
+def default_root() -> str | None:
+    """The cache directory of a run that names none: ./.objdebug_cache, or None when
+    OBJDEBUG_NO_CACHE is set."""
+    if os.environ.get(NO_CACHE_ENV, "") not in ("", "0"):
+        return None
+    return str(Path(DEFAULT_DIR).resolve())
 
 _process: dict[str, Any] = {"dir": None}  # the directory MindSpore was pointed at in this process
 
@@ -199,6 +215,10 @@ class CompileCache:
         if script:
             self._disable(script)
             return
+        root = self.dir.parent
+        if not root.exists():  # ours: keep it out of the user's git
+            root.mkdir(parents=True)
+            (root / ".gitignore").write_text(GITIGNORE)
         self.dir.mkdir(parents=True, exist_ok=True)
         if not self._lock():
             self._disable(f"'{self.dir}' is in use by another objdebug process")
@@ -393,6 +413,11 @@ class CompileCache:
 
 
 def open_cache(root: str | None, cfg: Any, profile: Any, stages: list[str],
-               options: dict[str, Any], batch_size: int) -> CompileCache:
-    """A cache session for one run (a no-op when `root` is None); never raises."""
+               options: dict[str, Any], batch_size: int, refuse: str = "") -> CompileCache:
+    """A cache session for one run (a no-op when `root` is None); never raises. `refuse`: why
+    this run must not use it (the cache is then 'unavailable' with that reason)."""
+    if root and refuse:
+        cache = CompileCache(root)
+        cache._disable(refuse)
+        return cache
     return CompileCache(root).open(cfg, profile, stages, options, batch_size)

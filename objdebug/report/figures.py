@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import io
 import math
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +34,7 @@ class FigureSpec:
     stage: str
     requires: str  # what the figure reads, for the "not drawn" note
     draw: Callable[[dict[str, Any]], bytes]
+    file: str | None = None  # also written as this PNG into a run's --out directory
 
 
 @dataclass
@@ -49,9 +49,9 @@ class Drawn:
 FIGURES: list[FigureSpec] = []
 
 
-def figure(name: str, title: str, stage: str, requires: str):
+def figure(name: str, title: str, stage: str, requires: str, file: str | None = None):
     def register(fn: Callable[[dict[str, Any]], bytes]):
-        FIGURES.append(FigureSpec(name, title, stage, requires, fn))
+        FIGURES.append(FigureSpec(name, title, stage, requires, fn, file))
         return fn
     return register
 
@@ -217,8 +217,10 @@ def component_shares(report: dict[str, Any]) -> bytes:
 
 
 @figure("loss_vs_score", "Correlate: per-sample loss vs human score", "correlate",
-        "correlate value.points[].score/loss (pearson_r, ci, fit)")
+        "correlate value.points[].score/loss (pearson_r, ci, fit)", file="correlate_scatter.png")
 def loss_vs_score(report: dict[str, Any]) -> bytes:
+    from objdebug.report.plots import scatter_png
+
     value, key = _value(report, "correlate", ("points", "rows"))
     rows = [r for r in value[key] if isinstance(r, dict)]
     scores = [_num(r.get("score")) for r in rows]
@@ -231,15 +233,10 @@ def loss_vs_score(report: dict[str, Any]) -> bytes:
     interval = (_num(ci.get("low")), _num(ci.get("high"))) if ci else None
     fit = value.get("fit") if isinstance(value.get("fit"), dict) else {}
     line = (_num(fit.get("slope")), _num(fit.get("intercept"))) if fit else None
-    from objdebug.plots import scatter_loss_vs_score  # the correlate stage's own figure
-
-    with tempfile.TemporaryDirectory(prefix="objdebug-fig-") as tmp:
-        path = scatter_loss_vs_score(scores, losses, Path(tmp) / "scatter.png", lengths=lengths,
-                                     r=r if math.isfinite(r) else None, ci=interval, fit=line,
-                                     level=_num(ci.get("level", 0.95)) if ci else 0.95,
-                                     ci_method=str(ci.get("method", "")) if ci else "",
-                                     title=f"per-sample loss vs human score ({report.get('target', {}).get('objective', '')})")
-        return Path(path).read_bytes()
+    return scatter_png(scores, losses, lengths=lengths, r=r if math.isfinite(r) else None,
+                       ci=interval, fit=line, level=_num(ci.get("level", 0.95)) if ci else 0.95,
+                       ci_method=str(ci.get("method", "")) if ci else "",
+                       title=f"per-sample loss vs human score ({report.get('target', {}).get('objective', '')})")
 
 
 @figure("stress_results", "Stress: findings and measured values", "stress", "stress findings")
@@ -262,6 +259,25 @@ def stress_results(report: dict[str, Any]) -> bytes:
 
 
 # --------------------------------------------------------------------------- rendering
+def write_pngs(report: dict[str, Any], directory: str | Path) -> dict[str, str]:
+    """The figures that have a file name, written into `directory` (a run's --out); returns
+    {file stem: path} of those drawn. A figure that cannot be drawn is left out, never raised."""
+    from objdebug.report import write_atomic
+
+    written = {}
+    for spec in FIGURES:
+        if spec.file is None:
+            continue
+        try:
+            png = spec.draw(report)
+        except Exception:  # Missing, or a crash: the report says why (draw_all); the run goes on
+            continue
+        path = Path(directory) / spec.file
+        write_atomic(path, png)
+        written[Path(spec.file).stem] = str(path)
+    return written
+
+
 def draw_all(report: dict[str, Any]) -> list[Drawn]:
     """Every registered figure, drawn or with the reason it was not; never raises for a figure."""
     out = []

@@ -8,10 +8,13 @@ from typing import Any
 from objdebug.findings import _clean
 from objdebug.report import write_atomic
 
+# The report layout's version, written in every report and checked on read (render, --baseline).
+# Raise it when a reader of the old layout would misread a new report (a key renamed, moved or
+# given another meaning); adding a key does not need it. A reader refuses newer versions only.
+SCHEMA_VERSION = 1
+
 
 def to_dict(result) -> dict[str, Any]:
-    from objdebug.api import SCHEMA_VERSION
-
     return _clean({
         "schema_version": SCHEMA_VERSION,
         "tool": "objdebug",
@@ -37,11 +40,19 @@ def to_dict(result) -> dict[str, Any]:
 
 
 def dumps(result) -> str:
-    return json.dumps(to_dict(result), indent=2, sort_keys=False) + "\n"
+    return dumps_dict(to_dict(result))
+
+
+def dumps_dict(report: dict[str, Any]) -> str:
+    return json.dumps(report, indent=2, sort_keys=False) + "\n"
 
 
 def write(result, path: str) -> None:
     write_atomic(path, dumps(result))
+
+
+def write_dict(report: dict[str, Any], path: str) -> None:
+    write_atomic(path, dumps_dict(report))
 
 
 def load(path: str, renderable: bool = False) -> dict[str, Any]:
@@ -61,10 +72,25 @@ def load(path: str, renderable: bool = False) -> dict[str, Any]:
         raise InputError(f"cannot read the report: {exc.strerror}", source=path) from None
     if not isinstance(data, dict) or data.get("tool") != "objdebug" or "schema_version" not in data:
         raise InputError("not an objdebug JSON report (no 'schema_version')", source=path)
+    problem = schema_problem(data["schema_version"])
+    if problem:
+        raise InputError(problem, source=path)
     problem = structure_problem(data) if renderable else None
     if problem:
         raise InputError(f"not a well-formed objdebug report: {problem}", source=path)
     return data
+
+
+def schema_problem(version: Any) -> str | None:
+    """Why a report of this schema version cannot be read here, or None."""
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        return f"For 'schema_version', the value must be an integer >= 1, but got {version!r}."
+    if version > SCHEMA_VERSION:
+        from objdebug import __version__
+
+        return (f"the report has schema_version {version}, newer than this objdebug "
+                f"{__version__} reads (<= {SCHEMA_VERSION}): upgrade objdebug to read it")
+    return None
 
 
 _TABLES = ("config", "profile", "target", "versions", "timings", "compiles", "extra", "options")

@@ -19,7 +19,6 @@ from objdebug.context import Context
 from objdebug.engine.datasets import score_rows
 from objdebug.findings import Check, Condition, Verdict, band, listing
 
-SCATTER_NAME = "correlate_scatter.png"
 _SHOWN = 8
 
 
@@ -113,10 +112,9 @@ def measure_vectors(ids: list[str], losses, scores, lengths, aspects: list[dict[
         },
         "aspects": _aspects(aspects, losses, finite),
         "fit": {"slope": slope, "intercept": intercept},  # loss = slope * score + intercept
-        # enough to re-draw the scatter from the JSON report alone
+        # the scatter's points: report/figures.py draws it from the report alone
         "points": [{"id": i, "loss": float(lo), "score": float(s), "length": int(n)}
                    for i, lo, s, n in zip(ids, losses, scores, lengths)],
-        "figure": None,
     }
 
 
@@ -140,29 +138,9 @@ class ScoreCorrelation(Check):
         check_settings(settings, ctx.profile.source)
         data = response_losses(ctx)
         rows = data["rows"]
-        value = measure_vectors([r["id"] for r in rows], data["losses"], [r["score"] for r in rows],
-                                [len(r["sample"].response) for r in rows],
-                                [r["aspects"] for r in rows], settings)
-        if ctx.out_dir:
-            value["figure"] = self._scatter(ctx, value)
-        return value
-
-    @staticmethod
-    def _scatter(ctx: Context, v: dict[str, Any]) -> str:
-        from pathlib import Path
-
-        from objdebug.plots import scatter_loss_vs_score
-
-        pts = v["points"]
-        path = scatter_loss_vs_score(
-            [p["score"] for p in pts], [p["loss"] for p in pts], Path(ctx.out_dir) / SCATTER_NAME,
-            lengths=[p["length"] for p in pts], r=v["pearson_r"],
-            ci=(v["ci"]["low"], v["ci"]["high"]), level=v["ci"]["level"], ci_method=v["ci"]["method"],
-            fit=(v["fit"]["slope"], v["fit"]["intercept"]),
-            title=f"loss vs human score: {ctx.config.objective.factory.rpartition(':')[2]}")
-        figures = ctx.cache.setdefault("report_extra", {}).setdefault("figures", {})
-        figures["correlate_scatter"] = path
-        return path
+        return measure_vectors([r["id"] for r in rows], data["losses"], [r["score"] for r in rows],
+                               [len(r["sample"].response) for r in rows],
+                               [r["aspects"] for r in rows], settings)
 
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
         r_pass, r_fail = th.get("r_pass", -0.6), th.get("r_fail", -0.3)

@@ -1,9 +1,9 @@
-"""Figures for reports: one function per figure, plain data in, PNG path out.
+"""Plots from plain numbers: one function per plot, numbers in, PNG bytes out (`*_png`), or a
+file written atomically (the others). report/figures.py finds the numbers in a report and calls
+these; no check draws anything (a check returns its points in its measurement).
 
 Figures are drawn on a bare `matplotlib.figure.Figure` with the Agg canvas, so no global backend
 or pyplot state is touched (safe in a headless CI job and inside a user's own process).
-Every function takes plain numbers and a path, writes the file, creates its folder, and returns
-the path; a report can re-draw any figure later from the measurements stored in the JSON.
 """
 
 from __future__ import annotations
@@ -27,23 +27,29 @@ def _canvas(width: float = 6.4, height: float = 4.6):
     return fig
 
 
-def _save(fig, path: str | Path) -> str:
-    """Write the PNG atomically (no half-written file) and byte-stable (no matplotlib version)."""
+def _png(fig) -> bytes:
+    """The PNG, byte-stable (no matplotlib version in it)."""
     import io
-
-    from objdebug.report import write_atomic
 
     buf = io.BytesIO()
     fig.savefig(buf, format="png", metadata={"Software": None})
-    write_atomic(path, buf.getvalue())  # creates the folder
+    return buf.getvalue()
+
+
+def scatter_loss_vs_score(scores: Sequence[float], losses: Sequence[float], path: str | Path,
+                          **kwargs) -> str:
+    """scatter_png written atomically to `path` (no half-written file; creates the folder)."""
+    from objdebug.report import write_atomic
+
+    write_atomic(path, scatter_png(scores, losses, **kwargs))
     return str(Path(path))
 
 
-def scatter_loss_vs_score(scores: Sequence[float], losses: Sequence[float], path: str | Path, *,
-                          lengths: Sequence[float] | None = None, r: float | None = None,
-                          ci: tuple[float, float] | None = None, fit: tuple[float, float] | None = None,
-                          level: float = 0.95, ci_method: str = "", title: str = "loss vs human score",
-                          seed: int = 0) -> str:
+def scatter_png(scores: Sequence[float], losses: Sequence[float], *,
+                lengths: Sequence[float] | None = None, r: float | None = None,
+                ci: tuple[float, float] | None = None, fit: tuple[float, float] | None = None,
+                level: float = 0.95, ci_method: str = "", title: str = "loss vs human score",
+                seed: int = 0) -> bytes:
     """Per-sample loss (y) against human score (x), with the least-squares line and r in the title.
 
     Integer scores are jittered horizontally (seeded, +-0.12) so tied ratings stay visible; the
@@ -53,7 +59,7 @@ def scatter_loss_vs_score(scores: Sequence[float], losses: Sequence[float], path
     x = np.asarray(scores, dtype=np.float64)
     y = np.asarray(losses, dtype=np.float64)
     if x.shape != y.shape:
-        raise ValueError(f"For 'scatter_loss_vs_score', 'scores' and 'losses' must have the same "
+        raise ValueError(f"For 'scatter_png', 'scores' and 'losses' must have the same "
                          f"length, but got {x.size} and {y.size}.")
     keep = np.isfinite(x) & np.isfinite(y)
     c = np.asarray(lengths, dtype=np.float64)[keep] if lengths is not None else None
@@ -83,4 +89,4 @@ def scatter_loss_vs_score(scores: Sequence[float], losses: Sequence[float], path
     ax.set_ylabel("per-sample loss")
     ax.grid(True, alpha=0.3)
     fig.tight_layout()
-    return _save(fig, path)
+    return _png(fig)
