@@ -156,6 +156,6 @@ def test_config_key_finds_the_line_or_the_section(tmp_path):
     assert config_key(str(toml), "data.label_pad_id") == {"file": str(toml), "line": 7}
     assert config_key(str(toml), "data.shift") == {"file": str(toml), "line": 5}  # set with --set
     pyproject = tmp_path / "pyproject.toml"
-    pyproject.write_text("[project]\nname = 'p'\n[tool.objdebug.engine.data]\nlabel_pad_id = 0\n")
+    pyproject.write_text("[project]\nname = 'p'\n[tool.objdebug.data]\nlabel_pad_id = 0\n")
     assert config_key(str(pyproject), "data.label_pad_id")["line"] == 4
     assert config_key(str(tmp_path / "missing.toml"), "data.label_pad_id") is None

@@ -236,3 +236,66 @@ def test_real_runs_cold_warm_and_another_model_size(tmp_path):
     assert bigger["cache"]["dir"] != cold["cache"]["dir"]  # another directory, never the stale one
     assert bigger["cache"]["status"] == "cold" and bigger["cache"]["hits"] == 0
     assert len([p for p in root.iterdir() if p.is_dir()]) == 2
+
+
+# --------------------------------------------------------------------------- the default location
+def test_default_root_is_dot_objdebug_cache_unless_switched_off(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(compile_cache.NO_CACHE_ENV, raising=False)
+    assert compile_cache.default_root() == str(tmp_path / ".objdebug_cache")
+    monkeypatch.setenv(compile_cache.NO_CACHE_ENV, "0")  # "0" keeps it on
+    assert compile_cache.default_root() == str(tmp_path / ".objdebug_cache")
+    monkeypatch.setenv(compile_cache.NO_CACHE_ENV, "1")
+    assert compile_cache.default_root() is None
+
+
+def test_a_created_cache_root_gets_a_gitignore_an_existing_one_not(tmp_path, monkeypatch):
+    cache, _ = run_sequence(tmp_path, monkeypatch, SEQ[:1])  # creates tmp_path/cache
+    assert (tmp_path / "cache" / ".gitignore").read_text().splitlines()[-1] == "*"
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    monkeypatch.setattr(compile_cache, "_process", {"dir": None})
+    monkeypatch.setattr(compile_cache, "_any_graph_compiled", lambda: False)
+    assert CompileCache(str(mine)).open(None, None, [], {}, 8).status == "cold"
+    assert not (mine / ".gitignore").exists()  # the user's own directory is left as it was
+
+
+def test_a_refused_cache_is_unavailable_and_creates_nothing(tmp_path):
+    cache = compile_cache.open_cache(str(tmp_path / "c"), None, None, [], {}, 8,
+                                     refuse="not with --workers (one cache per process)")
+    assert cache.summary()["status"] == "unavailable" and "workers" in cache.summary()["reason"]
+    assert not (tmp_path / "c").exists()
+
+
+def _cli(cwd: Path, *extra: str) -> tuple[dict, str]:
+    """`objdebug align` on the tiny target as a real process in `cwd`, the cache at its default."""
+    env = dict(os.environ, GLOG_v="3", PYTHONPATH=str(ROOT))
+    for name in (compile_cache.NO_CACHE_ENV, "MS_COMPILER_CACHE_ENABLE", "MS_COMPILER_CACHE_PATH"):
+        env.pop(name, None)
+    report = cwd / "r.json"
+    proc = subprocess.run([sys.executable, "-m", "objdebug.cli", "align", "-c", str(CACHE_TINY),
+                           "--profile", "quick", "--json", str(report), *extra],
+                          capture_output=True, text=True, env=env, cwd=str(cwd), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(report.read_text()), proc.stdout
+
+
+def _findings(report: dict) -> list:
+    return [(f["code"], f["verdict"], f["value"], f["message"]) for r in report["results"]
+            for f in r["findings"]]
+
+
+def test_cli_cache_on_by_default_no_cache_writes_nothing(tmp_path):
+    off, _ = _cli(tmp_path, "--no-cache")
+    assert not (tmp_path / ".objdebug_cache").exists() and "compile_cache" not in off["extra"]
+    cold, _ = _cli(tmp_path)
+    root = tmp_path / ".objdebug_cache"
+    assert (root / ".gitignore").read_text().splitlines()[-1] == "*"
+    c = cold["extra"]["compile_cache"]
+    assert c["status"] == "cold" and c["misses"] == c["compiles"] >= 2
+    assert Path(c["dir"]).parent == root
+    warm, text = _cli(tmp_path)
+    w = warm["extra"]["compile_cache"]
+    assert w["status"] == "warm" and w["hits"] == c["compiles"] > 0 and w["misses"] == 0
+    assert f"compile cache warm: {w['hits']} hits, 0 misses" in text
+    assert _findings(warm) == _findings(cold) == _findings(off)  # the same numbers, cached or not

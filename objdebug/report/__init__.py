@@ -41,6 +41,20 @@ def model_state_line(report: dict) -> str | None:
     return f"model: {'untrained' if v['untrained'] else 'trained'} ({describe_model_state(v)})"
 
 
+def compile_cache_line(report: dict, short: bool = False) -> str | None:
+    """'compile cache warm: 12 hits, 0 misses' from the report's extra.compile_cache, or None when
+    the run used no cache; `short` leaves out why a cache was unavailable."""
+    c = report.get("extra", {}).get("compile_cache")
+    if not isinstance(c, dict) or c.get("status") in (None, "off"):
+        return None
+    if c["status"] not in ("warm", "cold"):
+        why = "" if short or not c.get("reason") else f" ({c['reason']})"
+        return f"compile cache {c['status']}{why}"
+    hits, misses = c.get("hits", 0), c.get("misses", 0)
+    return (f"compile cache {c['status']}: {hits} hit{'s' if hits != 1 else ''}, "
+            f"{misses} miss{'es' if misses != 1 else ''}")
+
+
 def findings_with(report: dict, verdicts: tuple[str, ...]) -> list[tuple[dict, dict]]:
     """(result, finding) pairs whose verdict is one of `verdicts`, in report order."""
     return [(r, f) for r in report.get("results", []) for f in r.get("findings", [])

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from objdebug.findings import Verdict
-from objdebug.report import (TOP_LISTS, findings_with, model_state_line, report_stages, summary_counts,
+from objdebug.report import (TOP_LISTS, compile_cache_line, findings_with, model_state_line, report_stages, summary_counts,
                              write_atomic)
 from objdebug.report.figures import Drawn, draw_all
 
@@ -161,8 +161,10 @@ def render(report: dict[str, Any], figures: list[Drawn] | None = None) -> str:
     parts.append("<h3>Versions</h3>" + _kv(report.get("versions", {})))
     parts.append("<h3>Timings (s)</h3>" + _kv(report.get("timings", {})))
     comp = report.get("compiles", {})
+    cache = compile_cache_line(report)
     parts.append(f"<h3>Graph compiles</h3><p>{comp.get('count', 0)} compiles, "
-                 f"{_fmt(comp.get('seconds', 0.0))} s</p>"
+                 f"{_fmt(comp.get('seconds', 0.0))} s"
+                 + (f"; {escape(cache)}" if cache else "") + "</p>"
                  + _table(["stage", "count", "seconds"],
                           [[escape(k), escape(_fmt(v.get("count"))), escape(_fmt(v.get("seconds")))]
                            for k, v in comp.get("by_stage", {}).items()]))

@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from objdebug.report import (TOP_LISTS, findings_with, model_state_line, report_stages, summary_counts,
+from objdebug.report import (TOP_LISTS, compile_cache_line, findings_with, model_state_line, report_stages, summary_counts,
                              write_atomic)
 from objdebug.report.figures import Drawn, draw_all
 
@@ -107,6 +107,8 @@ def render(report: dict[str, Any], figures: list[Drawn] | None = None) -> str:
     lines.append("")
     comp = report.get("compiles", {})
     lines.append(f"{comp.get('count', 0)} graph compiles, {comp.get('seconds', 0)} s.")
+    if compile_cache_line(report):
+        lines.append(f"{_text(compile_cache_line(report))}.")
     lines.append("")
     for title, obj in (("Profile", report.get("profile", {})), ("Config", cfg),
                        ("Options", report.get("options") or None),

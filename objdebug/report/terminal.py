@@ -6,7 +6,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from objdebug.report import model_state_line, summary_counts
+from objdebug.report import compile_cache_line, model_state_line, summary_counts
 
 _COLOURS = {"PASS": "32", "INFO": "34", "WARN": "33", "FAIL": "31", "ERROR": "35", "SKIP": "36"}
 
@@ -37,8 +37,10 @@ def render(report: dict[str, Any], colour: bool = False, verbose: bool = False) 
                  + (f", model {target.get('model')}" if target.get("model") else "")
                  + f" · device {report['device']} · mode {report['mode']} · seed {report['seed']}"
                  + f" · profile {report['profile']['name']}")
+    cache = compile_cache_line(report, short=True)
     lines.append(f"  {comp.get('count', 0)} graph compiles ({comp.get('seconds', 0):.1f} s) · "
-                 f"total {report['timings'].get('total', 0):.1f} s")
+                 + (f"{cache} · " if cache else "")
+                 + f"total {report['timings'].get('total', 0):.1f} s")
     if model_state_line(report):
         lines.append(f"  {model_state_line(report)}")
     rows = []
