@@ -1,9 +1,11 @@
-"""The opt-in compile cache: keys, the manifest guard (against a simulated MindSpore), real runs.
+"""The compile cache (on by default in ./.objdebug_cache): keys, the manifest guard (against a
+simulated MindSpore), real runs.
 
 MindSpore's own cache loads the n-th compile of a process from `compile_cache_<n>.mindir`
 whatever graph that is. `FakeMindSpore` reproduces exactly that (measured in docs/performance.md)
 so the guard can be tested for every sequence change in milliseconds; the real runs (subprocesses:
-the cache is per process) check cold -> warm and that another model size gets another directory.
+the cache is per process) check the CLI default, cold -> warm, --no-cache, and that another model
+size gets another directory.
 """
 
 import json
@@ -222,15 +224,11 @@ def _run(root: Path, overrides: dict | None = None) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def test_real_runs_cold_warm_and_another_model_size(tmp_path):
+def test_real_runs_another_model_size_gets_another_directory(tmp_path):
+    # cold -> warm with the same numbers: test_cli_cache_on_by_default_no_cache_writes_nothing
     root = tmp_path / "cache"
     cold = _run(root)
     assert cold["cache"]["status"] == "cold" and cold["cache"]["misses"] == cold["cache"]["compiles"] >= 2
-    warm = _run(root)
-    assert warm["cache"]["status"] == "warm"
-    assert warm["cache"]["hits"] == warm["cache"]["compiles"] == cold["cache"]["compiles"]
-    assert warm["values"] == cold["values"]  # the cached graphs compute the same numbers
-    assert warm["compile_s"] < cold["compile_s"]
     bigger = _run(root, {"model.kwargs": {"vocab_size": 256, "d_model": 32, "n_layers": 1,
                                           "n_heads": 2}})
     assert bigger["cache"]["dir"] != cold["cache"]["dir"]  # another directory, never the stale one
@@ -298,4 +296,5 @@ def test_cli_cache_on_by_default_no_cache_writes_nothing(tmp_path):
     w = warm["extra"]["compile_cache"]
     assert w["status"] == "warm" and w["hits"] == c["compiles"] > 0 and w["misses"] == 0
     assert f"compile cache warm: {w['hits']} hits, 0 misses" in text
+    assert warm["compiles"]["seconds"] < cold["compiles"]["seconds"]
     assert _findings(warm) == _findings(cold) == _findings(off)  # the same numbers, cached or not
