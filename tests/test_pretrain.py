@@ -280,7 +280,7 @@ def test_ms_cross_entropy_padding_mismatch_still_fails():
 def _cli(*args, timeout=900):
     return subprocess.run([sys.executable, "-m", "objdebug.cli", *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=timeout, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin",
-                                                           "GLOG_v": "3"})
+                                                           "GLOG_v": "3", "OBJDEBUG_NO_CACHE": "1"})
 
 
 def test_cli_default_profile_untrained_exits_0_with_the_state_on_top(tmp_path):
