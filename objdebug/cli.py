@@ -191,15 +191,15 @@ def ci_annotations(report, fmt: str) -> str:
 
 def execute(*, stages, config=None, demo=False, set_=None, device=None, mode=None, seed=None,
             checkpoint=None, profile=None, json_path=None, out=None, strict=False, debug=False,
-            select=None, ignore=None, verbose=False, synthesize=False, batch_size=None,
-            samples=None, junit=None, junit_warnings_as_skipped=False, html=None, markdown=None,
-            baseline=None, compile_cache=None, no_cache=False, quiet=False, output_format_=None,
-            gitlab_report=None, workers=None, expect_trained=False) -> None:
-    """Shared body of `run`, `demo` and the stage commands: one keyword per shared option."""
+            select=None, ignore=None, verbose=False, junit=None, junit_warnings_as_skipped=False,
+            html=None, markdown=None, baseline=None, compile_cache=None, no_cache=False,
+            quiet=False, output_format_=None, gitlab_report=None, workers=None,
+            expect_trained=False, **settings) -> None:
+    """Shared body of `run`, `demo` and the stage commands: one keyword per shared option;
+    `settings` are the stage settings a command takes (--synthesize, --batch-size, --samples)."""
     from objdebug import distributed
 
-    options = {"synthesize": synthesize, "batch_size": batch_size, "samples": samples,
-               **({"expect_trained": True} if expect_trained else {})}
+    options = {**settings, **({"expect_trained": True} if expect_trained else {})}
     if workers is not None and workers < 1:
         _fail(f"For '--workers', the value must be >= 1, but got {workers}.", EXIT_INPUT_ERROR)
     def prepare():
