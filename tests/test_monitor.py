@@ -316,9 +316,10 @@ def test_callback_differentiates_only_the_first_output_without_components(tmp_pa
 
     cb = monitor.MonitorCallback(tmp_path / "log.jsonl", loss_net=TwoOutputs())
     x = np.array([1.0, 2.0, 3.0], np.float32)
-    grads, params, _ = cb._gradients(SimpleNamespace(train_network=None, train_dataset_element=[x]))
+    grads, params, _, stats = cb._gradients(SimpleNamespace(train_network=None, train_dataset_element=[x]))
     np.testing.assert_allclose(grads[0].asnumpy(), x)  # the sum would give x + 100
+    assert stats["finite_sq"] == pytest.approx([(x.astype(np.float64) ** 2).sum()])  # reduced in graph
     assert [p.name for p in params] == ["w"]
-    grads, _, _ = cb._gradients(SimpleNamespace(train_network=None, train_dataset_element=[x]))
+    grads, _, _, _ = cb._gradients(SimpleNamespace(train_network=None, train_dataset_element=[x]))
     np.testing.assert_allclose(grads[0].asnumpy(), x)
     cb.monitor.close()
