@@ -262,14 +262,15 @@ def bucket_length(n: int, buckets: tuple[int, ...] = BUCKETS) -> int:
     return n
 
 
-# The cost of a bucket set, measured on the demo model (CPU, 2 cores): the first call of a graph
-# (compile + one run) takes 1.0-2.1 s per (graph, shape) -- 18 s for the 11 graphs of a demo run
-# --, while a compiled per-sample objective batch costs ~4 us per padded token (8x64 in ~2 ms).
-# A bucket adds at least one graph (the per-sample objective at its length; the gradient and
-# logit graphs when a gradient batch falls in it), so one compile buys ~300 000 padded tokens:
-# a few hundred short answers fit one bucket, long and varied data earn more.
-COMPILE_SECONDS = 1.2
-TOKEN_SECONDS = 4e-6
+# The cost of a bucket set, measured on the demo model (CPU, 2 shared cores): the first call of a
+# graph (compile + one run) takes 1-2 s per (graph, shape) on an idle machine (18 s for the 11
+# graphs of a demo run) and 6-7.5 s under load 5; under the same load a compiled per-sample
+# objective batch [8, T] runs in 66 ms at T=128 and 179 ms at T=512: ~37 us per extra padded
+# token. One compile thus buys ~150 000 padded tokens (the ratio is what matters, not the
+# machine's speed). A bucket adds at least one graph (the per-sample objective at its length),
+# so a few hundred short answers share one bucket, and long, varied data earns more.
+COMPILE_SECONDS = 1.5
+TOKEN_SECONDS = 1e-5
 
 
 def choose_buckets(lengths, batch_size: int, cap: int | None = None,
