@@ -59,40 +59,46 @@ def monitor_thresholds(profile: str = "default", overrides: dict[str, Any] | Non
 
 
 # --------------------------------------------------------------------------- measurement
-def grad_stats(names: Sequence[str], grads: Sequence[Any]) -> dict[str, Any]:
+def grad_stats(names: Sequence[str], grads: Sequence[Any], stats: dict[str, np.ndarray] | None = None
+               ) -> dict[str, Any]:
     """Global norm, per-layer norms, NaN/Inf count, all-zero params, max/mean per-parameter norm
-    (over weight matrices when there are two or more; over all parameters in `max_mean_ratio_all`)."""
-    norms, layers_sq, nonfinite, zero = [], {}, 0, []
-    bad_params, matrix = [], []
-    for name, g in zip(names, grads):
-        a = g.asnumpy() if hasattr(g, "asnumpy") else np.asarray(g)
-        a = a.astype(np.float64, copy=False)
-        finite = np.isfinite(a)
-        n_bad = int(a.size - np.count_nonzero(finite))
+    (over weight matrices when there are two or more; over all parameters in `max_mean_ratio_all`).
+
+    The per-parameter reductions are the grad stage's (`objdebug.engine.gradients.GradientStats`,
+    in graph, float32), `stats` when the gradient graph computed them already; a parameter's norm
+    is taken over its finite elements (NaN/Inf are counted apart), so the ratio is OBJ202's
+    `max_mean_ratio` on the same gradients (over all parameters: `max_mean_ratio_all`)."""
+    from objdebug.engine.gradients import max_mean_ratio, reduce_gradients
+
+    names = list(names)
+    if stats is None:
+        stats = reduce_gradients(grads) if len(grads) else {
+            k: np.zeros(0) for k in ("finite_sq", "nonfinite")}
+    sq_all, bad_all = stats["finite_sq"], stats["nonfinite"]
+    matrix = [len(getattr(g, "shape", np.shape(g))) >= 2 for g in grads]
+    norms, layers_sq, zero, bad_params = [], {}, [], []
+    for name, sq, n_bad in zip(names, sq_all, bad_all):
+        sq, n_bad = float(sq), int(n_bad)
         if n_bad:
-            nonfinite += n_bad
             bad_params.append(name)
-            a = np.where(finite, a, 0.0)
-        sq = float(np.sum(a * a))
         if sq == 0.0 and not n_bad:
             zero.append(name)
         norms.append(math.sqrt(sq))
-        matrix.append(a.ndim >= 2)
         layers_sq[layer_of(name)] = layers_sq.get(layer_of(name), 0.0) + sq
     arr = np.array(norms) if norms else np.zeros(1)
     # The ratio is taken over weight matrices: biases and norm gains carry small gradients by
     # construction and would inflate max/mean on a healthy model (18 vs 7 on the demo model).
     pick = [i for i, m in enumerate(matrix) if m] if sum(matrix) >= 2 else list(range(len(arr)))
-    sub = arr[pick] if len(norms) else arr
-    mean = float(sub.mean())
-    imax = pick[int(sub.argmax())] if len(norms) else 0
+    ratio, imax, mean = max_mean_ratio(arr, pick)
+    ratio_all = max_mean_ratio(arr)[0]
     return {"global_norm": math.sqrt(float(np.sum(arr ** 2))), "mean_norm": mean,
             "max_norm": float(arr[imax]), "max_param": names[imax] if names else "",
-            "max_mean_ratio": float(arr[imax] / mean) if mean > 0 else float("nan"),
+            "max_mean_ratio": ratio,
             "ratio_over": "matrices" if sum(matrix) >= 2 else "all",
-            "max_mean_ratio_all": float(arr.max() / arr.mean()) if arr.mean() > 0 else float("nan"),
-            "nonfinite": nonfinite, "nonfinite_params": bad_params[:20], "zero_params": zero,
-            "n_params": len(norms), "layers": {k: math.sqrt(v) for k, v in layers_sq.items()}}
+            "max_mean_ratio_all": ratio_all,
+            "nonfinite": int(sum(int(b) for b in bad_all)), "nonfinite_params": bad_params[:20],
+            "zero_params": zero, "n_params": len(norms),
+            "layers": {k: math.sqrt(v) for k, v in layers_sq.items()}}
 
 
 def _num(x: Any) -> float:
@@ -273,11 +279,14 @@ class TrainingMonitor:
         return step == 1 or step % self.every == 0
 
     def step(self, loss: Any, components: Any = None, grads: Sequence[Any] | None = None,
-             params: Sequence[Any] | None = None, step: int | None = None) -> list[dict[str, Any]]:
+             params: Sequence[Any] | None = None, step: int | None = None,
+             stats: dict[str, np.ndarray] | None = None) -> list[dict[str, Any]]:
         """Record one training step; returns its findings (dicts). Gradients are read only when due.
 
         `components`: a sequence aligned with the names, a dict, or a Tensor of shape [K].
         `grads`/`params`: the gradient tuple of `value_and_grad` and the parameters it was taken for.
+        `stats`: their per-parameter statistics when a gradient graph reduced them already
+        (`objdebug.engine.gradients.stats_on_host`); else they are reduced here.
         """
         if self.closed:
             raise RuntimeError(f"For 'TrainingMonitor.step', the monitor of '{self.path}' is closed; "
@@ -290,7 +299,7 @@ class TrainingMonitor:
         if grads is not None and self.due(self.steps):
             names = [getattr(p, "name", f"param{i}") for i, p in enumerate(params)] if params is not None \
                 else [f"param{i}" for i in range(len(grads))]
-            rec["grad"] = grad_stats(names, grads)
+            rec["grad"] = grad_stats(names, grads, stats)
         findings = [f.to_dict() for f in judge_step(rec, self._state, self.thresholds)]
         if findings:
             rec["findings"] = [{k: f[k] for k in ("code", "verdict", "message")} for f in findings]
@@ -356,19 +365,11 @@ class TrainingMonitor:
 
 
 def _grad_cell(net: Any, params: list, has_aux: bool):
-    import mindspore as ms
-    from mindspore import nn
+    """value_and_grad of the loss network with the gradient statistics reduced in the same graph
+    (the engine's gradient family): (value, statistics, gradients)."""
+    from objdebug.engine.gradients import ObjectiveGradient
 
-    class GradOfLoss(nn.Cell):
-        def __init__(self):
-            super().__init__(auto_prefix=False)  # keep the user's parameter names
-            self.net = net
-            self.grad = ms.value_and_grad(net, None, params, has_aux=has_aux)
-
-        def construct(self, *inputs):
-            return self.grad(*inputs)
-
-    return GradOfLoss()
+    return ObjectiveGradient(net, params, has_aux=has_aux)
 
 
 def __getattr__(name: str) -> Any:
@@ -416,8 +417,10 @@ class _MonitorCallbackMixin:
             self.monitor.reopen()
         self._offset = self.monitor.steps
 
-    def _gradients(self, cb: Any) -> tuple[Any, list, Any]:
+    def _gradients(self, cb: Any) -> tuple[Any, list, Any, dict[str, np.ndarray]]:
         import mindspore as ms
+
+        from objdebug.engine.gradients import stats_on_host
 
         if self._grad is None:
             self._net = self.loss_net or getattr(cb.train_network, "network", cb.train_network)
@@ -426,7 +429,7 @@ class _MonitorCallbackMixin:
             self._grad = _grad_cell(self._net, self._params, self._aux)
         inputs = cb.train_dataset_element
         inputs = [x if isinstance(x, ms.Tensor) else ms.Tensor(x) for x in inputs]
-        value, grads = self._grad(*inputs)
+        value, stats, grads = self._grad(*inputs)
         if isinstance(value, tuple) and not self._aux:
             # (loss, ...) with no components named: without has_aux, value_and_grad would
             # differentiate the SUM of the outputs; the loss is the first output only
@@ -435,9 +438,9 @@ class _MonitorCallbackMixin:
                      "components=[...] to log them)", len(value))
             self._aux = True
             self._grad = _grad_cell(self._net, self._params, True)
-            value, grads = self._grad(*inputs)
+            value, stats, grads = self._grad(*inputs)
         comps = value[1:] if isinstance(value, tuple) else None
-        return grads, self._params, comps
+        return grads, self._params, comps, stats_on_host(stats)
 
     def on_train_step_end(self, run_context: Any) -> None:
         cb = run_context.original_args()
@@ -450,12 +453,12 @@ class _MonitorCallbackMixin:
             loss = out[0]
         else:
             loss = out
-        grads = params = None
+        grads = params = stats = None
         step = self._offset + cb.cur_step_num
         if self.monitor.due(step) and getattr(cb, "train_dataset_element", None) is not None:
-            grads, params, aux = self._gradients(cb)
+            grads, params, aux, stats = self._gradients(cb)
             comps = comps if comps is not None else aux
-        self.monitor.step(loss, comps, grads, params, step=step)
+        self.monitor.step(loss, comps, grads, params, step=step, stats=stats)
         if self.monitor.should_stop:
             run_context.request_stop()
 

@@ -26,11 +26,10 @@ def _log_softmax64(logits):
     return x - np.log(np.exp(x).sum(-1, keepdims=True))
 
 
-def reference_losses(cfg, rows):
+def reference_losses(cfg, rows, engine):
     """float64 reference: mean CE over the positions the objective is expected to score, each
-    sample right-padded to its engine bucket as the engine does (padding is scored when broken)."""
-    runtime.setup(cfg.run.device, cfg.run.mode, cfg.run.seed)
-    engine = Engine(load_target(cfg))
+    sample right-padded to its engine bucket as the engine does (padding is scored when broken).
+    `engine`: one whose buckets were planned from these rows (as in the run)."""
     out = {}
     for r in rows:
         for s in r["samples"].values():
@@ -66,8 +65,8 @@ def test_losses_match_numpy_reference(tiny_runs):
         runtime.setup("CPU", "graph", 0)
         target = load_target(cfg)
         ctx = Context(config=cfg, target=target, engine=Engine(target), profile=load_profile())
-        rows = align_rows(ctx)
-        ref = reference_losses(cfg, rows)
+        rows = align_rows(ctx)  # plans the engine's buckets from the rows, as the run did
+        ref = reference_losses(cfg, rows, ctx.engine)
         for row in _rows(result):
             for kind in ("good", "medium", "bad"):
                 assert row[kind] == pytest.approx(ref[(row["id"], kind)], rel=1e-4, abs=1e-5), (cfg.data.label_pad_id, row["id"], kind)
@@ -174,15 +173,17 @@ def test_compiles_are_counted_once_per_shape(tiny_runs):
     _, good, _, _ = tiny_runs
     graphs = [(g["graph"], g["shapes"]) for g in good.compiles["graphs"]]
     assert len(graphs) == len(set(graphs)) == good.compiles["count"]
-    # one per-sample graph per length bucket serves all 21 answers and the masked probe
+    # one per-sample graph per planned length bucket serves all 21 answers and the masked probe:
+    # the ladder would give two (32 and 64), one compile costs more than padding 21 short rows
     import json
 
-    from objdebug.engine.data import bucket_length
+    from objdebug.engine.data import bucket_length, choose_buckets
 
     rows = [json.loads(line) for line in open(TARGETS / "tiny" / "align.jsonl")]
-    buckets = {bucket_length(len((r["prompt"] + r[k]).encode())) for r in rows
-               for k in ("good", "medium", "bad")}
-    assert sum(1 for g, _ in graphs if g == "objective.per_sample") == len(buckets) == 2
+    lengths = [len((r["prompt"] + r[k]).encode()) for r in rows for k in ("good", "medium", "bad")]
+    assert {bucket_length(n) for n in lengths} == {32, 64}
+    assert choose_buckets(lengths, 8) == (64,)
+    assert sum(1 for g, _ in graphs if g == "objective.per_sample") == 1
 
 
 def test_nonfinite_losses_fail_obj104():

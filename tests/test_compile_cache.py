@@ -73,13 +73,16 @@ class FakeMindSpore:
         return graph
 
 
-class FakeEngine:
-    def __init__(self, ms: FakeMindSpore):
-        self.ms = ms
-        self.compiled: set = set()
+def FakeEngine(ms: FakeMindSpore):
+    """The real Engine (its compile hook is what the cache listens to) over a stand-in target."""
+    from types import SimpleNamespace
 
-    def call(self, name, fn, *args):
-        return fn(*args)
+    from objdebug.engine.core import Engine
+
+    data = SimpleNamespace(pad_id=0, label_pad_id=-100, shift=True, vocab_size=256)
+    engine = Engine(SimpleNamespace(config=SimpleNamespace(data=data)))
+    engine.ms, engine.compiled = ms, set()
+    return engine
 
 
 class Shape:

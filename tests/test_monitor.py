@@ -18,8 +18,9 @@ from objdebug.findings import Verdict
 runner = CliRunner()
 
 
-# --------------------------------------------------------------------------- pure rules, no MindSpore
+# --------------------------------------------------------------------------- statistics and rules
 def test_grad_stats_match_numpy():
+    # reduced in graph in float32 by the grad stage's GradientStats: float32 tolerance
     rng = np.random.default_rng(0)
     names = ["embed.weight", "blocks.0.attn.w", "blocks.0.attn.b", "blocks.1.mlp.w", "head.w", "gate"]
     grads = [rng.normal(size=(4, 3)), rng.normal(size=(3, 3)) * 10, rng.normal(size=3),
@@ -27,14 +28,14 @@ def test_grad_stats_match_numpy():
     s = monitor.grad_stats(names, grads)
     finite = [np.where(np.isfinite(g), g, 0.0) for g in grads]
     norms = np.array([np.linalg.norm(g) for g in finite])
-    assert s["global_norm"] == pytest.approx(np.sqrt(np.sum(norms ** 2)), rel=1e-12)
+    assert s["global_norm"] == pytest.approx(np.sqrt(np.sum(norms ** 2)), rel=1e-6)
     mats = norms[[0, 1, 3, 4]]                                    # ndim >= 2 only
-    assert s["max_mean_ratio"] == pytest.approx(mats.max() / mats.mean(), rel=1e-12)
-    assert s["max_mean_ratio_all"] == pytest.approx(norms.max() / norms.mean(), rel=1e-12)
+    assert s["max_mean_ratio"] == pytest.approx(mats.max() / mats.mean(), rel=1e-6)
+    assert s["max_mean_ratio_all"] == pytest.approx(norms.max() / norms.mean(), rel=1e-6)
     assert s["max_param"] == "blocks.0.attn.w"
     assert s["nonfinite"] == 2 and s["nonfinite_params"] == ["gate"]
     assert s["zero_params"] == ["head.w"]
-    assert s["layers"]["blocks.0"] == pytest.approx(np.sqrt(norms[1] ** 2 + norms[2] ** 2), rel=1e-12)
+    assert s["layers"]["blocks.0"] == pytest.approx(np.sqrt(norms[1] ** 2 + norms[2] ** 2), rel=1e-6)
     assert set(s["layers"]) == {"embed", "blocks.0", "blocks.1", "head", "gate"}
 
 
@@ -323,9 +324,10 @@ def test_callback_differentiates_only_the_first_output_without_components(tmp_pa
 
     cb = monitor.MonitorCallback(tmp_path / "log.jsonl", loss_net=TwoOutputs())
     x = np.array([1.0, 2.0, 3.0], np.float32)
-    grads, params, _ = cb._gradients(SimpleNamespace(train_network=None, train_dataset_element=[x]))
+    grads, params, _, stats = cb._gradients(SimpleNamespace(train_network=None, train_dataset_element=[x]))
     np.testing.assert_allclose(grads[0].asnumpy(), x)  # the sum would give x + 100
+    assert stats["finite_sq"] == pytest.approx([(x.astype(np.float64) ** 2).sum()])  # reduced in graph
     assert [p.name for p in params] == ["w"]
-    grads, _, _ = cb._gradients(SimpleNamespace(train_network=None, train_dataset_element=[x]))
+    grads, _, _, _ = cb._gradients(SimpleNamespace(train_network=None, train_dataset_element=[x]))
     np.testing.assert_allclose(grads[0].asnumpy(), x)
     cb.monitor.close()

@@ -38,7 +38,6 @@ import hashlib
 import json
 import os
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -187,6 +186,7 @@ class CompileCache:
         self.misses = 0
         self.unsafe = ""
         self._seen: set[tuple[str, str]] = set()
+        self._pending: tuple[str, str] | None = None  # the first call under way (before -> after)
         self._lock_fd: int | None = None
         self._last: dict[str, tuple[int, int]] = {}
 
@@ -297,31 +297,32 @@ class CompileCache:
         return self.status in ("warm", "cold")
 
     def attach(self, engine: Any) -> None:
-        """Check every first (graph, shapes) call of `engine` against the manifest before it compiles."""
-        if not self.active:
+        """Check every first (graph, shapes) call of `engine` against the manifest before it
+        compiles: the cache listens to the engine's compiles (`Engine.add_compile_listener`)."""
+        if self.active:
+            engine.add_compile_listener(self)
+
+    def before_compile(self, graph: str, signature: str) -> None:
+        key = (graph, signature)
+        self._pending = None
+        if not self.active or key in self._seen:
             return
-        original = engine.call
+        self._seen.add(key)
+        try:
+            self._before(key)
+        except Exception as exc:
+            self._disable(f"{type(exc).__name__}: {exc}")
+            return
+        self._pending = key
 
-        def call(name, fn, *args):
-            key = (name, _signature(args))
-            if not self.active or key in self._seen:
-                return original(name, fn, *args)
-            self._seen.add(key)
-            try:
-                self._before(key)
-            except Exception as exc:
-                self._disable(f"{type(exc).__name__}: {exc}")
-                return original(name, fn, *args)
-            start = time.perf_counter()
-            try:
-                return original(name, fn, *args)
-            finally:
-                try:
-                    self._after(key, time.perf_counter() - start)
-                except Exception as exc:
-                    self._disable(f"{type(exc).__name__}: {exc}")
-
-        engine.call = call
+    def after_compile(self, graph: str, signature: str, seconds: float) -> None:
+        key, self._pending = self._pending, None
+        if key != (graph, signature) or not self.active:
+            return
+        try:
+            self._after(key, seconds)
+        except Exception as exc:
+            self._disable(f"{type(exc).__name__}: {exc}")
 
     def _before(self, key: tuple[str, str]) -> None:
         now = self._files()

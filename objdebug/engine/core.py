@@ -5,6 +5,11 @@ per kind of computation (per-sample loss, logits, gradients, ...), pads inputs t
 buckets with a fixed batch size, and records every first call of a (graph, shape) pair as a
 compile with its time, per stage. Stages share one Engine, so no stage recompiles what another
 stage already built.
+
+The engine owns batching: the padding (`Padding`, read once from `[data]`), the length buckets
+(chosen once for the rows at hand by `plan_buckets`, see `choose_buckets`) and `batches()`, the
+one way rows become [batch_size, T] arrays. Listeners added with `add_compile_listener` hear
+every first call of a (graph, shapes) pair before and after it runs (the compile cache).
 """
 
 from __future__ import annotations
@@ -12,11 +17,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from objdebug.engine.data import Sample, bucket_length, pack
+from objdebug.engine.data import (Batch, Padding, Sample, bucket_length, choose_buckets, filled_rows,
+                                  group_by_length)
 from objdebug.progress import Progress, shapes_text
 from objdebug.engine.target import Target
 
@@ -54,21 +60,30 @@ class CompileLog:
                 "graphs": [asdict(r) for r in self.records]}
 
 
+class CompileListener(Protocol):
+    """Hears every first call of a (graph, input signature) pair: a compile."""
+
+    def before_compile(self, graph: str, signature: str) -> None: ...
+
+    def after_compile(self, graph: str, signature: str, seconds: float) -> None: ...
+
+
 class Engine:
     """Compiled, reusable evaluation of one target."""
 
-    def __init__(self, target: Target, batch_size: int = 8, buckets: Sequence[int] | None = None,
-                 progress: Progress | None = None):
+    def __init__(self, target: Target, batch_size: int = 8, progress: Progress | None = None):
         self.target = target
         self.batch_size = int(batch_size)
-        self.buckets = tuple(buckets) if buckets else None
+        self.padding = Padding.of(target.config.data)
         self.compiles = CompileLog()
         self.stage = "setup"
         self.progress = progress or Progress()  # no display unless the caller passes one
         self._cells: dict[str, Any] = {}
         self._seen: set[tuple[str, str]] = set()
+        self._listeners: list[CompileListener] = []
         self._vocab: int | None = target.config.data.vocab_size
         self.max_length: int | None = None  # the model's longest input, when known (contract.py)
+        self.buckets: tuple[int, ...] | None = None  # chosen by plan_buckets; None: the ladder
 
     # ------------------------------------------------------------------ plumbing
     def cell(self, name: str, builder: Callable[[], Any]) -> Any:
@@ -76,6 +91,11 @@ class Engine:
         if name not in self._cells:
             self._cells[name] = builder()
         return self._cells[name]
+
+    def add_compile_listener(self, listener: CompileListener) -> None:
+        """`listener.before_compile(graph, signature)` before, `after_compile(graph, signature,
+        seconds)` after (also when it raised) every first call of a (graph, input signature)."""
+        self._listeners.append(listener)
 
     def call(self, name: str, fn: Callable, *args: Any) -> Any:
         """Call a compiled function; the first call per (name, input shapes) is logged as a compile."""
@@ -85,12 +105,17 @@ class Engine:
         if key in self._seen:
             return fn(*args)
         shapes = shapes_text(sig)
+        for listener in self._listeners:
+            listener.before_compile(name, sig)
         self.progress.compile_start(name, shapes)  # the display shows what compiles, and for how long
         start = time.perf_counter()
         try:
             out = fn(*args)
         finally:
-            self.progress.compile_end(name, shapes, time.perf_counter() - start)
+            seconds = time.perf_counter() - start
+            self.progress.compile_end(name, shapes, seconds)
+            for listener in self._listeners:
+                listener.after_compile(name, sig, seconds)
         self._seen.add(key)
         self.compiles.records.append(CompileRecord(name, sig, time.perf_counter() - start, self.stage))
         return out
@@ -99,11 +124,44 @@ class Engine:
         """Whether the graph `name` has completed a call (at any shape)."""
         return any(n == name for n, _ in self._seen)
 
+    # ------------------------------------------------------------------ lengths and batches
+    def plan_buckets(self, lengths: Sequence[int]) -> tuple[int, ...]:
+        """Choose the length buckets once for the rows every stage will batch (see
+        `choose_buckets`): the cheapest set of graphs + padded work. Later calls keep the plan,
+        so every stage pads to the same lengths and reuses the same graphs."""
+        if self.buckets is None and len(lengths):
+            self.buckets = choose_buckets(lengths, self.batch_size, cap=self.max_length)
+        return self.buckets or ()
+
     def bucket(self, n: int) -> int:
-        b = bucket_length(n, self.buckets) if self.buckets else bucket_length(n)
+        """The padded length of a row of n tokens: the smallest planned bucket that holds it,
+        beyond the plan (or before one is made) the power-of-two ladder."""
+        planned = [b for b in self.buckets or () if b >= n]
+        b = planned[0] if planned else bucket_length(n)
         if self.max_length and n <= self.max_length:  # never pad past the model's position table
             b = min(b, self.max_length)
         return b
+
+    def batches(self, samples: Sequence[Sample], length: int | None = None,
+                size: int | None = None) -> list[Batch]:
+        """The rows packed into batches of `size` rows (default: the batch size), short ones
+        filled (`filled_rows`); `index` maps each batch's data rows back to `samples`.
+
+        length None: grouped by length bucket (one graph per bucket); else every batch has this
+        length (one graph for all, e.g. a gradient batch list).
+        """
+        size = int(size or self.batch_size)
+        if length is None:
+            groups = group_by_length([s.length for s in samples], self.bucket, size)
+        else:
+            groups = [(length, list(range(k, min(k + size, len(samples)))))
+                      for k in range(0, len(samples), size)]
+        out = []
+        for n, idx in groups:
+            rows = [samples[i] for i in idx]
+            ids, labels = self.padding.pack(filled_rows(rows, size), n)
+            out.append(Batch(ids, labels, rows, size - len(rows), list(idx)))
+        return out
 
     # ------------------------------------------------------------------ vocabulary
     def vocab_size(self) -> int | None:
@@ -135,7 +193,7 @@ class Engine:
                         ms.Tensor(labels, ms.int32))
         return out.asnumpy().astype(np.float64)
 
-    def evaluate(self, samples: list[Sample], extra_pad: int = 0, label: str = "") -> np.ndarray:
+    def evaluate(self, samples: list[Sample], label: str = "") -> np.ndarray:
         """Per-sample objective outputs float64[N, K], in input order; batched per length bucket.
 
         Under `--workers N` (msrun) each worker evaluates its share of the same batches and the
@@ -144,40 +202,29 @@ class Engine:
         """
         from objdebug.distributed import shard_and_combine
 
-        cfg = self.target.config.data
-        groups: dict[int, list[int]] = {}
-        for i, s in enumerate(samples):
-            groups.setdefault(self.bucket(s.length + extra_pad), []).append(i)
-        batches = [(length, idx[start:start + self.batch_size])
-                   for length, idx in sorted(groups.items())
-                   for start in range(0, len(idx), self.batch_size)]
+        if not samples:
+            return np.zeros((0, 1))
+        batches = self.batches(samples)
 
         def run_batch(b: int) -> np.ndarray:
-            length, chunk = batches[b]
-            # fill a short batch with copies of its first row: same shape, same graph
-            rows = [samples[i] for i in chunk] + [samples[chunk[0]]] * (self.batch_size - len(chunk))
-            ids, labels = pack(rows, length, cfg.pad_id, cfg.label_pad_id, cfg.shift,
-                               extra_pad=extra_pad)
-            out = self.per_sample_raw(ids, labels)[:len(chunk)]
+            batch = batches[b]
+            out = self.per_sample_raw(batch.input_ids, batch.labels)[:len(batch.samples)]
             tick()
             return out
 
-        if not samples:
-            return np.zeros((0, 1))
         with self.progress.task(label or f"{self.stage}: objective", total=len(batches)) as tick:
-            combined = shard_and_combine(len(samples), 1, [c for _, c in batches], run_batch)
+            combined = shard_and_combine(len(samples), 1, [b.index for b in batches], run_batch)
             if combined is not None:
                 return combined
             results = np.concatenate([run_batch(b) for b in range(len(batches))])
-        order = np.concatenate([np.asarray(c) for _, c in batches])
+        order = np.concatenate([np.asarray(b.index) for b in batches])
         out = np.empty_like(results)
         out[order] = results
         return out
 
     def masked_probe(self, length: int | None = None) -> np.ndarray:
         """The objective on rows whose labels are all label_pad_id: what a fully masked sample scores."""
-        cfg = self.target.config.data
         length = length or self.bucket(1)
-        ids = np.full((self.batch_size, length), cfg.pad_id, np.int32)
-        labels = np.full((self.batch_size, length), cfg.label_pad_id, np.int32)
+        ids = np.full((self.batch_size, length), self.padding.pad_id, np.int32)
+        labels = np.full((self.batch_size, length), self.padding.label_pad_id, np.int32)
         return self.per_sample_raw(ids, labels)[0]

@@ -106,7 +106,9 @@ def align_rows(ctx: Context) -> list[dict[str, Any]]:
             rows.append({"id": rid, "line": lineno, "samples": samples, "synthetic": synthetic})
         _check_lengths(ctx, rows, str(path))
         return rows
-    return ctx.cached("align.rows", build)
+    rows = ctx.cached("align.rows", build)
+    plan_buckets(ctx)
+    return rows
 
 
 def score_rows(ctx: Context) -> list[dict[str, Any]]:
@@ -142,7 +144,9 @@ def score_rows(ctx: Context) -> list[dict[str, Any]]:
                          "sample": Sample(id=rid, prompt=prompt, response=response, kind="response")})
         _check_lengths(ctx, rows, str(path))
         return rows
-    return ctx.cached("scores.rows", build)
+    rows = ctx.cached("scores.rows", build)
+    plan_buckets(ctx)
+    return rows
 
 
 JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
@@ -188,7 +192,27 @@ def text_rows(ctx: Context) -> list[Sample]:
                 out.append(Sample(id=rid if len(pieces) == 1 else f"{rid}#{k}", prompt=[],
                                   response=piece, kind="text", meta={"line": lineno}))
         return out
-    return ctx.cached("text.rows", build)
+    rows = ctx.cached("text.rows", build)
+    plan_buckets(ctx)
+    return rows
+
+
+def plan_buckets(ctx: Context) -> None:
+    """The engine's length buckets, chosen once from every row the stages batch (align answers,
+    scored responses, the corpus; `Engine.plan_buckets`), as soon as the first rows are read, so
+    align, grad, decompose, correlate and stress pad to the same lengths and share the graphs."""
+    if "engine.buckets" in ctx.cache:
+        return
+    ctx.cache["engine.buckets"] = None  # the loaders below come back here
+    cfg = ctx.config.data
+    lengths = []
+    if cfg.align:
+        lengths += [s.length for r in align_rows(ctx) for s in r["samples"].values()]
+    if cfg.scores:
+        lengths += [r["sample"].length for r in score_rows(ctx)]
+    if cfg.text:
+        lengths += [s.length for s in text_rows(ctx)]
+    ctx.cache["engine.buckets"] = ctx.engine.plan_buckets(lengths)
 
 
 def text_samples(ctx: Context, n: int | None = None) -> list[Sample]:

@@ -15,13 +15,19 @@ so every compile is counted. Both call the objective on a whole batch exactly as
   the squared gradient norm per position [B, T], for padding leakage and scale sensitivity, and
   the gradient itself [B, T, V] (the size of the logits, which are on the host already) for the
   likelihood-shape comparison (OBJ208): one graph for all three checks.
+
+The one family of in-graph gradient reductions: `GradientStats` reduces a gradient tuple to
+per-parameter statistics, `ObjectiveGradient` differentiates any forward Cell and reduces in the
+same graph. The grad stage, decompose, the stress cases and the training monitor all use them,
+and `max_mean_ratio` on the host, so OBJ202 and OBJ603 read the same numbers off the same
+gradients.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import mindspore as ms
@@ -29,11 +35,60 @@ import numpy as np
 from mindspore import nn, ops
 
 from objdebug.engine.cells import BatchObjective, ObjectiveOnLogits
-from objdebug.engine.data import Sample, pack
+from objdebug.engine.data import Batch  # noqa: F401  (re-exported: objdebug.engine.gradients.Batch)
 from objdebug.naming import layer_of  # noqa: F401  (re-exported: objdebug.engine.gradients.layer_of)
 
 PARAM_PROBE = "grad.param_probe"
 LOGIT_PROBE = "grad.logit_probe"
+
+
+def gradient_stats(grads):
+    """The one per-parameter reduction of a gradient tuple -> float32[P] each: squared L2 norm,
+    max |g|, exact zeros, NaN/Inf elements, and the squared L2 norm over the finite elements only
+    (what a monitor plots when a few overflow). Traced into every gradient graph through
+    `GradientStats` (`ObjectiveGradient`, the training monitor's `reduce_gradients`)."""
+    sq, mx, zeros, bad, finite_sq = [], [], [], [], []
+    for g in grads:
+        g32 = ops.cast(g, ms.float32)
+        finite = ops.isfinite(g32)
+        sq.append((g32 * g32).sum())
+        mx.append(ops.abs(g32).max())
+        zeros.append(ops.cast(g32 == 0, ms.float32).sum())
+        bad.append(ops.cast(ops.logical_not(finite), ms.float32).sum())
+        kept = ops.select(finite, g32, ops.zeros_like(g32))
+        finite_sq.append((kept * kept).sum())
+    return ops.stack(sq), ops.stack(mx), ops.stack(zeros), ops.stack(bad), ops.stack(finite_sq)
+
+
+class GradientStats(nn.Cell):
+    """`gradient_stats` inside a graph: (*grads) -> its five float32[P] tensors.
+
+    The gradients are separate arguments (not one tuple, which MindSpore would fold in as a
+    constant and recompile on every call); inside another Cell's graph it is called as
+    `self.stats(*grads)`.
+    """
+
+    def construct(self, *grads):
+        return gradient_stats(grads)
+
+
+class ObjectiveGradient(nn.Cell):
+    """(*inputs) -> (value, GradientStats of the gradients, gradients) of `forward` w.r.t. `params`.
+
+    has_aux: `forward` returns (total, aux...) and only the total is differentiated (the value
+    returned is the whole tuple); without it, the single output.
+    """
+
+    def __init__(self, forward, params, has_aux: bool = True):
+        super().__init__(auto_prefix=False)  # keep the user's parameter names
+        self.forward = forward
+        self.weights = ms.ParameterTuple(params)
+        self.grad_fn = ms.value_and_grad(self.forward, None, self.weights, has_aux=has_aux)
+        self.stats = GradientStats()
+
+    def construct(self, *inputs):
+        value, grads = self.grad_fn(*inputs)
+        return value, self.stats(*grads), grads
 
 
 def _build_param_probe(target, params):
@@ -42,25 +97,53 @@ def _build_param_probe(target, params):
 
         def __init__(self, loss, weights):
             super().__init__(auto_prefix=False)
-            self.loss = loss
-            self.weights = ms.ParameterTuple(weights)
-            self.grad_fn = ms.value_and_grad(self.loss, None, self.weights, has_aux=True)
+            self.gradient = ObjectiveGradient(loss, weights)
 
         def construct(self, input_ids, labels, *directions):
-            (_, outputs), grads = self.grad_fn(input_ids, labels)
-            sq, mx, zeros, bad = [], [], [], []
+            (_, outputs), (sq, mx, zeros, bad, _), grads = self.gradient(input_ids, labels)
             gdot = ops.zeros((directions[0].shape[0],), ms.float32)
             for g, d in zip(grads, directions):
-                g32 = ops.cast(g, ms.float32)
-                sq.append((g32 * g32).sum())
-                mx.append(ops.abs(g32).max())
-                zeros.append(ops.cast(g32 == 0, ms.float32).sum())
-                bad.append(ops.cast(ops.logical_not(ops.isfinite(g32)), ms.float32).sum())
                 n = d.shape[0]
-                gdot = gdot + (d * ops.expand_dims(g32, 0)).reshape((n, -1)).sum(1)
-            return outputs, ops.stack(sq), ops.stack(mx), ops.stack(zeros), ops.stack(bad), gdot, grads
+                gdot = gdot + (d * ops.expand_dims(ops.cast(g, ms.float32), 0)).reshape((n, -1)).sum(1)
+            return outputs, sq, mx, zeros, bad, gdot, grads
 
     return ParamProbe(BatchObjective(target), params)
+
+
+_REDUCER: dict[str, Any] = {}
+
+
+def reduce_gradients(grads) -> dict[str, np.ndarray]:
+    """`GradientStats` of gradients computed elsewhere (a training loop's `value_and_grad`,
+    Tensors or arrays) -> float64 arrays by name. One compiled graph per process and set of
+    gradient shapes (~1-2 s once on CPU), then ~10 ms a call for the demo model; op by op it
+    would dispatch 6 kernels per parameter on every call (~6 ms per parameter), and on the host
+    it would copy every gradient off the device."""
+    cell = _REDUCER.setdefault("cell", GradientStats())
+    tensors = [g if isinstance(g, ms.Tensor) else ms.Tensor(np.asarray(g)) for g in grads]
+    return stats_on_host(cell(*tensors))
+
+
+STAT_NAMES = ("sq_norm", "max_abs", "zeros", "nonfinite", "finite_sq")
+
+
+def stats_on_host(stats) -> dict[str, np.ndarray]:
+    """GradientStats' outputs (Tensors) -> float64 arrays by name."""
+    return {k: o.asnumpy().astype(np.float64) for k, o in zip(STAT_NAMES, stats)}
+
+
+def max_mean_ratio(norms: np.ndarray, over: list[int] | None = None) -> tuple[float, int, float]:
+    """(max / mean, index of the max, mean) of per-parameter gradient norms over the indices
+    `over` (all by default): OBJ202's and OBJ603's quantity. A NaN norm is never the max; the
+    ratio is NaN when the mean is not > 0."""
+    norms = np.asarray(norms, dtype=np.float64)
+    pick = list(range(len(norms))) if over is None else list(over)
+    if not pick:
+        return float("nan"), 0, float("nan")
+    sub = norms[pick]
+    mean = float(sub.mean())
+    imax = pick[int(np.nanargmax(sub))] if np.isfinite(sub).any() else pick[0]
+    return (float(norms[imax] / mean) if mean > 0 else float("nan")), imax, mean
 
 
 def _build_logit_probe(target):
@@ -102,28 +185,6 @@ class ParamGradients:
     @property
     def norms(self) -> np.ndarray:
         return np.sqrt(self.sq_norm)
-
-
-@dataclass
-class Batch:
-    """The packed gradient batch: input_ids / labels int32[B, T] and the data rows in it."""
-
-    input_ids: np.ndarray
-    labels: np.ndarray
-    samples: list[Sample] = field(default_factory=list)
-    filled: int = 0            # rows that are copies, to keep the batch shape
-
-
-def make_batch(samples: list[Sample], batch_size: int, length: int, pad_id: int, label_pad_id: int,
-               shift: bool) -> Batch:
-    """Pack `samples` into [batch_size, length]; a short batch is filled with copies (same shape)."""
-    if not samples:
-        raise ValueError("For 'make_batch', 'samples' must not be empty.")
-    rows = list(samples[:batch_size])
-    filled = batch_size - len(rows)
-    rows += [rows[i % len(rows)] for i in range(filled)]
-    ids, labels = pack(rows, length, pad_id, label_pad_id, shift)
-    return Batch(ids, labels, list(samples[:batch_size]), filled)
 
 
 class GradientProbe:

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from objdebug.context import Context
-from objdebug.engine.data import Sample, pack
+from objdebug.engine.data import Sample
 from objdebug.engine.datasets import text_samples
 from objdebug.errors import InputError
 from objdebug.findings import Check, Condition, Verdict, band
@@ -30,12 +30,8 @@ def _samples(ctx: Context) -> list[Sample]:
 
 
 def engine_batches(ctx: Context, samples: list[Sample]) -> list[list[int]]:
-    """Sample indices per engine batch: the engine's own bucket grouping, without filler rows."""
-    groups: dict[int, list[int]] = {}
-    for i, s in enumerate(samples):
-        groups.setdefault(ctx.engine.bucket(s.length), []).append(i)
-    size = ctx.engine.batch_size
-    return [idx[k:k + size] for _, idx in sorted(groups.items()) for k in range(0, len(idx), size)]
+    """Sample indices per engine batch: the engine's own batches, without filler rows."""
+    return [b.index for b in ctx.engine.batches(samples)]
 
 
 def component_names(ctx: Context, n_components: int) -> list[str]:
@@ -97,11 +93,12 @@ def _reconstruction(total: np.ndarray, comps: np.ndarray) -> dict[str, Any]:
 
 
 def _build_weighted_grad(ctx: Context):
-    """One Cell: (input_ids, labels, w) -> ((sum_i w_i c_i, components), grads wrt model params)."""
-    import mindspore as ms
-    from mindspore import nn, ops
+    """One Cell: (input_ids, labels, w) -> ((sum_i w_i c_i, components), statistics, grads wrt
+    model params): the engine's gradient family (`ObjectiveGradient`) on a weighted total."""
+    from mindspore import nn
 
     from objdebug.engine.cells import BatchObjective
+    from objdebug.engine.gradients import ObjectiveGradient
 
     class WeightedComponents(nn.Cell):
         def __init__(self, target):
@@ -113,16 +110,7 @@ def _build_weighted_grad(ctx: Context):
             comps = outputs[1:]
             return (comps * w).sum(), comps
 
-    class ComponentGrad(nn.Cell):
-        def __init__(self, fn, params):
-            super().__init__(auto_prefix=False)
-            self.fn = fn
-            self.grad = ms.value_and_grad(fn, None, params, has_aux=True)
-
-        def construct(self, input_ids, labels, w):
-            return self.grad(input_ids, labels, w)
-
-    return ComponentGrad(WeightedComponents(ctx.target), shared_params(ctx))
+    return ObjectiveGradient(WeightedComponents(ctx.target), shared_params(ctx))
 
 
 def shared_params(ctx: Context) -> list:
@@ -131,17 +119,10 @@ def shared_params(ctx: Context) -> list:
 
 
 def gradient_batches(ctx: Context, samples: list[Sample], n_batches: int) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Up to n_batches engine-sized batches at ONE bucket length (one graph), short ones filled."""
-    cfg = ctx.config.data
-    size = ctx.engine.batch_size
-    chosen = samples[:max(1, n_batches) * size]
+    """Up to n_batches engine batches at ONE bucket length (one graph), short ones filled."""
+    chosen = samples[:max(1, n_batches) * ctx.engine.batch_size]
     length = ctx.engine.bucket(max(s.length for s in chosen))
-    out = []
-    for k in range(0, len(chosen), size):
-        rows = chosen[k:k + size]
-        rows = rows + [rows[0]] * (size - len(rows))
-        out.append(pack(rows, length, cfg.pad_id, cfg.label_pad_id, cfg.shift))
-    return out
+    return [(b.input_ids, b.labels) for b in ctx.engine.batches(chosen, length)]
 
 
 def component_gradients(ctx: Context, n_components: int, batches) -> dict[str, Any]:
@@ -156,8 +137,8 @@ def component_gradients(ctx: Context, n_components: int, batches) -> dict[str, A
         for k in range(n_components):
             w = np.zeros(n_components, np.float32)
             w[k] = 1.0
-            (_, comps), grads = ctx.engine.call(GRAPH_NAME, cell, ms.Tensor(ids, ms.int32),
-                                                ms.Tensor(labels, ms.int32), ms.Tensor(w))
+            (_, comps), _, grads = ctx.engine.call(GRAPH_NAME, cell, ms.Tensor(ids, ms.int32),
+                                                   ms.Tensor(labels, ms.int32), ms.Tensor(w))
             values[k, b] = float(comps.asnumpy()[k])
             for acc, g in zip(sums[k], grads):
                 acc += g.asnumpy().astype(np.float64)

@@ -22,7 +22,7 @@ from objdebug.context import Context
 from objdebug.engine.datasets import text_samples
 from objdebug.errors import InputError
 from objdebug.findings import Check, Condition, Verdict, band, listing
-from objdebug.engine.gradients import (Batch, GradientProbe, ParamGradients, layer_of, make_batch,
+from objdebug.engine.gradients import (Batch, GradientProbe, ParamGradients, layer_of, max_mean_ratio,
                                 reference_mean_ce_grad)
 from objdebug.likelihood import analyse as likelihood_shape
 
@@ -38,7 +38,6 @@ def _settings(ctx: Context) -> dict[str, Any]:
 def grad_batch(ctx: Context) -> Batch:
     """The gradient batch: --samples data rows (default: the batch size), --batch-size rows."""
     def build() -> Batch:
-        cfg = ctx.config.data
         rows = int(ctx.option("batch_size", ctx.engine.batch_size))
         n = int(ctx.option("samples", rows))
         for name, value in (("--batch-size", rows), ("--samples", n)):
@@ -46,8 +45,7 @@ def grad_batch(ctx: Context) -> Batch:
                 raise InputError(f"For '{name}', the value must be >= 1, but got {value}.")
         samples = text_samples(ctx, n)
         length = ctx.engine.bucket(max(s.length for s in samples))
-        return make_batch(samples, max(rows, len(samples)), length, cfg.pad_id, cfg.label_pad_id,
-                          cfg.shift)
+        return ctx.engine.batches(samples, length, size=max(rows, len(samples)))[0]
     return ctx.cached("grad.batch", build)
 
 
@@ -73,7 +71,7 @@ def logit_gradients(ctx: Context) -> dict[str, np.ndarray]:
         batch = grad_batch(ctx)
         logits = ctx.engine.logits(batch.input_ids)
         outputs, sq, g = grad_probe(ctx).logits(logits, batch.labels)
-        ref = reference_mean_ce_grad(logits, batch.labels, ctx.config.data.label_pad_id)
+        ref = reference_mean_ce_grad(logits, batch.labels, ctx.engine.padding.label_pad_id)
         return {"outputs": outputs, "sq": sq, "reference_sq": ref, "grad": g, "logits": logits}
     return ctx.cached("grad.logits", build)
 
@@ -87,7 +85,7 @@ def _no_params(ctx: Context) -> str | None:
 
 
 def _batch_info(ctx: Context, batch: Batch) -> dict[str, Any]:
-    pid = ctx.config.data.label_pad_id
+    pid = ctx.engine.padding.label_pad_id
     return {"rows": int(batch.input_ids.shape[0]), "length": int(batch.input_ids.shape[1]),
             "data_rows": len(batch.samples), "filled_rows": batch.filled,
             "scored_positions": int((batch.labels != pid).sum()),
@@ -128,8 +126,7 @@ class GradientHealth(Check):
         layer_rows = [{"layer": v["layer"], "params": v["params"], "norm": math.sqrt(v["sq"]),
                        "max_abs": v["max_abs"], "zero_share": v["zeros"] / v["size"],
                        "nonfinite": v["nonfinite"]} for v in layers.values()]
-        mean = float(norms.mean())
-        imax = int(np.nanargmax(norms)) if np.isfinite(norms).any() else 0
+        ratio, imax, mean = max_mean_ratio(norms)  # over all parameters (OBJ603 takes matrices)
         return {
             "loss": g.loss,
             "outputs": g.outputs.tolist(),
@@ -139,7 +136,7 @@ class GradientHealth(Check):
             "mean_param_norm": mean,
             "max_param_norm": float(norms[imax]),
             "max_param": g.names[imax],
-            "max_mean_ratio": float(norms[imax] / mean) if mean > 0 else float("inf"),
+            "max_mean_ratio": ratio if mean > 0 else float("inf"),
             "nonfinite_total": int(g.nonfinite.sum()),
             "nonfinite_params": [p["name"] for p in params if p["nonfinite"]],
             "disconnected": [p["name"] for p in params if p["zero_share"] == 1.0],
@@ -213,10 +210,10 @@ class PaddingLeakage(Check):
         batch = grad_batch(ctx)
         lg = logit_gradients(ctx)
         sq = lg["sq"]
-        masked = batch.labels == ctx.config.data.label_pad_id
+        masked = batch.labels == ctx.engine.padding.label_pad_id
         leaking = masked & ~(sq <= tol * tol)  # NaN counts as a leak
         total = float(np.nansum(sq))
-        return {"form": "logits", "label_pad_id": ctx.config.data.label_pad_id, "tolerance": tol,
+        return {"form": "logits", "label_pad_id": ctx.engine.padding.label_pad_id, "tolerance": tol,
                 "batch": _batch_info(ctx, batch), "masked": int(masked.sum()),
                 "leaking": int(leaking.sum()),
                 "leak_share": float(np.nansum(sq[leaking]) / total) if total > 0 else 0.0,
@@ -225,20 +222,18 @@ class PaddingLeakage(Check):
 
     def _measure_end_to_end(self, ctx: Context) -> dict[str, Any]:
         """No logits: pad every row further (next length bucket); each row's loss must not move."""
-        cfg = ctx.config.data
         batch = grad_batch(ctx)
         samples = batch.samples[:ctx.engine.batch_size]
         short = ctx.engine.bucket(max(s.length for s in samples))
         long = ctx.engine.bucket(short + 1)
-        a = make_batch(samples, ctx.engine.batch_size, short, cfg.pad_id, cfg.label_pad_id, cfg.shift)
-        b = make_batch(samples, ctx.engine.batch_size, long, cfg.pad_id, cfg.label_pad_id, cfg.shift)
+        a, b = (ctx.engine.batches(samples, n)[0] for n in (short, long))
         la = ctx.engine.per_sample_raw(a.input_ids, a.labels)[:len(samples), 0]
         lb = ctx.engine.per_sample_raw(b.input_ids, b.labels)[:len(samples), 0]
         tol = float(_settings(ctx).get("pad_rel_tolerance", 1e-4))
         with np.errstate(invalid="ignore", divide="ignore"):
             rel = np.abs(lb - la) / np.maximum(np.abs(la), 1e-12)
         changed = ~(rel <= tol)
-        return {"form": "end-to-end", "label_pad_id": cfg.label_pad_id, "tolerance": tol,
+        return {"form": "end-to-end", "label_pad_id": ctx.engine.padding.label_pad_id, "tolerance": tol,
                 "rows": len(samples), "length": short, "padded_length": long,
                 "changed": int(changed.sum()), "max_rel_change": float(np.nanmax(rel)),
                 "mean_loss": float(np.mean(la)), "mean_loss_padded": float(np.mean(lb)),
@@ -288,7 +283,7 @@ class LogitGradientScale(Check):
         batch = grad_batch(ctx)
         lg = logit_gradients(ctx)
         sq, ref_sq = lg["sq"], lg["reference_sq"]
-        scored = batch.labels != ctx.config.data.label_pad_id
+        scored = batch.labels != ctx.engine.padding.label_pad_id
         n = int(scored.sum())
         user = float(np.sqrt(np.sum(sq[scored])))
         ref = float(np.sqrt(np.sum(ref_sq[scored])))
@@ -493,7 +488,7 @@ class LikelihoodShape(Check):
         s = _settings(ctx)
         lg = logit_gradients(ctx)
         batch = grad_batch(ctx)
-        v = likelihood_shape(lg["grad"], lg["logits"], batch.labels, ctx.config.data.label_pad_id,
+        v = likelihood_shape(lg["grad"], lg["logits"], batch.labels, ctx.engine.padding.label_pad_id,
                              band=float(s.get("likelihood_weight_band", 2.0)),
                              max_smoothing=float(s.get("likelihood_max_smoothing", 0.3)),
                              max_entropy=float(s.get("likelihood_max_entropy", 0.2)),

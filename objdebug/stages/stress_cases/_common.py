@@ -3,8 +3,9 @@
 Two graphs over the shared Cells of `objdebug.engine.cells`, both built once per engine through
 `engine.cell` and called through `engine.call` so every (graph, shape) compile is counted:
 
-- `loss_and_grad`: the user's model + objective under `ms.value_and_grad` -> loss, per-parameter
-  squared gradient norms, per-parameter non-finite counts and the gradients themselves. Batch 1
+- `loss_and_grad`: the user's model + objective under the engine's gradient family
+  (`objdebug.engine.gradients.ObjectiveGradient`) -> loss, per-parameter squared gradient norms,
+  per-parameter non-finite counts and the gradients themselves. Batch 1
   for long inputs, padding invariance and the all-padding batch, so they share a few shapes.
 - `objective_on_logits`: the objective alone, fed logits directly (scaled, fp16, bf16); one
   graph per dtype (`OBJECTIVE_ON_LOGITS.<dtype>`), so a dtype whose kernel raises cannot poison
@@ -24,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from objdebug.context import Context
-from objdebug.engine.data import Sample, pack
+from objdebug.engine.data import Sample
 from objdebug.engine.datasets import text_samples
 
 LOSS_AND_GRAD = "stress.loss_and_grad"
@@ -32,28 +33,11 @@ OBJECTIVE_ON_LOGITS = "stress.objective_on_logits"
 
 
 def _build_loss_and_grad(ctx: Context):
-    import mindspore as ms
-    from mindspore import nn, ops
-
     from objdebug.engine.cells import BatchObjective
+    from objdebug.engine.gradients import ObjectiveGradient
 
-    class LossAndGrad(nn.Cell):
-        def __init__(self, target, params):
-            super().__init__(auto_prefix=False)  # keep the user's parameter names
-            self.params = ms.ParameterTuple(params)
-            # has_aux: only the total (first output) is differentiated
-            self.grad_fn = ms.value_and_grad(BatchObjective(target), None, self.params, has_aux=True)
-
-        def construct(self, input_ids, labels):
-            (loss, _), grads = self.grad_fn(input_ids, labels)
-            sq, bad = [], []
-            for g in grads:
-                g32 = ops.cast(g, ms.float32)
-                sq.append((g32 * g32).sum())
-                bad.append(ops.logical_not(ops.isfinite(g32)).astype(ms.float32).sum())
-            return loss, ops.stack(sq), ops.stack(bad), grads
-
-    return LossAndGrad(ctx.target, ctx.target.trainable_params())
+    # has_aux: only the total (first output) is differentiated
+    return ObjectiveGradient(BatchObjective(ctx.target), ctx.target.trainable_params())
 
 
 def loss_and_grad(ctx: Context, ids: np.ndarray, labels: np.ndarray) -> dict[str, Any]:
@@ -61,8 +45,8 @@ def loss_and_grad(ctx: Context, ids: np.ndarray, labels: np.ndarray) -> dict[str
     import mindspore as ms
 
     cell = ctx.engine.cell(LOSS_AND_GRAD, lambda: _build_loss_and_grad(ctx))
-    loss, sq, bad, grads = ctx.engine.call(LOSS_AND_GRAD, cell, ms.Tensor(ids, ms.int32),
-                                           ms.Tensor(labels, ms.int32))
+    (loss, _), (sq, _, _, bad, _), grads = ctx.engine.call(LOSS_AND_GRAD, cell, ms.Tensor(ids, ms.int32),
+                                                           ms.Tensor(labels, ms.int32))
     sq = sq.asnumpy().astype(np.float64)
     bad = bad.asnumpy()
     return {"loss": float(loss.asnumpy()), "grad_norm": float(np.sqrt(sq.sum())),
@@ -131,8 +115,7 @@ def text_sample(ctx: Context, length: int, name: str) -> Sample:
 
 
 def packed(ctx: Context, samples: list[Sample], length: int) -> tuple[np.ndarray, np.ndarray]:
-    cfg = ctx.config.data
-    return pack(samples, length, cfg.pad_id, cfg.label_pad_id, cfg.shift)
+    return ctx.engine.padding.pack(samples, length)
 
 
 def logits_of_rows(ctx: Context, samples: list[Sample]):
@@ -140,15 +123,9 @@ def logits_of_rows(ctx: Context, samples: list[Sample]):
     length buckets and batch size (short batches filled, the filler dropped), so the
     `model.forward` graphs are the ones every stage shares. Used by over-smoothing and the model
     state (OBJ004)."""
-    b = ctx.engine.batch_size
-    groups: dict[int, list[Sample]] = {}
-    for s in samples:
-        groups.setdefault(ctx.engine.bucket(s.length), []).append(s)
-    for length, group in sorted(groups.items()):
-        for start in range(0, len(group), b):
-            chunk = group[start:start + b]
-            ids, labels = packed(ctx, chunk + [chunk[0]] * (b - len(chunk)), length)
-            yield ctx.engine.logits(ids)[:len(chunk)].astype(np.float64), labels[:len(chunk)]
+    for batch in ctx.engine.batches(samples):
+        n = len(batch.samples)
+        yield ctx.engine.logits(batch.input_ids)[:n].astype(np.float64), batch.labels[:n]
 
 
 def short_length(th: dict[str, Any]) -> int:
