@@ -25,7 +25,7 @@ from objdebug.findings import CheckResult, Verdict
 from objdebug.interrupts import Interrupted, swallowed
 from objdebug.profile import Profile, code_selected, load_profile
 from objdebug.progress import Progress, StageSummary
-from objdebug.stages import STAGES, skipped, stage_checks, stage_skip_reason
+from objdebug.stages import STAGES, pipeline_order, skipped, stage_checks, stage_skip_reason
 from objdebug.engine.target import load_target
 
 SCHEMA_VERSION = 1
@@ -73,13 +73,7 @@ class RunResult:
 
 
 def resolve_stages(cfg: Config, profile: Profile, stages: list[str] | None) -> list[str]:
-    chosen = stages or cfg.run.stages or profile.stages or list(STAGES)
-    for s in chosen:
-        if s not in STAGES:
-            from objdebug.errors import InputError
-
-            raise InputError(f"For '--stages', each stage must be in {list(STAGES)}, but got '{s}'.")
-    return [s for s in STAGES if s in chosen]  # always pipeline order
+    return pipeline_order(stages or cfg.run.stages or profile.stages or list(STAGES))
 
 
 def run(cfg: Config, *, stages: list[str] | None = None, profile: Profile | str | None = None,
@@ -145,7 +139,7 @@ def _run_stages(cfg, result, profile, chosen, select, ignore, options, out_dir, 
         target = load_target(cfg)
         result.timings["load"] = time.perf_counter() - t
         result.target = target.describe()
-        engine = Engine(target, batch_size=profile.section("engine").get("batch_size", 8),
+        engine = Engine(target, batch_size=profile.section("engine")["batch_size"],
                         progress=progress)
         ctx = Context(config=cfg, target=target, engine=engine, profile=profile,
                       options=dict(options or {}), out_dir=out_dir, debug=debug)

@@ -198,7 +198,7 @@ def test_components_count_mismatch_is_an_input_error(runs):
     ctx.cache.pop("decompose.values", None)
     try:
         with pytest.raises(InputError, match="objective.components"):
-            decompose.ComponentValues().run(ctx, {})
+            decompose.ComponentValues().run(ctx, ctx.profile.section("decompose"))
     finally:
         ctx.config.objective.components = saved
         ctx.cache.pop("decompose.values", None)

@@ -32,6 +32,7 @@ from objdebug.stages.invariant_cases.upstream import l2_rel
 from objdebug.engine.target import load_target
 
 from .conftest import ROOT, TARGETS
+from .conftest import settings
 
 PROFILE = TARGETS / "inv_common" / "profile.toml"
 CHECKS = ["side-effects", "label-alignment", "logit-shift", "upstream-gradient", "ignored-positions",
@@ -186,10 +187,10 @@ def test_token_weighting_matches_the_token_count_reference(healthy):
 def test_token_weighting_verdict_follows_the_profile(healthy):
     v = healthy.run("token-weighting").value
     for setting, verdict in (("info", Verdict.INFO), ("warn", Verdict.WARN), ("fail", Verdict.FAIL)):
-        cond = TokenWeighting().conditions({"token_weighting": setting})[0]
+        cond = TokenWeighting().conditions(settings("invariants", token_weighting=setting))[0]
         assert cond.judge(v)[0] == verdict
     with pytest.raises(InputError, match="token_weighting"):
-        TokenWeighting().conditions({"token_weighting": "loud"})
+        TokenWeighting().conditions(settings("invariants", token_weighting="loud"))
 
 
 def test_alignment_logit_shift_and_ignored_numbers(healthy):
@@ -362,7 +363,7 @@ def test_dropout_kept_on_purpose_is_a_note():
     assert f.verdict == Verdict.INFO and "drop (p=0.1)" in f.message, f.message
     v = res.value
     assert v["train_eval_diff"] == 0.0 and v["model_train_diff"] > 0.1  # the objective alone: same
-    cond = SideEffects().conditions({"dropout": "warn"})[1]
+    cond = SideEffects().conditions(settings("invariants", dropout="warn"))[1]
     assert cond.judge(v)[0] == Verdict.WARN
 
 

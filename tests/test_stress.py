@@ -26,6 +26,7 @@ from objdebug.stages import stress
 from objdebug.engine.target import load_target
 
 from .conftest import TARGETS
+from .conftest import settings
 
 PROFILE = TARGETS / "stress_common" / "profile.toml"
 
@@ -355,7 +356,7 @@ def test_long_objective_summed_loss_fails_and_matches_numpy():
     nll = -np.take_along_axis(_log_softmax64(rows), labels[:, None].astype(np.int64), -1)[:, 0]
     assert v["reference"]["length"] == len(rows)  # every real row once
     assert v["reference"]["loss"] == pytest.approx(nll.sum(), rel=1e-4)
-    x, y = resampled(rows, labels, 2048, int(t.th.get("seed", 0)))
+    x, y = resampled(rows, labels, 2048, int(t.th["seed"]))
     ref = -np.take_along_axis(_log_softmax64(x[0]), y[0][:, None].astype(np.int64), -1).sum()
     r = v["lengths"]["2048"]
     assert r["ran"] and r["loss"] == pytest.approx(ref, rel=1e-4)  # the sum over T resampled tokens
@@ -438,11 +439,11 @@ def test_padding_invariance_nan_in_a_later_row_is_not_hidden(monkeypatch):
     monkeypatch.setattr(pi, "flat_grads", lambda grads: np.ones(3))
     monkeypatch.setattr(pi, "loss_and_grad",
                         lambda ctx, ids, labels: {"loss": next(losses), "grad_norm": 1.0, "grads": None})
-    ctx = SimpleNamespace(profile=SimpleNamespace(section=lambda name: {}))
+    ctx = SimpleNamespace(profile=load_profile("default"))
     check = pi.PaddingInvariance()
     v = check.measure(ctx)
     assert math.isnan(v["max_loss_rel_diff"])
-    (cond,) = check.conditions({})
+    (cond,) = check.conditions(settings("stress"))
     assert cond.judge(v)[0] == Verdict.FAIL
 
 

@@ -79,7 +79,7 @@ def align_rows(ctx: Context) -> list[dict[str, Any]]:
         path = ctx.config.data.align
         enc = replace(encoder(ctx), source=str(path))  # errors name this file
         synthesize = bool(ctx.option("synthesize", False))
-        rng = np.random.default_rng(ctx.profile.section("align").get("seed", 0))
+        rng = np.random.default_rng(ctx.profile.section("align")["seed"])
         rows, seen = [], set()
         for lineno, raw in read_jsonl(path, "align"):
             rid = str(raw.get("id", f"line{lineno}"))

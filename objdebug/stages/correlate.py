@@ -52,16 +52,16 @@ def check_settings(settings: dict[str, Any], source: str) -> None:
     """The bootstrap settings of the profile's [correlate] section; a bad value is an InputError."""
     from objdebug.errors import InputError
 
-    method = settings.get("ci_method", "bca")
+    method = settings["ci_method"]
     if method not in stats.CI_METHODS:
         raise InputError(f"For '[correlate] ci_method', the value must be in {list(stats.CI_METHODS)}, "
                          f"but got {method!r}.", source=source)
-    level = settings.get("ci_level", 0.95)
+    level = settings["ci_level"]
     if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level < 1:
         raise InputError(f"For '[correlate] ci_level', the value must be in (0, 1), but got {level!r}.",
                          source=source)
     for key, low in (("bootstrap_resamples", 1), ("seed", 0), ("min_samples", 3)):
-        value = settings.get(key, low)
+        value = settings[key]
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise InputError(f"For '[correlate] {key}', the value must be an integer >= {low}, but got "
                              f"{value!r}.", source=source)
@@ -75,10 +75,10 @@ def measure_vectors(ids: list[str], losses, scores, lengths, aspects: list[dict[
     seed). Non-finite losses are listed and left out of every statistic.
     """
     settings = settings or {}
-    level = float(settings.get("ci_level", 0.95))
-    method = str(settings.get("ci_method", "bca"))
-    resamples = int(settings.get("bootstrap_resamples", 2000))
-    seed = int(settings.get("seed", 0))
+    level = float(settings["ci_level"])
+    method = str(settings["ci_method"])
+    resamples = int(settings["bootstrap_resamples"])
+    seed = int(settings["seed"])
     losses = np.asarray(losses, dtype=np.float64)
     scores = np.asarray(scores, dtype=np.float64)
     lengths = np.asarray(lengths, dtype=np.float64)
@@ -126,7 +126,6 @@ class ScoreCorrelation(Check):
 
     name = "score-correlation"
     stage = "correlate"
-    codes = ("OBJ401", "OBJ402", "OBJ403", "OBJ404")
     # tracking human judgement is learned; finiteness (OBJ402) is judged on any model
     needs_trained = ("OBJ401", "OBJ403", "OBJ404")
 
@@ -165,10 +164,10 @@ class ScoreCorrelation(Check):
         return path
 
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
-        r_pass, r_fail = th.get("r_pass", -0.6), th.get("r_fail", -0.3)
-        min_samples = th.get("min_samples", 10)
-        len_warn, ratio = th.get("length_corr_warn", 0.5), th.get("partial_ratio", 0.5)
-        aspect_warn = th.get("aspect_r_warn", -0.3)
+        r_pass, r_fail = th["r_pass"], th["r_fail"]
+        min_samples = th["min_samples"]
+        len_warn, ratio = th["length_corr_warn"], th["partial_ratio"]
+        aspect_warn = th["aspect_r_warn"]
 
         def pearson(v):
             n, r = v["n"], v["pearson_r"]

@@ -65,7 +65,7 @@ def micro_batches(ctx: Context) -> list[tuple[int, int]]:
     `[invariants] micro_batches` = K (0: one row each); it must divide the batch's rows, so every
     micro-batch has one shape (one compile)."""
     n = rows(ctx)
-    k = int(settings(ctx).get("micro_batches", 0)) or n
+    k = int(settings(ctx)["micro_batches"]) or n
     if k < 1 or n % k:
         from objdebug.errors import InputError
 

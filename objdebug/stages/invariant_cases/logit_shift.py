@@ -57,21 +57,20 @@ class LogitShift(Check):
 
     name = "logit-shift"
     stage = "invariants"
-    codes = ("OBJ702",)
 
     def skip_reason(self, ctx: Context) -> str | None:
         return skip_end_to_end(ctx)
 
     def measure(self, ctx: Context) -> dict[str, Any]:
         s = settings(ctx)
-        safety, ulps = float(s.get("rounding_safety", 4.0)), float(s.get("noise_ulps", 16))
+        safety, ulps = float(s["rounding_safety"]), float(s["noise_ulps"])
         b, x, ref = batch(ctx), logits(ctx), base(ctx)
         g0 = ref.grad
         gmax = float(np.abs(g0).max()) if np.isfinite(g0).all() else float("nan")
         w = position_weights(ctx)
         big_w, max_w = float(w.sum()), float(w.max()) if w.size else 0.0
         rows = []
-        for c in s.get("logit_shifts", [1.0, 100.0, 10000.0]):
+        for c in s["logit_shifts"]:
             c = float(c)
             shifted = (x + np.float32(c)).astype(np.float32)
             delta = shifted.astype(np.float64) - (x.astype(np.float64) + c)  # exact rounding error
@@ -91,7 +90,7 @@ class LogitShift(Check):
                 "rows": rows}
 
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
-        verdict = Verdict.from_setting(th.get("logit_shift", "fail"), "[invariants] logit_shift")
+        verdict = Verdict.from_setting(th["logit_shift"], "[invariants] logit_shift")
 
         def judge(v):
             shown = "; ".join(f"+{r['shift']:g}: loss {fmt(r['loss'])} (|Δ| {fmt(r['loss_diff'])}, "

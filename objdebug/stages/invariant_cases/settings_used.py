@@ -57,7 +57,6 @@ class SettingsUsed(Check):
 
     name = "settings-used"
     stage = "invariants"
-    codes = ("OBJ705",)
 
     def skip_reason(self, ctx: Context) -> str | None:
         return skip_end_to_end(ctx)
@@ -88,7 +87,7 @@ class SettingsUsed(Check):
         return {"tested": tested, "untestable": untestable}
 
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
-        verdict = Verdict.from_setting(th.get("unused_setting", "fail"), "[invariants] unused_setting")
+        verdict = Verdict.from_setting(th["unused_setting"], "[invariants] unused_setting")
 
         def judge(v):
             dead = [r for r in v["tested"] if r["identical"]]

@@ -41,7 +41,6 @@ class SideEffects(Check):
 
     name = "side-effects"
     stage = "invariants"
-    codes = ("OBJ707", "OBJ708")
 
     def skip_reason(self, ctx: Context) -> str | None:
         return skip_end_to_end(ctx)
@@ -80,8 +79,8 @@ class SideEffects(Check):
         return {"loss_model_train": loss, "model_train_diff": abs(loss - loss_eval)}
 
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
-        mode_verdict = Verdict.from_setting(th.get("train_eval", "warn"), "[invariants] train_eval")
-        drop_verdict = Verdict.from_setting(th.get("dropout", "info"), "[invariants] dropout")
+        mode_verdict = Verdict.from_setting(th["train_eval"], "[invariants] train_eval")
+        drop_verdict = Verdict.from_setting(th["dropout"], "[invariants] dropout")
 
         def inputs(v):
             what = (f"labels sha1 {v['before']['labels']} -> {v['after']['labels']}, logits sha1 "

@@ -52,7 +52,6 @@ class TokenWeighting(Check):
 
     name = "token-weighting"
     stage = "invariants"
-    codes = ("OBJ706",)
 
     def skip_reason(self, ctx: Context) -> str | None:
         return skip_end_to_end(ctx)
@@ -85,8 +84,8 @@ class TokenWeighting(Check):
         return out
 
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
-        tol = float(th.get("token_weight_tolerance", 1e-3))
-        verdict = Verdict.from_setting(th.get("token_weighting", "info"), "[invariants] token_weighting")
+        tol = float(th["token_weight_tolerance"])
+        verdict = Verdict.from_setting(th["token_weighting"], "[invariants] token_weighting")
 
         def judge(v):
             if not v.get("finite"):

@@ -40,14 +40,13 @@ class EmptyAfterTruncation(Check):
 
     name = "empty-after-truncation"
     stage = "invariants"
-    codes = ("OBJ709", "OBJ710")
 
     def skip_reason(self, ctx: Context) -> str | None:
         return skip_end_to_end(ctx)
 
     def measure(self, ctx: Context) -> dict[str, Any]:
         cfg = ctx.config.data
-        limit = int(settings(ctx).get("max_length", 0))
+        limit = int(settings(ctx)["max_length"])
         samples = text_samples(ctx)
         empty = [s.id + (f"/{s.kind}" if s.kind else "") for s in samples
                  if limit and supervised_after(s, limit, cfg.label_pad_id, cfg.shift) == 0]
@@ -67,7 +66,7 @@ class EmptyAfterTruncation(Check):
                 "batch_rows": int(b.labels.shape[0])}
 
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
-        verdict = Verdict.from_setting(th.get("empty_rows", "warn"), "[invariants] empty_rows")
+        verdict = Verdict.from_setting(th["empty_rows"], "[invariants] empty_rows")
 
         def rows(v):
             if not v["max_length"]:

@@ -43,20 +43,19 @@ class UpstreamGradient(Check):
 
     name = "upstream-gradient"
     stage = "invariants"
-    codes = ("OBJ704",)
 
     def skip_reason(self, ctx: Context) -> str | None:
         return skip_end_to_end(ctx)
 
     def measure(self, ctx: Context) -> dict[str, Any]:
         s = settings(ctx)
-        c = float(s.get("upstream_scale", 3.0))
+        c = float(s["upstream_scale"])
         b, x, ref = batch(ctx), logits(ctx), base(ctx)
         scaled = probe(ctx).run(x, b.labels, scale=c)
         g_rel = l2_rel(scaled.grad, c * ref.grad)
         norm = float(np.linalg.norm(ref.grad))
         ratio = float(np.linalg.norm(scaled.grad) / norm) if norm > 0 else float("nan")
-        rng = np.random.default_rng(int(s.get("seed", 0)))
+        rng = np.random.default_rng(int(s["seed"]))
         ranges = micro_batches(ctx)
         weights = rng.uniform(0.5, 2.0, len(ranges))
         errs = []
@@ -70,7 +69,7 @@ class UpstreamGradient(Check):
                 "weighted_grad_rel": float(np.max(errs)) if errs else 0.0}
 
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
-        tol = float(th.get("upstream_rtol", 1e-3))
+        tol = float(th["upstream_rtol"])
 
         def judge(v):
             worst = max(v["grad_rel"], v["weighted_grad_rel"])

@@ -153,7 +153,7 @@ def logits_of_rows(ctx: Context, samples: list[Sample]):
 
 def short_length(th: dict[str, Any]) -> int:
     """The shared short shape: long-input reference, all-padding batch, padding-invariance base."""
-    return int(th.get("short_length", 128))
+    return int(th["short_length"])
 
 
 def rel_diff(a: float, b: float) -> float:

@@ -20,7 +20,6 @@ from objdebug.stages.stress_cases._common import loss_and_grad, short_length
 class AllPadding(Check):
     name = "all-padding"
     stage = "stress"
-    codes = ("OBJ503",)
 
     def measure(self, ctx: Context) -> dict[str, Any]:
         cfg = ctx.config.data
@@ -32,7 +31,7 @@ class AllPadding(Check):
         return {"length": length, "pad_id": cfg.pad_id, "label_pad_id": cfg.label_pad_id, **out}
 
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
-        tol = float(th.get("all_pad_tolerance", 1e-6))
+        tol = float(th["all_pad_tolerance"])
 
         def judge(v):
             x, bad, n = v["loss"], v["nonfinite_params"], v["n_params"]

@@ -48,7 +48,7 @@ def random_batch(ctx: Context) -> tuple[np.ndarray, np.ndarray]:
         if not vocab:
             raise ValueError("the vocabulary size is unknown: set data.vocab_size for the "
                              "end-to-end form")
-        rng = np.random.default_rng(int(th.get("seed", 0)))
+        rng = np.random.default_rng(int(th["seed"]))
         rows = [Sample(id=f"random-{i}", prompt=[], response=[int(t) for t in rng.integers(0, vocab, length)])
                 for i in range(ctx.engine.batch_size)]
         return packed(ctx, rows, length)
@@ -58,7 +58,6 @@ def random_batch(ctx: Context) -> tuple[np.ndarray, np.ndarray]:
 class RandomIds(Check):
     name = "random-ids"
     stage = "stress"
-    codes = ("OBJ505",)
 
     def skip_reason(self, ctx: Context) -> str | None:
         return _vocab_skip(ctx)
@@ -75,7 +74,7 @@ class RandomIds(Check):
                 "nonfinite_params": grad["nonfinite_params"], "n_params": grad["n_params"]}
 
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
-        low = float(th.get("random_ids_min_ratio", 0.8))
+        low = float(th["random_ids_min_ratio"])
 
         def judge(v):
             x, lv = v["mean_loss"], v["log_vocab"]
@@ -96,7 +95,6 @@ class RandomIds(Check):
 class OutOfRangeIds(Check):
     name = "out-of-range-ids"
     stage = "stress"
-    codes = ("OBJ506", "OBJ507")
 
     def skip_reason(self, ctx: Context) -> str | None:
         return _vocab_skip(ctx)
@@ -142,7 +140,7 @@ class OutOfRangeIds(Check):
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
         def judge_path(path: str, setting: str):
             # validated when the conditions are built: a typo is a usage error, before any run
-            silent_verdict = Verdict.from_setting(th.get(setting, "info"), f"[stress] {setting}")
+            silent_verdict = Verdict.from_setting(th[setting], f"[stress] {setting}")
 
             def judge(v):
                 mine = {k: r for k, r in v["probes"].items() if k.startswith(path)}

@@ -76,7 +76,6 @@ def _gib(n: float) -> str:
 class LongObjective(Check):
     name = "long-objective"
     stage = "stress"
-    codes = ("OBJ513",)
 
     def skip_reason(self, ctx: Context) -> str | None:
         if ctx.target.end_to_end:
@@ -109,16 +108,16 @@ class LongObjective(Check):
 
     def measure(self, ctx: Context) -> dict[str, Any]:
         th = ctx.profile.section(self.stage)
-        seed = int(th.get("seed", 0))
-        safety = float(th.get("memory_safety", 1.5))
+        seed = int(th["seed"])
+        safety = float(th["memory_safety"])
         rows, labels = real_rows(ctx)
         vocab = int(rows.shape[1])
-        ref = self._reference(ctx, rows, labels, int(th.get("objective_reference_rows", 1024)), seed)
-        copies = float(th.get("memory_logits_copies", 40))
+        ref = self._reference(ctx, rows, labels, int(th["objective_reference_rows"]), seed)
+        copies = float(th["memory_logits_copies"])
         copies_from = "profile memory_logits_copies"
         out: dict[str, Any] = {"reference": ref, "vocab": vocab, "rows": int(len(rows)),
                                "memory_safety": safety, "lengths": {}}
-        for length in sorted(int(t) for t in th.get("objective_long_lengths", [2048, 8192, 32768])):
+        for length in sorted(int(t) for t in th["objective_long_lengths"]):
             need = int(copies * length * vocab * 4)
             avail = memory.available_bytes()
             row: dict[str, Any] = {"length": length, "estimate_bytes": need, "copies": copies,
@@ -140,7 +139,7 @@ class LongObjective(Check):
         return out
 
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
-        warn, fail = float(th.get("long_ratio_warn", 2.0)), float(th.get("long_ratio_fail", 10.0))
+        warn, fail = float(th["long_ratio_warn"]), float(th["long_ratio_fail"])
 
         def judge(v):
             ref = v["reference"]

@@ -28,7 +28,6 @@ def _mean(x: np.ndarray) -> float:
 class OverSmoothing(Check):
     name = "over-smoothing"
     stage = "stress"
-    codes = ("OBJ512",)
     needs_trained = ("OBJ512",)  # an untrained model is flat by nature: a note, not a warning
 
     def skip_reason(self, ctx: Context) -> str | None:
@@ -38,8 +37,8 @@ class OverSmoothing(Check):
 
     def measure(self, ctx: Context) -> dict[str, Any]:
         th = ctx.profile.section(self.stage)
-        k = int(th.get("top_k", 5))
-        samples = text_samples(ctx, int(th.get("smoothing_samples", 64)))
+        k = int(th["top_k"])
+        samples = text_samples(ctx, int(th["smoothing_samples"]))
         pad = ctx.config.data.label_pad_id
         topk, top1, entropy = [], [], []
         for x, labels in logits_of_rows(ctx, samples):
@@ -58,7 +57,7 @@ class OverSmoothing(Check):
                 "mean_entropy": _mean(_flat(entropy)), "uniform_topk": k / vocab}
 
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
-        low = float(th.get("top5_min", 0.3))
+        low = float(th["top5_min"])
 
         def judge(v):
             if not v["positions"]:  # a mean over nothing is NaN, and NaN < low is False: not a PASS
