@@ -17,7 +17,7 @@ from objdebug import contract, distributed
 from objdebug.engine import runtime
 from objdebug.engine.compile_cache import open_cache
 from objdebug.config import Config, load_config  # noqa: F401  (re-exported)
-from objdebug.context import Context
+from objdebug.context import Context, RunOptions
 from objdebug.engine.data import preflight
 from objdebug.engine.core import Engine
 from objdebug.errors import EXIT_CHECK_FAILED, EXIT_OK
@@ -142,7 +142,7 @@ def _run_stages(cfg, result, profile, chosen, select, ignore, options, out_dir, 
         engine = Engine(target, batch_size=profile.section("engine")["batch_size"],
                         progress=progress)
         ctx = Context(config=cfg, target=target, engine=engine, profile=profile,
-                      options=dict(options or {}), out_dir=out_dir, debug=debug)
+                      options=RunOptions.of(options), out_dir=out_dir, debug=debug)
         cache = open_cache(compile_cache or cfg.run.compile_cache, cfg, profile, chosen,
                            dict(options or {}), engine.batch_size)
         cache.attach(engine)
@@ -166,7 +166,7 @@ def _run_stages(cfg, result, profile, chosen, select, ignore, options, out_dir, 
                                                    result.timings[stage],
                                                    engine.compiles.records[first_compile:]))
         _report_model_state(ctx, result, select, ignore)
-        result.extra.update(ctx.cache.get("report_extra", {}))
+        result.extra.update(ctx.report_extra)
         if cache.status != "off":
             result.extra["compile_cache"] = cache.summary()
     result.compiles = engine.compiles.to_dict()

@@ -18,6 +18,7 @@ from typing import Any
 
 from objdebug.jsonsafe import encode
 from objdebug.rules import codes_of, get_rule
+from objdebug.settings import Settings
 
 
 class Verdict(str, Enum):
@@ -150,21 +151,22 @@ class Check:
     # measured untrained (objdebug/model_state.py)
     needs_trained: tuple[str, ...] = ()
 
-    def enabled(self, th: dict[str, Any]) -> bool:
+    def enabled(self, th: Settings) -> bool:
         """False when the profile switches this check off (it then leaves no result at all)."""
         return True
 
-    def measure(self, ctx: Any) -> dict[str, Any]:
+    def measure(self, ctx: Any, th: Settings) -> dict[str, Any]:
+        """The measurement as a plain dict; `th` is the stage's profile section, as in `conditions`."""
         raise NotImplementedError
 
-    def conditions(self, th: dict[str, Any]) -> list[Condition]:
+    def conditions(self, th: Settings) -> list[Condition]:
         raise NotImplementedError
 
     def skip_reason(self, ctx: Any) -> str | None:
         """A reason this check cannot run on this target (e.g. end-to-end form without logits)."""
         return None
 
-    def run(self, ctx: Any, th: dict[str, Any]) -> CheckResult:
+    def run(self, ctx: Any, th: Settings) -> CheckResult:
         result = CheckResult(stage=self.stage, check=self.name)
         start = time.perf_counter()
         try:
@@ -172,7 +174,7 @@ class Check:
             if reason:
                 result.findings.append(self._finding(self.codes[0], Verdict.SKIP, reason, ""))
                 return result
-            result.value = self.measure(ctx)
+            result.value = self.measure(ctx, th)
             for cond in self.conditions(th):
                 verdict, message, key = cond.judge(result.value)
                 finding = self._finding(cond.code, verdict, message, cond.name, key)

@@ -30,7 +30,6 @@ from objdebug.findings import CheckResult, Finding, Verdict
 from objdebug.report import describe_model_state as describe
 from objdebug.rules import get_rule
 
-CACHE_KEY = "model_state"
 STAGE = "model"
 CHECK = "model-state"
 CODE = "OBJ004"
@@ -42,7 +41,7 @@ def settings(ctx: Context) -> dict[str, Any]:
 
 def detection_on(ctx: Context) -> bool:
     """False when the user said the model is trained: `--expect-trained` or the profile key."""
-    if ctx.option("expect_trained", False):
+    if ctx.options.expect_trained:
         return False
     return not bool(settings(ctx)["expect_trained"])
 
@@ -117,7 +116,7 @@ def state(ctx: Context) -> dict[str, Any] | None:
             raise
         except Exception as exc:  # the checks that asked keep their own verdicts
             return {"measured": False, "reason": f"{type(exc).__name__}: {exc}"}
-    return ctx.cached(CACHE_KEY, compute)
+    return ctx.provide(state, compute)
 
 
 def untrained_reason(ctx: Context) -> str | None:
@@ -149,7 +148,7 @@ def excuse(ctx: Context, findings: list[Finding], codes: tuple[str, ...]) -> Non
 
 def result(ctx: Context) -> CheckResult | None:
     """The pipeline-level OBJ004 result when the run measured the model, else None."""
-    v = ctx.cache.get(CACHE_KEY)
+    v = ctx.provided(state)
     if v is None:
         return None
     res = CheckResult(stage=STAGE, check=CHECK, value=v)

@@ -253,7 +253,7 @@ def no_preference_reason(ctx: Context) -> str | None:
 
 
 def session(ctx: Context) -> Session:
-    return ctx.cached("preference.session", lambda: _build(ctx))
+    return ctx.provide(session, lambda: _build(ctx))
 
 
 def _truncate(row: dict[str, Any], max_length: int) -> dict[str, Any]:

@@ -129,7 +129,7 @@ def test_healthy_writes_scatter_with_plot_data(healthy):
     v = result.value
     assert v["figure"] == str(out / SCATTER_NAME)
     assert open(v["figure"], "rb").read(8) == b"\x89PNG\r\n\x1a\n"
-    assert ctx.cache["report_extra"]["figures"]["correlate_scatter"] == v["figure"]
+    assert ctx.report_extra["figures"]["correlate_scatter"] == v["figure"]
     assert set(v["points"][0]) == {"id", "loss", "score", "length"}
     assert v["points"][0]["id"] == "h00" and v["points"][0]["length"] == 43
     json.dumps(result.to_dict())  # the measurement is JSON-safe

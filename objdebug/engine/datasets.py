@@ -36,7 +36,7 @@ def encoder(ctx: Context) -> Encoder:
             raise InputError(f"For 'data.pad_id', the value must be in [0, {vocab}), but got "
                              f"{cfg.pad_id}.", source=ctx.config.source)
         return Encoder(tokenizer=tok, vocab_size=vocab)
-    return ctx.cached("encoder", build)
+    return ctx.provide(encoder, build)
 
 
 def _synthesize(good: list[int], kind: str, rng: np.random.Generator, vocab: int, pad_id: int) -> list[int]:
@@ -78,7 +78,7 @@ def align_rows(ctx: Context) -> list[dict[str, Any]]:
     def build() -> list[dict[str, Any]]:
         path = ctx.config.data.align
         enc = replace(encoder(ctx), source=str(path))  # errors name this file
-        synthesize = bool(ctx.option("synthesize", False))
+        synthesize = ctx.options.synthesize
         rng = np.random.default_rng(ctx.profile.section("align")["seed"])
         rows, seen = [], set()
         for lineno, raw in read_jsonl(path, "align"):
@@ -106,7 +106,7 @@ def align_rows(ctx: Context) -> list[dict[str, Any]]:
             rows.append({"id": rid, "line": lineno, "samples": samples, "synthetic": synthetic})
         _check_lengths(ctx, rows, str(path))
         return rows
-    return ctx.cached("align.rows", build)
+    return ctx.provide(align_rows, build)
 
 
 def score_rows(ctx: Context) -> list[dict[str, Any]]:
@@ -142,7 +142,7 @@ def score_rows(ctx: Context) -> list[dict[str, Any]]:
                          "sample": Sample(id=rid, prompt=prompt, response=response, kind="response")})
         _check_lengths(ctx, rows, str(path))
         return rows
-    return ctx.cached("scores.rows", build)
+    return ctx.provide(score_rows, build)
 
 
 JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
@@ -188,7 +188,7 @@ def text_rows(ctx: Context) -> list[Sample]:
                 out.append(Sample(id=rid if len(pieces) == 1 else f"{rid}#{k}", prompt=[],
                                   response=piece, kind="text", meta={"line": lineno}))
         return out
-    return ctx.cached("text.rows", build)
+    return ctx.provide(text_rows, build)
 
 
 def text_samples(ctx: Context, n: int | None = None) -> list[Sample]:
@@ -233,4 +233,4 @@ def preference_rows(ctx: Context) -> list[dict[str, Any]]:
             rows.append({"id": rid, "line": lineno, "prompt": prompt, "chosen": chosen,
                          "rejected": rejected, "strength": None if strength is None else float(strength)})
         return rows
-    return ctx.cached("preference.rows", build)
+    return ctx.provide(preference_rows, build)

@@ -14,6 +14,7 @@ import numpy as np
 from objdebug.context import Context
 from objdebug.engine.datasets import _synthesize, align_rows, encoder, text_samples
 from objdebug.findings import Check, Condition, Verdict, band, listing
+from objdebug.settings import Settings
 from objdebug.locations import config_key, data_row
 
 
@@ -42,7 +43,7 @@ class AlignmentLoss(Check):
     def skip_reason(self, ctx: Context) -> str | None:
         return _no_align_data(ctx)
 
-    def measure(self, ctx: Context) -> dict[str, Any]:
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         from scipy import stats
 
         rows = align_rows(ctx)
@@ -167,7 +168,7 @@ class LabelPadMasking(Check):
             return None
         return _no_align_data(ctx)
 
-    def measure(self, ctx: Context) -> dict[str, Any]:
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         if ctx.config.data.align:
             samples = [s for r in align_rows(ctx) for s in r["samples"].values()]
         else:
@@ -231,11 +232,10 @@ class SynthesizedSanity(Check):
     def enabled(self, th: dict[str, Any]) -> bool:
         return bool(th["sanity"])
 
-    def measure(self, ctx: Context) -> dict[str, Any]:
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         from objdebug import model_state
         from objdebug.engine.data import Sample
 
-        th = ctx.profile.section(self.stage)
         reason = model_state.untrained_reason(ctx)
         if reason:  # step 0: skip the evaluation, say why
             return {"untrained": reason}

@@ -18,6 +18,7 @@ from objdebug import stats
 from objdebug.context import Context
 from objdebug.engine.datasets import score_rows
 from objdebug.findings import Check, Condition, Verdict, band, listing
+from objdebug.settings import Settings
 
 SCATTER_NAME = "correlate_scatter.png"
 _SHOWN = 8
@@ -34,7 +35,7 @@ def response_losses(ctx: Context) -> dict[str, Any]:
         values = ctx.engine.evaluate([r["sample"] for r in rows],
                                      label="correlate: scoring responses")[:, 0]
         return {"rows": rows, "losses": np.asarray(values, dtype=np.float64)}
-    return ctx.cached("correlate.losses", compute)
+    return ctx.provide(response_losses, compute)
 
 
 def _aspects(aspects: list[dict[str, float]], losses: np.ndarray, finite: np.ndarray) -> dict[str, Any]:
@@ -134,8 +135,8 @@ class ScoreCorrelation(Check):
             return "no human scores: set data.scores to a JSONL file of {response, score} rows"
         return None
 
-    def measure(self, ctx: Context) -> dict[str, Any]:
-        settings = ctx.profile.section("correlate")
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
+        settings = th
         check_settings(settings, ctx.profile.source)
         data = response_losses(ctx)
         rows = data["rows"]
@@ -159,7 +160,7 @@ class ScoreCorrelation(Check):
             ci=(v["ci"]["low"], v["ci"]["high"]), level=v["ci"]["level"], ci_method=v["ci"]["method"],
             fit=(v["fit"]["slope"], v["fit"]["intercept"]),
             title=f"loss vs human score: {ctx.config.objective.factory.rpartition(':')[2]}")
-        figures = ctx.cache.setdefault("report_extra", {}).setdefault("figures", {})
+        figures = ctx.report_extra.setdefault("figures", {})
         figures["correlate_scatter"] = path
         return path
 

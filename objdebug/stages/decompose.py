@@ -18,6 +18,7 @@ from objdebug.engine.data import Sample, pack
 from objdebug.engine.datasets import text_samples
 from objdebug.errors import InputError
 from objdebug.findings import Check, Condition, Verdict, band
+from objdebug.settings import Settings
 
 GRAPH_NAME = "decompose.component_grad"
 
@@ -25,7 +26,7 @@ GRAPH_NAME = "decompose.component_grad"
 # --------------------------------------------------------------------------- measurement
 def _samples(ctx: Context) -> list[Sample]:
     th = ctx.profile.section("decompose")
-    n = ctx.option("samples") or th["max_samples"] or None
+    n = ctx.options.samples or th["max_samples"] or None
     return text_samples(ctx, n)
 
 
@@ -78,7 +79,7 @@ def component_values(ctx: Context) -> dict[str, Any]:
                 "components": stats, "total_mean": float(np.mean(total)),
                 "reconstruction": _reconstruction(total, comps) if k else None,
                 "per_sample": out}
-    return ctx.cached("decompose.values", build)
+    return ctx.provide(component_values, build)
 
 
 def _reconstruction(total: np.ndarray, comps: np.ndarray) -> dict[str, Any]:
@@ -174,7 +175,7 @@ def measured_gradients(ctx: Context, n_components: int):
         th = ctx.profile.section("decompose")
         batches = gradient_batches(ctx, _samples(ctx), int(th["grad_batches"]))
         return batches, component_gradients(ctx, n_components, batches)
-    return ctx.cached("decompose.gradients", build)
+    return ctx.provide(measured_gradients, build)
 
 
 def primary_name(ctx: Context, names: list[str]) -> str:
@@ -196,7 +197,7 @@ class ComponentValues(Check):
     name = "components"
     stage = "decompose"
 
-    def measure(self, ctx: Context) -> dict[str, Any]:
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         v = dict(component_values(ctx))
         v.pop("per_sample")
         return v
@@ -278,7 +279,7 @@ class GradientShare(Check):
             return "the target has no trainable parameters"
         return None
 
-    def measure(self, ctx: Context) -> dict[str, Any]:
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         values = component_values(ctx)
         comps = values["components"]
         batches, g = measured_gradients(ctx, len(comps))
@@ -328,11 +329,10 @@ class PrimaryShare(Check):
     def skip_reason(self, ctx: Context) -> str | None:
         return GradientShare().skip_reason(ctx)
 
-    def measure(self, ctx: Context) -> dict[str, Any]:
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         values = component_values(ctx)
         comps = values["components"]
         names = [c["name"] for c in comps]
-        th = ctx.profile.section("decompose")
         batches, g = measured_gradients(ctx, len(comps))
         # A component enters the total as w_i * c_i: its part of the total's gradient is
         # |w_i| * |grad c_i|. w comes from the least-squares reconstruction (a "ce - 0.1 * entropy"

@@ -22,6 +22,7 @@ from objdebug.context import Context
 from objdebug.engine.datasets import text_samples
 from objdebug.errors import InputError
 from objdebug.findings import Check, Condition, Verdict, band, listing
+from objdebug.settings import Settings
 from objdebug.engine.gradients import (Batch, GradientProbe, ParamGradients, layer_of, make_batch,
                                 reference_mean_ce_grad)
 from objdebug.likelihood import analyse as likelihood_shape
@@ -30,7 +31,7 @@ _LISTED = 8
 _F32_EPS = 2.0 ** -23
 
 
-def _settings(ctx: Context) -> dict[str, Any]:
+def _settings(ctx: Context) -> Settings:
     return ctx.profile.section("grad")
 
 
@@ -39,8 +40,9 @@ def grad_batch(ctx: Context) -> Batch:
     """The gradient batch: --samples data rows (default: the batch size), --batch-size rows."""
     def build() -> Batch:
         cfg = ctx.config.data
-        rows = int(ctx.option("batch_size", ctx.engine.batch_size))
-        n = int(ctx.option("samples", rows))
+        opts = ctx.options
+        rows = int(opts.batch_size if opts.batch_size is not None else ctx.engine.batch_size)
+        n = int(opts.samples if opts.samples is not None else rows)
         for name, value in (("--batch-size", rows), ("--samples", n)):
             if value < 1:
                 raise InputError(f"For '{name}', the value must be >= 1, but got {value}.")
@@ -48,22 +50,22 @@ def grad_batch(ctx: Context) -> Batch:
         length = ctx.engine.bucket(max(s.length for s in samples))
         return make_batch(samples, max(rows, len(samples)), length, cfg.pad_id, cfg.label_pad_id,
                           cfg.shift)
-    return ctx.cached("grad.batch", build)
+    return ctx.provide(grad_batch, build)
 
 
 def grad_probe(ctx: Context) -> GradientProbe:
-    return ctx.cached("grad.probe", lambda: GradientProbe(ctx.engine))
+    return ctx.provide(grad_probe, lambda: GradientProbe(ctx.engine))
 
 
 def fd_directions(ctx: Context) -> list[np.ndarray]:
     s = _settings(ctx)
-    return ctx.cached("grad.directions", lambda: grad_probe(ctx).random_directions(
+    return ctx.provide(fd_directions, lambda: grad_probe(ctx).random_directions(
         int(s["n_directions"]), int(s["seed"])))
 
 
 def param_gradients(ctx: Context) -> ParamGradients:
     """Per-parameter statistics and g.d along the FD directions: one compiled call."""
-    return ctx.cached("grad.params", lambda: grad_probe(ctx).parameters(grad_batch(ctx),
+    return ctx.provide(param_gradients, lambda: grad_probe(ctx).parameters(grad_batch(ctx),
                                                                          fd_directions(ctx)))
 
 
@@ -75,7 +77,7 @@ def logit_gradients(ctx: Context) -> dict[str, np.ndarray]:
         outputs, sq, g = grad_probe(ctx).logits(logits, batch.labels)
         ref = reference_mean_ce_grad(logits, batch.labels, ctx.config.data.label_pad_id)
         return {"outputs": outputs, "sq": sq, "reference_sq": ref, "grad": g, "logits": logits}
-    return ctx.cached("grad.logits", build)
+    return ctx.provide(logit_gradients, build)
 
 
 _NO_PARAMS = "the target has no trainable parameters: there are no parameter gradients to measure"
@@ -107,7 +109,7 @@ class GradientHealth(Check):
     def skip_reason(self, ctx: Context) -> str | None:
         return _no_params(ctx)
 
-    def measure(self, ctx: Context) -> dict[str, Any]:
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         g = param_gradients(ctx)
         norms = g.norms
         params = [{"name": n, "layer": layer_of(n), "size": int(size), "norm": float(norm),
@@ -204,10 +206,10 @@ class PaddingLeakage(Check):
     name = "padding-leakage"
     stage = "grad"
 
-    def measure(self, ctx: Context) -> dict[str, Any]:
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         if ctx.target.end_to_end:
-            return self._measure_end_to_end(ctx)
-        tol = float(_settings(ctx)["leak_tolerance"])
+            return self._measure_end_to_end(ctx, th)
+        tol = float(th["leak_tolerance"])
         batch = grad_batch(ctx)
         lg = logit_gradients(ctx)
         sq = lg["sq"]
@@ -221,7 +223,7 @@ class PaddingLeakage(Check):
                 "max_masked_norm": float(np.sqrt(np.nanmax(sq[masked]))) if masked.any() else 0.0,
                 "leaking_rows": sorted({int(b) for b in np.nonzero(leaking)[0]})}
 
-    def _measure_end_to_end(self, ctx: Context) -> dict[str, Any]:
+    def _measure_end_to_end(self, ctx: Context, th: Settings) -> dict[str, Any]:
         """No logits: pad every row further (next length bucket); each row's loss must not move."""
         cfg = ctx.config.data
         batch = grad_batch(ctx)
@@ -232,7 +234,7 @@ class PaddingLeakage(Check):
         b = make_batch(samples, ctx.engine.batch_size, long, cfg.pad_id, cfg.label_pad_id, cfg.shift)
         la = ctx.engine.per_sample_raw(a.input_ids, a.labels)[:len(samples), 0]
         lb = ctx.engine.per_sample_raw(b.input_ids, b.labels)[:len(samples), 0]
-        tol = float(_settings(ctx)["pad_rel_tolerance"])
+        tol = float(th["pad_rel_tolerance"])
         with np.errstate(invalid="ignore", divide="ignore"):
             rel = np.abs(lb - la) / np.maximum(np.abs(la), 1e-12)
         changed = ~(rel <= tol)
@@ -281,7 +283,7 @@ class LogitGradientScale(Check):
                     "gradient scale) are not exposed")
         return None
 
-    def measure(self, ctx: Context) -> dict[str, Any]:
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         batch = grad_batch(ctx)
         lg = logit_gradients(ctx)
         sq, ref_sq = lg["sq"], lg["reference_sq"]
@@ -379,8 +381,7 @@ class FiniteDifferences(Check):
     def skip_reason(self, ctx: Context) -> str | None:
         return _no_params(ctx)
 
-    def measure(self, ctx: Context) -> dict[str, Any]:
-        s = _settings(ctx)
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         probe, batch = grad_probe(ctx), grad_batch(ctx)
         g = param_gradients(ctx)
         random_dirs = fd_directions(ctx)
@@ -391,7 +392,7 @@ class FiniteDifferences(Check):
         gnorm = float(np.sqrt(g.sq_norm.sum()))
         n_elements = int(g.sizes.sum())
         typical = gnorm / math.sqrt(n_elements)  # RMS of g.d over random unit directions
-        ulps = float(s["fd_noise_ulps"])
+        ulps = float(th["fd_noise_ulps"])
         loss_scale = max(abs(g.loss), 1e-6)
         directions = []  # (label, moving arrays, index, autodiff g.d, steps)
         rows = []
@@ -402,13 +403,13 @@ class FiniteDifferences(Check):
             # random directions: steps relative to the parameter norm (their derivative is small;
             # the curvature along them sets the scale)
             steps = sorted(float(x) * (theta if theta > 0 else 1.0)
-                           for x in s["fd_rel_steps"])
+                           for x in th["fd_rel_steps"])
             # the gradient direction: steps that change the loss by a fixed small share to first
             # order, ε|g| = f|L|. A parameter-relative step is far too long there on a confident
             # model (the demo: |L| = 0.002, |g| = 0.17, ε = 3e-4 ||θ|| = 0.011 moves the loss by
             # 80% of itself and the FD is 12% off)
             grad_steps = sorted(float(f) * loss_scale / gnorm
-                                for f in s["fd_gradient_steps"]) if gnorm > 0 else []
+                                for f in th["fd_gradient_steps"]) if gnorm > 0 else []
             if gnorm > 0:
                 directions.append(("gradient", probe.gradient_direction(g), 0, gnorm, grad_steps))
             directions += [(f"random {k}", random_dirs, k, float(g.gdot[k]), steps)
@@ -441,7 +442,7 @@ class FiniteDifferences(Check):
         return {"loss": g.loss, "finite": True, "n_directions": len(rows), "epsilons": steps,
                 "gradient_epsilons": grad_steps,
                 "parameter_norm": theta, "gradient_norm": gnorm, "typical_gdot": typical,
-                "n_elements": n_elements, "seed": int(s["seed"]),
+                "n_elements": n_elements, "seed": int(th["seed"]),
                 # np.max propagates NaN (builtin max() keeps whatever came first)
                 "max_rel_error": float(np.max(errs)) if errs else float("nan"), "directions": rows}
 
@@ -484,16 +485,15 @@ class LikelihoodShape(Check):
                     "gradient direction) are not exposed")
         return None
 
-    def measure(self, ctx: Context) -> dict[str, Any]:
-        s = _settings(ctx)
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         lg = logit_gradients(ctx)
         batch = grad_batch(ctx)
         v = likelihood_shape(lg["grad"], lg["logits"], batch.labels, ctx.config.data.label_pad_id,
-                             band=float(s["likelihood_weight_band"]),
-                             max_smoothing=float(s["likelihood_max_smoothing"]),
-                             max_entropy=float(s["likelihood_max_entropy"]),
-                             cosine_min=float(s["likelihood_cosine_pass"]),
-                             reweighted_max=float(s["likelihood_reweighted_pass"]))
+                             band=float(th["likelihood_weight_band"]),
+                             max_smoothing=float(th["likelihood_max_smoothing"]),
+                             max_entropy=float(th["likelihood_max_entropy"]),
+                             cosine_min=float(th["likelihood_cosine_pass"]),
+                             reweighted_max=float(th["likelihood_reweighted_pass"]))
         return {**v, "loss": float(lg["outputs"][0]), "rows": int(batch.labels.shape[0])}
 
     def conditions(self, th: dict[str, Any]) -> list[Condition]:

@@ -27,14 +27,11 @@ import numpy as np
 
 from objdebug.context import Context
 from objdebug.findings import Check, Condition, Verdict, listing
+from objdebug.settings import Settings
 from objdebug.preference import EXPECTED_LOGPS, ZERO_POINT, no_preference_reason, session
 
 _LISTED = 8
 _UNIT = 0.5  # the probe point's reference offset: every log-ratio difference becomes 2 * 0.5 = 1 nat
-
-
-def _settings(ctx: Context) -> dict[str, Any]:
-    return ctx.profile.section("preference")
 
 
 def _finite_max(x: np.ndarray) -> float:
@@ -71,7 +68,7 @@ class ZeroPoint(PreferenceCheck):
 
     name = "zero-point"
 
-    def measure(self, ctx: Context) -> dict[str, Any]:
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         s = session(ctx)
         kind = s.spec.loss_type
         beta, gamma = s.setting("beta"), s.setting("gamma")
@@ -150,9 +147,9 @@ class Symmetry(PreferenceCheck):
 
     name = "symmetry"
 
-    def measure(self, ctx: Context) -> dict[str, Any]:
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         s = session(ctx)
-        eps = float(_settings(ctx)["margin_epsilon"])
+        eps = float(th["margin_epsilon"])
         points = []
         if s.form == "preference":
             real = s.real_inputs()
@@ -222,7 +219,7 @@ class Symmetry(PreferenceCheck):
 # --------------------------------------------------------------------------- direction + masking
 def _gradient(ctx: Context) -> dict[str, Any]:
     s = session(ctx)
-    return ctx.cached("preference.gradient", lambda: s.gradient(s.batches[0]))
+    return ctx.provide(_gradient, lambda: s.gradient(s.batches[0]))
 
 
 class Direction(PreferenceCheck):
@@ -230,7 +227,7 @@ class Direction(PreferenceCheck):
 
     name = "direction"
 
-    def measure(self, ctx: Context) -> dict[str, Any]:
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         import mindspore as ms
 
         s = session(ctx)
@@ -243,7 +240,7 @@ class Direction(PreferenceCheck):
         gnorm = math.sqrt(sum(float((x.astype(np.float64) ** 2).sum()) for x in gp))
         saved = [p.data.asnumpy().copy() for p in policy]
         theta = math.sqrt(sum(float((x.astype(np.float64) ** 2).sum()) for x in saved))
-        rel = float(_settings(ctx)["step_rel"])
+        rel = float(th["step_rel"])
         before = self._margins(s, batch)
         after = before
         if gnorm > 0 and math.isfinite(gnorm):
@@ -314,7 +311,7 @@ class Masking(PreferenceCheck):
 
     name = "masking"
 
-    def measure(self, ctx: Context) -> dict[str, Any]:
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         s = session(ctx)
         pid = s.label_pad_id
         g = _gradient(ctx)
@@ -325,7 +322,7 @@ class Masking(PreferenceCheck):
         c_scored, r_scored = b.c_labels != pid, b.r_labels != pid
         # masked in both answers: the shared prompt, and the padding after both answers
         masked = ~c_scored & ~r_scored
-        tol = float(_settings(ctx)["leak_tolerance"])
+        tol = float(th["leak_tolerance"])
         ids = []
         counts = {"prompt": [0, 0], "padding": [0, 0]}   # [positions, leaking]
         # a pair whose loss is saturated (sigmoid(-beta h) == 0 in float32) has no gradient at
@@ -371,7 +368,7 @@ class EmptyPairs(PreferenceCheck):
 
     name = "empty-pairs"
 
-    def measure(self, ctx: Context) -> dict[str, Any]:
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         s = session(ctx)
         pid = s.label_pad_id
         empty, bad_batches = [], []
@@ -387,7 +384,7 @@ class EmptyPairs(PreferenceCheck):
         if empty:  # the objective on their batches: a length-normalized loss may divide by 0 there
             losses = s.evaluate()["losses"]
             finite = bool(np.all(np.isfinite([losses[s.batches.index(b)] for b in bad_batches])))
-        return {"total_pairs": len(s.pairs), "max_length": int(_settings(ctx)["max_length"]),
+        return {"total_pairs": len(s.pairs), "max_length": int(th["max_length"]),
                 "truncated": sum(bool(p.get("truncated")) for p in s.pairs), "empty": empty,
                 "loss_finite": finite}
 
@@ -414,7 +411,7 @@ class Length(PreferenceCheck):
 
     name = "length"
 
-    def measure(self, ctx: Context) -> dict[str, Any]:
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         from objdebug.stats import correlations
 
         s = session(ctx)
@@ -471,9 +468,9 @@ class Settings(PreferenceCheck):
 
     name = "settings"
 
-    def measure(self, ctx: Context) -> dict[str, Any]:
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         s = session(ctx)
-        named = set(_settings(ctx)["settings"])
+        named = set(th["settings"])
         # float kwargs, and the named settings even when written as integers (beta = 1); other
         # integers (ignore_index, pad ids) are not scale settings
         keys = [k for k, v in s.spec.kwargs.items() if not isinstance(v, bool)
@@ -542,11 +539,10 @@ class Agreement(PreferenceCheck):
 
     name = "agreement"
 
-    def measure(self, ctx: Context) -> dict[str, Any]:
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         from scipy import stats as st
 
         s = session(ctx)
-        th = _settings(ctx)
         out = s.evaluate()
         returned = _has(out["cr"])
         m = out["cr"] - out["rj"] if returned else s.implicit_margins()

@@ -20,6 +20,7 @@ import numpy as np
 
 from objdebug.context import Context
 from objdebug.findings import Check, Condition, Verdict
+from objdebug.settings import Settings
 from objdebug.stages.invariant_cases._common import (base, batch, logits, probe, settings,
                                                      skip_end_to_end)
 
@@ -44,10 +45,10 @@ class LabelAlignment(Check):
     def skip_reason(self, ctx: Context) -> str | None:
         return skip_end_to_end(ctx)
 
-    def measure(self, ctx: Context) -> dict[str, Any]:
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         b, x = batch(ctx), logits(ctx)
         pad = ctx.config.data.label_pad_id
-        offsets = sorted({0, *(int(d) for d in settings(ctx)["label_offsets"])})
+        offsets = sorted({0, *(int(d) for d in th["label_offsets"])})
         rows = []
         for d in offsets:
             loss = base(ctx).loss if d == 0 else probe(ctx).run(x, shifted_labels(b.labels, d, pad)).loss

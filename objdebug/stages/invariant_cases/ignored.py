@@ -21,6 +21,7 @@ import numpy as np
 
 from objdebug.context import Context
 from objdebug.findings import Check, Condition, Verdict, listing
+from objdebug.settings import Settings
 from objdebug.stages.invariant_cases._common import (batch, fmt, grad_rel, logits, probe, rel, scored,
                                                      settings, skip_end_to_end)
 
@@ -52,7 +53,7 @@ class IgnoredPositions(Check):
     def skip_reason(self, ctx: Context) -> str | None:
         return skip_end_to_end(ctx)
 
-    def measure(self, ctx: Context) -> dict[str, Any]:
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         b, x = batch(ctx), logits(ctx)
         keep = scored(ctx, b.labels)
         last = int(np.nonzero(keep.any(0))[0].max()) if keep.any() else 0
@@ -61,7 +62,7 @@ class IgnoredPositions(Check):
         rows = []
         if cut >= total:
             return {"length": total, "cut": cut, "removed": 0, "rows": rows}
-        tol = float(settings(ctx)["ignored_rtol"])
+        tol = float(th["ignored_rtol"])
         for changes in variants(ctx):
             name = ", ".join(f"{k}={v if not isinstance(v, np.ndarray) else 'random[V]'}"
                              for k, v in changes.items()) or "configured"

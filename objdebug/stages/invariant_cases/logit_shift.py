@@ -33,6 +33,7 @@ import numpy as np
 
 from objdebug.context import Context
 from objdebug.findings import Check, Condition, Verdict
+from objdebug.settings import Settings
 from objdebug.stages.invariant_cases._common import (F32_EPS, base, batch, fmt, logits, probe, scored,
                                                      settings, skip_end_to_end)
 
@@ -49,7 +50,7 @@ def position_weights(ctx: Context) -> np.ndarray:
         at_label = np.take_along_axis(g, np.where(keep, b.labels, 0)[..., None], -1)[..., 0]
         vocab = x.shape[-1]
         return np.abs(at_label[keep]) * vocab / (vocab - 1)
-    return ctx.cached("invariants.position_weights", build)
+    return ctx.provide(position_weights, build)
 
 
 class LogitShift(Check):
@@ -61,16 +62,15 @@ class LogitShift(Check):
     def skip_reason(self, ctx: Context) -> str | None:
         return skip_end_to_end(ctx)
 
-    def measure(self, ctx: Context) -> dict[str, Any]:
-        s = settings(ctx)
-        safety, ulps = float(s["rounding_safety"]), float(s["noise_ulps"])
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
+        safety, ulps = float(th["rounding_safety"]), float(th["noise_ulps"])
         b, x, ref = batch(ctx), logits(ctx), base(ctx)
         g0 = ref.grad
         gmax = float(np.abs(g0).max()) if np.isfinite(g0).all() else float("nan")
         w = position_weights(ctx)
         big_w, max_w = float(w.sum()), float(w.max()) if w.size else 0.0
         rows = []
-        for c in s["logit_shifts"]:
+        for c in th["logit_shifts"]:
             c = float(c)
             shifted = (x + np.float32(c)).astype(np.float32)
             delta = shifted.astype(np.float64) - (x.astype(np.float64) + c)  # exact rounding error

@@ -28,6 +28,7 @@ import numpy as np
 
 from objdebug.context import Context
 from objdebug.findings import Check, Condition, Verdict, listing
+from objdebug.settings import Settings
 from objdebug.stages.invariant_cases._common import base, batch, logits, probe, skip_end_to_end
 
 _UNTESTABLE_INT = ("index", "_id", "size", "vocab", "dim")
@@ -61,7 +62,7 @@ class SettingsUsed(Check):
     def skip_reason(self, ctx: Context) -> str | None:
         return skip_end_to_end(ctx)
 
-    def measure(self, ctx: Context) -> dict[str, Any]:
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         pr, b, x, ref = probe(ctx), batch(ctx), logits(ctx), base(ctx)
         tested, untestable = [], []
         for name, value in pr.settings.items():

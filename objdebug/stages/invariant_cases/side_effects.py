@@ -28,6 +28,7 @@ import numpy as np
 
 from objdebug.context import Context
 from objdebug.findings import Check, Condition, Verdict, listing
+from objdebug.settings import Settings
 from objdebug.invariance import dropout_cells, model_logits_in_train_mode
 from objdebug.stages.invariant_cases._common import base, batch, logits, probe, skip_end_to_end
 
@@ -45,7 +46,7 @@ class SideEffects(Check):
     def skip_reason(self, ctx: Context) -> str | None:
         return skip_end_to_end(ctx)
 
-    def measure(self, ctx: Context) -> dict[str, Any]:
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         b, x = batch(ctx), logits(ctx)
         ev = probe(ctx).forward(x, b.labels)
         tr = probe(ctx).forward(x, b.labels, train=True)

@@ -27,6 +27,7 @@ import numpy as np
 
 from objdebug.context import Context
 from objdebug.findings import Check, Condition, Verdict
+from objdebug.settings import Settings
 from objdebug.stages.invariant_cases._common import (base, batch, micro_batches, micro_probes, scored,
                                                      skip_end_to_end)
 
@@ -56,7 +57,7 @@ class TokenWeighting(Check):
     def skip_reason(self, ctx: Context) -> str | None:
         return skip_end_to_end(ctx)
 
-    def measure(self, ctx: Context) -> dict[str, Any]:
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         b, full = batch(ctx), base(ctx).grad
         keep = scored(ctx, b.labels)
         ranges, micro = micro_batches(ctx), micro_probes(ctx)

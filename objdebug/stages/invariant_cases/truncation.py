@@ -24,6 +24,7 @@ from objdebug.context import Context
 from objdebug.engine.data import build_labels
 from objdebug.engine.datasets import text_samples
 from objdebug.findings import Check, Condition, Verdict, listing
+from objdebug.settings import Settings
 from objdebug.stages.invariant_cases._common import (batch, fmt, logits, micro_batches, probe, settings,
                                                      skip_end_to_end)
 
@@ -44,9 +45,9 @@ class EmptyAfterTruncation(Check):
     def skip_reason(self, ctx: Context) -> str | None:
         return skip_end_to_end(ctx)
 
-    def measure(self, ctx: Context) -> dict[str, Any]:
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         cfg = ctx.config.data
-        limit = int(settings(ctx)["max_length"])
+        limit = int(th["max_length"])
         samples = text_samples(ctx)
         empty = [s.id + (f"/{s.kind}" if s.kind else "") for s in samples
                  if limit and supervised_after(s, limit, cfg.label_pad_id, cfg.shift) == 0]

@@ -21,6 +21,7 @@ import numpy as np
 
 from objdebug.context import Context
 from objdebug.findings import Check, Condition, Verdict
+from objdebug.settings import Settings
 from objdebug.stages.invariant_cases._common import (base, batch, fmt, logits, micro_batches,
                                                      micro_probes, probe, rel, settings, skip_end_to_end)
 
@@ -47,15 +48,14 @@ class UpstreamGradient(Check):
     def skip_reason(self, ctx: Context) -> str | None:
         return skip_end_to_end(ctx)
 
-    def measure(self, ctx: Context) -> dict[str, Any]:
-        s = settings(ctx)
-        c = float(s["upstream_scale"])
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
+        c = float(th["upstream_scale"])
         b, x, ref = batch(ctx), logits(ctx), base(ctx)
         scaled = probe(ctx).run(x, b.labels, scale=c)
         g_rel = l2_rel(scaled.grad, c * ref.grad)
         norm = float(np.linalg.norm(ref.grad))
         ratio = float(np.linalg.norm(scaled.grad) / norm) if norm > 0 else float("nan")
-        rng = np.random.default_rng(int(s["seed"]))
+        rng = np.random.default_rng(int(th["seed"]))
         ranges = micro_batches(ctx)
         weights = rng.uniform(0.5, 2.0, len(ranges))
         errs = []

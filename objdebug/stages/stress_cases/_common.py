@@ -120,7 +120,7 @@ def token_stream(ctx: Context, length: int) -> list[int]:
         if not out:
             raise ValueError("the target's text samples are empty")
         return out
-    base = ctx.cached("stress.stream", build)
+    base = ctx.provide(token_stream, build)
     reps = -(-length // len(base))
     return (base * reps)[:length]
 

@@ -14,6 +14,7 @@ import numpy as np
 
 from objdebug.context import Context
 from objdebug.findings import Check, Condition, Verdict
+from objdebug.settings import Settings
 from objdebug.stages.stress_cases._common import loss_and_grad, short_length
 
 
@@ -21,9 +22,9 @@ class AllPadding(Check):
     name = "all-padding"
     stage = "stress"
 
-    def measure(self, ctx: Context) -> dict[str, Any]:
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         cfg = ctx.config.data
-        length = short_length(ctx.profile.section(self.stage))
+        length = short_length(th)
         ids = np.full((1, length), cfg.pad_id, np.int32)
         labels = np.full((1, length), cfg.label_pad_id, np.int32)
         out = loss_and_grad(ctx, ids, labels)

@@ -13,6 +13,7 @@ import numpy as np
 from objdebug.context import Context
 from objdebug.engine.datasets import text_samples
 from objdebug.findings import Check, Condition, Verdict
+from objdebug.settings import Settings
 from objdebug.stages.stress_cases._common import packed
 
 
@@ -26,8 +27,7 @@ class Determinism(Check):
     name = "determinism"
     stage = "stress"
 
-    def measure(self, ctx: Context) -> dict[str, Any]:
-        th = ctx.profile.section(self.stage)
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         b = ctx.engine.batch_size
         rows = text_samples(ctx, b)
         rows = rows + [rows[i % len(rows)] for i in range(b - len(rows))]

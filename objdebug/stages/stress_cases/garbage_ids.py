@@ -27,6 +27,7 @@ import numpy as np
 from objdebug.context import Context
 from objdebug.engine.data import Sample
 from objdebug.findings import Check, Condition, Verdict
+from objdebug.settings import Settings
 from objdebug.stages.stress_cases._common import (POISONED, error_line, forward_loss, loss_and_grad,
                                                   packed, short_length)
 
@@ -52,7 +53,7 @@ def random_batch(ctx: Context) -> tuple[np.ndarray, np.ndarray]:
         rows = [Sample(id=f"random-{i}", prompt=[], response=[int(t) for t in rng.integers(0, vocab, length)])
                 for i in range(ctx.engine.batch_size)]
         return packed(ctx, rows, length)
-    return ctx.cached("stress.random_batch", build)
+    return ctx.provide(random_batch, build)
 
 
 class RandomIds(Check):
@@ -62,7 +63,7 @@ class RandomIds(Check):
     def skip_reason(self, ctx: Context) -> str | None:
         return _vocab_skip(ctx)
 
-    def measure(self, ctx: Context) -> dict[str, Any]:
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         ids, labels = random_batch(ctx)
         losses = ctx.engine.per_sample_raw(ids, labels)[:, 0]
         grad = loss_and_grad(ctx, ids[:1], labels[:1])
@@ -111,7 +112,7 @@ class OutOfRangeIds(Check):
                     "error": f"{type(exc).__name__}: {error_line(exc)[:200]}"}
         return {"rejected": False, "valid_loss": valid, "value": value}
 
-    def measure(self, ctx: Context) -> dict[str, Any]:
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         ids, labels = random_batch(ctx)
         ids, labels = ids[:1], labels[:1]  # batch 1: small probe graphs
         vocab = ctx.engine.vocab_size()

@@ -15,6 +15,7 @@ from typing import Any
 
 from objdebug.context import Context
 from objdebug.findings import Check, Condition, Verdict
+from objdebug.settings import Settings
 from objdebug.stages.stress_cases import memory
 from objdebug.stages.stress_cases._common import loss_and_grad, packed, short_length, text_sample
 
@@ -58,8 +59,7 @@ class LongInputs(Check):
             peaks.append(r["peak_rss_bytes"])
         return memory.fit_peaks(lengths, peaks)
 
-    def measure(self, ctx: Context) -> dict[str, Any]:
-        th = ctx.profile.section(self.stage)
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         vocab = ctx.engine.vocab_size() or int(th["assume_vocab"])
         n_params = sum(int(p.size) for p in ctx.target.trainable_params())
         shape = memory.model_shape(ctx.target.model or ctx.target.objective, vocab, th)

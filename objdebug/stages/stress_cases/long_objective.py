@@ -24,6 +24,7 @@ import numpy as np
 
 from objdebug.context import Context
 from objdebug.findings import Check, Condition, Verdict
+from objdebug.settings import Settings
 from objdebug.stages.stress_cases import memory
 
 GRAPH = "stress.objective_long"
@@ -54,14 +55,14 @@ def _build(ctx: Context):
 def real_rows(ctx: Context) -> tuple[np.ndarray, np.ndarray]:
     """Scored rows of the model's real logits on the target's data [n, V] and their labels [n]."""
     def build():
-        from objdebug.stages.grad import grad_batch
+        from objdebug.stages.grad import grad_batch, logit_gradients
 
         batch = grad_batch(ctx)
-        cached = ctx.cache.get("grad.logits")
+        cached = ctx.provided(logit_gradients)  # the grad stage's logits, when it ran
         logits = cached["logits"] if cached else ctx.engine.logits(batch.input_ids)
         scored = batch.labels != ctx.config.data.label_pad_id
         return logits[scored].astype(np.float32), batch.labels[scored].astype(np.int32)
-    return ctx.cached("stress.real_logit_rows", build)
+    return ctx.provide(real_rows, build)
 
 
 def resampled(rows: np.ndarray, labels: np.ndarray, length: int, seed: int):
@@ -106,8 +107,7 @@ class LongObjective(Check):
         idx = np.linspace(0, len(rows) - 1, cap).round().astype(int) if len(rows) > cap else slice(None)
         return self._one(ctx, rows[idx], labels[idx], None, seed)
 
-    def measure(self, ctx: Context) -> dict[str, Any]:
-        th = ctx.profile.section(self.stage)
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         seed = int(th["seed"])
         safety = float(th["memory_safety"])
         rows, labels = real_rows(ctx)

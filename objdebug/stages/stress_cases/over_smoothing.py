@@ -14,6 +14,7 @@ import numpy as np
 from objdebug.context import Context
 from objdebug.engine.datasets import text_samples
 from objdebug.findings import Check, Condition, Verdict
+from objdebug.settings import Settings
 from objdebug.stages.stress_cases._common import logits_of_rows
 
 
@@ -35,8 +36,7 @@ class OverSmoothing(Check):
             return "the end-to-end form (no [model]) does not expose the model's logits"
         return None
 
-    def measure(self, ctx: Context) -> dict[str, Any]:
-        th = ctx.profile.section(self.stage)
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         k = int(th["top_k"])
         samples = text_samples(ctx, int(th["smoothing_samples"]))
         pad = ctx.config.data.label_pad_id

@@ -15,6 +15,7 @@ import numpy as np
 
 from objdebug.context import Context
 from objdebug.findings import Check, Condition, Verdict
+from objdebug.settings import Settings
 from objdebug.stages.stress_cases._common import (flat_grads, loss_and_grad, packed, rel_diff,
                                                   short_length, text_sample)
 
@@ -23,8 +24,7 @@ class PaddingInvariance(Check):
     name = "padding-invariance"
     stage = "stress"
 
-    def measure(self, ctx: Context) -> dict[str, Any]:
-        th = ctx.profile.section(self.stage)
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         base = max(short_length(th) - 10, 2)
         extras = [0] + [int(e) for e in th["pad_extra"]]
         sample = text_sample(ctx, base, "pad")

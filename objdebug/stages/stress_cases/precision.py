@@ -19,6 +19,7 @@ import numpy as np
 from objdebug.context import Context
 from objdebug.engine.datasets import text_samples
 from objdebug.findings import Check, Condition, Verdict
+from objdebug.settings import Settings
 from objdebug.stages.stress_cases._common import (OBJECTIVE_ON_LOGITS, error_line, objective_on_logits,
                                                   packed, rel_diff)
 
@@ -34,7 +35,7 @@ def logits_batch(ctx: Context) -> tuple[np.ndarray, np.ndarray]:
         rows = rows + [rows[0]] * (ctx.engine.batch_size - len(rows))  # fill with copies
         ids, labels = packed(ctx, rows, ctx.engine.bucket(max(s.length for s in rows)))
         return ctx.engine.logits(ids).astype(np.float32), labels
-    return ctx.cached("stress.logits_batch", build)
+    return ctx.provide(logits_batch, build)
 
 
 def reference_ce(logits: np.ndarray, labels: np.ndarray, ignore: int) -> float:
@@ -65,7 +66,7 @@ def _fp32_losses(ctx: Context, th: dict[str, Any]) -> dict[str, Any]:
                                                   name=f"{OBJECTIVE_ON_LOGITS}.float32"),
                       "reference_ce": reference_ce(scaled, labels, ctx.config.data.label_pad_id)}
         return out
-    return ctx.cached("stress.fp32_losses", build)
+    return ctx.provide(_fp32_losses, build)
 
 
 class ExtremeLogits(Check):
@@ -75,9 +76,9 @@ class ExtremeLogits(Check):
     def skip_reason(self, ctx: Context) -> str | None:
         return _END_TO_END if ctx.target.end_to_end else None
 
-    def measure(self, ctx: Context) -> dict[str, Any]:
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         logits, _ = logits_batch(ctx)
-        rows = list(_fp32_losses(ctx, ctx.profile.section(self.stage)).values())
+        rows = list(_fp32_losses(ctx, th).values())
         return {"shape": list(logits.shape), "rows": rows}
 
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
@@ -101,10 +102,9 @@ class LowPrecision(Check):
     def skip_reason(self, ctx: Context) -> str | None:
         return _END_TO_END if ctx.target.end_to_end else None
 
-    def measure(self, ctx: Context) -> dict[str, Any]:
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         import mindspore as ms
 
-        th = ctx.profile.section(self.stage)
         logits, labels = logits_batch(ctx)
         fp32 = _fp32_losses(ctx, th)
         out: dict[str, Any] = {}
