@@ -53,6 +53,9 @@ def _parse(path: Path) -> Rule:
         if ":" in line:
             key, _, value = line.partition(":")
             meta[key.strip()] = value.strip()
+    missing = [k for k in ("code", "name", "stage", "check", "baseline", "summary") if k not in meta]
+    if missing:
+        raise ValueError(f"{path.name}: the front matter must have {missing} (see objdebug/rules/__init__.py)")
     direction, *tolerance = meta["baseline"].split()
     if direction not in DIRECTIONS or len(tolerance) > 1:
         raise ValueError(f"{path.name}: baseline must be one of {list(DIRECTIONS)} and an optional "
