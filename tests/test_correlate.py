@@ -39,7 +39,7 @@ def bigram():
     runtime.setup(cfg.run.device, cfg.run.mode, cfg.run.seed)
     with runtime.scratch_dir():
         target = load_target(cfg)
-        engine = Engine(target, batch_size=profile.section("engine").get("batch_size", 8))
+        engine = Engine(target, batch_size=profile.section("engine")["batch_size"])
         engine.stage = "correlate"
         yield cfg, target, engine, profile
 
