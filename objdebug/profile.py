@@ -184,7 +184,7 @@ def load_profile(name_or_path: str = "default", _depth: int = 0) -> Profile:
         if str(parent).endswith(".toml") and not Path(parent).is_absolute() and not source.startswith("builtin:"):
             parent = str(Path(source).parent / parent)  # relative to the extending profile
         data = _merge(load_profile(parent, _depth + 1).data, data)
-    elif _depth == 0 and source != "builtin:default":
+    elif source != "builtin:default":
         # every profile stands on default.toml: the one place a setting's default is written
         base = {k: v for k, v in _read("default")[0].items() if k not in _FREE_KEYS}
         data = _merge(base, data)

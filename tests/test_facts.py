@@ -182,3 +182,11 @@ def test_one_nan_codec_round_trips():
     json.dumps(data, allow_nan=False)
     assert math.isnan(number("NaN")) and number("Infinity") == math.inf and number("-Infinity") == -math.inf
     assert number(2) == 2.0 and number(True) is None and number("1.5") is None and number(None) is None
+
+
+def test_a_chain_of_profiles_without_default_stands_on_default(tmp_path):
+    (tmp_path / "base.toml").write_text('name = "base"\n[grad]\nratio_pass = 5.0\n', encoding="utf-8")
+    (tmp_path / "top.toml").write_text('extends = "base.toml"\nname = "top"\n[grad]\nratio_fail = 9.0\n',
+                                       encoding="utf-8")
+    th = load_profile(str(tmp_path / "top.toml")).section("grad")
+    assert (th["ratio_pass"], th["ratio_fail"], th["fd_pass"]) == (5.0, 9.0, DEFAULT["grad"]["fd_pass"])
