@@ -21,7 +21,7 @@ from objdebug import contract, distributed
 from objdebug.engine import runtime
 from objdebug.engine.compile_cache import default_root, open_cache
 from objdebug.config import Config, load_config  # noqa: F401  (re-exported)
-from objdebug.context import Context
+from objdebug.context import Context, RunOptions
 from objdebug.engine.data import preflight
 from objdebug.engine.core import Engine
 from objdebug.errors import EXIT_CHECK_FAILED, EXIT_OK
@@ -29,7 +29,7 @@ from objdebug.findings import CheckResult, Verdict
 from objdebug.interrupts import Interrupted, swallowed
 from objdebug.profile import Profile, code_selected, load_profile
 from objdebug.progress import Progress, StageSummary
-from objdebug.stages import STAGES, skipped, stage_checks, stage_skip_reason
+from objdebug.stages import STAGES, pipeline_order, skipped, stage_checks, stage_skip_reason
 from objdebug.engine.target import load_target
 from objdebug.report.json_report import SCHEMA_VERSION  # noqa: F401  (re-exported)
 
@@ -76,13 +76,7 @@ class RunResult:
 
 
 def resolve_stages(cfg: Config, profile: Profile, stages: list[str] | None) -> list[str]:
-    chosen = stages or cfg.run.stages or profile.stages or list(STAGES)
-    for s in chosen:
-        if s not in STAGES:
-            from objdebug.errors import InputError
-
-            raise InputError(f"For '--stages', each stage must be in {list(STAGES)}, but got '{s}'.")
-    return [s for s in STAGES if s in chosen]  # always pipeline order
+    return pipeline_order(stages or cfg.run.stages or profile.stages or list(STAGES))
 
 
 def run(cfg: Config, *, stages: list[str] | None = None, profile: Profile | str | None = None,
@@ -212,10 +206,10 @@ def _run_stages(cfg, result, profile, chosen, select, ignore, options, out_dir, 
         target = load_target(cfg)
         result.timings["load"] = time.perf_counter() - t
         result.target = target.describe()
-        engine = Engine(target, batch_size=profile.section("engine").get("batch_size", 8),
+        engine = Engine(target, batch_size=profile.section("engine")["batch_size"],
                         progress=progress)
         ctx = Context(config=cfg, target=target, engine=engine, profile=profile,
-                      options=dict(options or {}), out_dir=out_dir, debug=debug)
+                      options=RunOptions.of(options), out_dir=out_dir, debug=debug)
         # msrun workers would share one directory (and MindSpore writes one folder per rank)
         cache = open_cache(compile_cache, cfg, profile, chosen, dict(options or {}),
                            engine.batch_size,
@@ -241,7 +235,7 @@ def _run_stages(cfg, result, profile, chosen, select, ignore, options, out_dir, 
                                                    result.timings[stage],
                                                    engine.compiles.records[first_compile:]))
         _report_model_state(ctx, result, select, ignore)
-        result.extra.update(ctx.cache.get("report_extra", {}))
+        result.extra.update(ctx.report_extra)
         if cache.status != "off":
             result.extra["compile_cache"] = cache.summary()
     result.compiles = engine.compiles.to_dict()

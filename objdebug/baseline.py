@@ -3,8 +3,8 @@
 A CI job keeps the last release's report and gates on it (`objdebug run --baseline OLD.json`):
 
 - OBJ001: a finding's key number (`value`) moved the bad way by more than the tolerance. Which way
-  is bad comes from a per-code direction table (longest code prefix wins), extended by the
-  profile's `[baseline.directions]`.
+  is bad comes from each rule's `baseline:` front matter (objdebug/rules/OBJxxx.md), unless the
+  profile's `[baseline.directions]` names a prefix of the code (the longest such prefix wins).
 - OBJ002: a finding's verdict got worse (PASS < WARN < FAIL < ERROR).
 - OBJ003: the two reports are not fully comparable (other target, profile, stages, or findings
   that disappeared).
@@ -21,47 +21,12 @@ from typing import Any
 
 from objdebug.errors import InputError
 from objdebug.findings import CheckResult, Finding, Verdict
-from objdebug.rules import get_rule
+from objdebug.jsonsafe import number
+from objdebug.profile import load_profile
+from objdebug.rules import DIRECTIONS, all_rules
 
 STAGE = "baseline"
 CHECK = "baseline-compare"
-
-# Which way a finding's `value` is better: "higher", "lower", "abs_higher" (a larger magnitude,
-# e.g. a correlation expected to be negative), "abs_lower" (closer to zero), "none" (not compared).
-# Entries are code prefixes: the longest match wins. A tuple gives the direction and an absolute
-# tolerance that replaces the profile's abs_tolerance for that code (p-values move by noise).
-DIRECTIONS: dict[str, str | tuple[str, float]] = {
-    "OBJ0": "none",                 # baseline findings themselves
-    "OBJ101": "higher",             # align gap loss(bad) - loss(good)
-    "OBJ102": "higher",             # order accuracy
-    "OBJ103": ("lower", 0.01),      # Wilcoxon p-value
-    "OBJ104": "lower",              # count of non-finite losses
-    "OBJ105": "abs_lower",          # loss of a fully masked sample
-    "OBJ2": "none",                 # grad: in-band numbers (norm range, scale ratio ~ 1)
-    "OBJ202": "lower",              # max/mean gradient-norm ratio
-    "OBJ203": "lower",              # non-finite gradient elements
-    "OBJ204": "lower",              # disconnected parameters
-    "OBJ205": "lower",              # masked positions receiving gradient
-    "OBJ206": ("lower", 0.01),      # autodiff vs finite-difference relative error
-    "OBJ3": "none",                 # decompose: inventory and shares
-    "OBJ301": "lower",              # share of batches where a term is exactly zero
-    "OBJ302": "lower",              # reconstruction residual
-    "OBJ303": "lower",              # largest / smallest component magnitude
-    "OBJ4": "lower",                # correlate: r(loss, score), healthy is negative (-0.6 .. -0.8)
-    "OBJ403": "abs_lower",          # |corr(loss, response length)|: a length confound
-    "OBJ5": "none",                 # stress: per-case numbers without one good direction
-    "OBJ503": "abs_lower",          # loss on an all-padding batch
-    "OBJ504": "lower",              # loss / gradient change under extra padding
-    "OBJ505": "higher",             # random-id loss / log(V)
-    "OBJ509": "lower",              # low-precision relative difference
-    "OBJ510": "lower",              # repeat-call difference
-    "OBJ511": "lower",              # alone-vs-batched difference
-    "OBJ512": "higher",             # mean top-5 probability
-    "OBJ7": "lower",                # invariants: counts and relative differences, 0 when invariant
-    "OBJ701": "higher",             # margin of the configured label shift over the others (nats)
-    "OBJ702": "none",               # the failing shift, or the largest gradient difference
-    "OBJ706": "lower",              # effective token weight max/min under accumulation
-}
 
 
 def _rank(verdict: Any) -> int:
@@ -86,34 +51,21 @@ def load(path: str) -> dict[str, Any]:
     return data
 
 
-def _number(x: Any) -> float | None:
-    """A finding value as float: JSON keeps NaN/Inf as strings."""
-    if isinstance(x, bool) or x is None:
-        return None
-    if isinstance(x, (int, float)):
-        return float(x)
-    if isinstance(x, str):
-        try:
-            return float(x)  # "NaN", "Infinity", "-Infinity"
-        except ValueError:
-            return None
-    return None
-
-
 def _longest(code: str, table: dict[str, Any]) -> Any:
     best = max((p for p in table if code.startswith(p)), key=len, default=None)
     return table[best] if best is not None else None
 
 
 def direction(code: str, overrides: dict[str, Any] | None = None) -> tuple[str, float | None]:
-    """(direction, per-code absolute tolerance or None) for a finding code."""
-    table = {**DIRECTIONS, **(overrides or {})}
-    entry = _longest(code, table)
-    if entry is None:
+    """(direction, per-code absolute tolerance or None) for a finding code: the profile's
+    `[baseline.directions]` (longest prefix) over the rule's front matter; an unknown code: none."""
+    entry = _longest(code, dict(overrides or {}))
+    if entry is not None:
+        return str(entry), None
+    rule = all_rules().get(code)
+    if rule is None:
         return "none", None
-    if isinstance(entry, (list, tuple)):
-        return str(entry[0]), float(entry[1])
-    return str(entry), None
+    return rule.baseline, rule.baseline_tolerance
 
 
 def _worse_by(how: str, old: float, new: float) -> float:
@@ -126,8 +78,8 @@ def _worse_by(how: str, old: float, new: float) -> float:
         return abs(old) - abs(new)
     if how == "abs_lower":
         return abs(new) - abs(old)
-    raise InputError(f"For '[baseline] directions', each direction must be in ['higher', 'lower', "
-                     f"'abs_higher', 'abs_lower', 'none'], but got '{how}'.")
+    raise InputError(f"For '[baseline] directions', each direction must be in {list(DIRECTIONS)}, "
+                     f"but got '{how}'.")
 
 
 def _keyed(report: dict[str, Any]) -> dict[tuple[str, str, str, int], dict[str, Any]]:
@@ -161,15 +113,16 @@ def _differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 def compare(new: dict[str, Any], old: dict[str, Any], settings: dict[str, Any] | None = None,
             error_fails: bool = True) -> CheckResult:
     """Judge report `new` against report `old`; one finding per regression (see module doc)."""
-    th = dict(settings or {})
-    abs_tol = float(th.get("abs_tolerance", 0.01))
-    rel_tol = float(th.get("rel_tolerance", 0.10))
-    per_code_tol = dict(th.get("tolerances", {}))
-    dir_overrides = dict(th.get("directions", {}))
-    value_verdict = str(th.get("regression_verdict", "fail")).upper()
+    # `settings`: the profile's [baseline] section, or single keys over default.toml's
+    th = load_profile().section("baseline").replace(**dict(settings or {}))
+    abs_tol = float(th["abs_tolerance"])
+    rel_tol = float(th["rel_tolerance"])
+    per_code_tol = dict(th["tolerances"])
+    dir_overrides = dict(th["directions"])
+    value_verdict = str(th["regression_verdict"]).upper()
     if value_verdict not in ("WARN", "FAIL"):
         raise InputError(f"For '[baseline] regression_verdict', the value must be in ['warn', 'fail'], "
-                         f"but got {th.get('regression_verdict')!r}.")
+                         f"but got {th['regression_verdict']!r}.")
     value_verdict = Verdict(value_verdict)
 
     result = CheckResult(stage=STAGE, check=CHECK)
@@ -192,7 +145,7 @@ def compare(new: dict[str, Any], old: dict[str, Any], settings: dict[str, Any] |
                 where, float(new_rank - old_rank)))
             continue  # a worse verdict already says it; do not report the same number twice
         how, code_tol = direction(code, dir_overrides)
-        a, b = _number(g.get("value")), _number(f.get("value"))
+        a, b = number(g.get("value")), number(f.get("value"))
         if how == "none" or a is None or b is None or "SKIP" in (f["verdict"], g["verdict"]) \
                 or "ERROR" in (f["verdict"], g["verdict"]) or not math.isfinite(a):
             continue
@@ -236,9 +189,7 @@ def compare(new: dict[str, Any], old: dict[str, Any], settings: dict[str, Any] |
 
 
 def _finding(code: str, verdict: Verdict, message: str, condition: str, value: float | None) -> Finding:
-    fix = get_rule(code).fix if verdict not in (Verdict.PASS, Verdict.SKIP) else ""
-    return Finding(code=code, verdict=verdict, message=message, check=CHECK, stage=STAGE,
-                   condition=condition, fix=fix, value=value)
+    return Finding.of(code, verdict, message, check=CHECK, stage=STAGE, condition=condition, value=value)
 
 
 def apply(result, old: dict[str, Any], *, select: list[str] | None = None,

@@ -324,17 +324,10 @@ def _stage_command(stage: str, doc: str):
     return command
 
 
-_STAGE_DOCS = {
-    "align": "Stage 1: loss must order good < medium < bad answers to the same prompt, with a clear gap.",
-    "grad": "Stage 2: gradient health (norms, disconnected/NaN parameters, padding leakage, autodiff vs finite differences).",
-    "invariants": "Stage 6: invariants of a correct objective (label alignment, logit shift, ignored positions, upstream gradient, unused settings, token weighting, side effects, empty rows).",
-    "decompose": "Stage 3: components of a composite loss: shares, dead terms, scale imbalance, gradient share.",
-    "correlate": "Stage 4: per-sample loss against human quality scores (Pearson with CI, Spearman, Kendall).",
-    "stress": "Stage 5: long inputs, all-padding, garbage ids, fp16, padding invariance.",
-    "preference": "Preference objectives (DPO, IPO, SimPO, hinge) on real pairs: zero point, symmetry, direction, masking, length, settings, agreement.",
-}
-for _name, _doc in _STAGE_DOCS.items():
-    app.command(name=_name, help=_doc)(_stage_command(_name, _doc))
+from objdebug.stages import REGISTRY as _STAGES  # noqa: E402  (data only: no MindSpore)
+
+for _stage in _STAGES:
+    app.command(name=_stage.name, help=_stage.summary)(_stage_command(_stage.name, _stage.summary))
 
 
 @app.command()

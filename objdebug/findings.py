@@ -16,7 +16,9 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from objdebug.rules import get_rule
+from objdebug.jsonsafe import encode
+from objdebug.rules import codes_of, get_rule
+from objdebug.settings import Settings
 
 
 class Verdict(str, Enum):
@@ -63,12 +65,21 @@ class Finding:
     value: float | None = None  # the key number, for summary tables and baselines
     location: dict[str, Any] | None = None  # {"file", "line"} in the user's config or data, if any
 
+    @classmethod
+    def of(cls, code: str, verdict: Verdict, message: str, *, check: str, stage: str,
+           condition: str = "", value: float | None = None) -> "Finding":
+        """The one way to make a finding: the fix advice comes from the rule's page, and is shown
+        on every finding that is not a pass or a skip."""
+        fix = get_rule(code).fix if verdict not in (Verdict.PASS, Verdict.SKIP) else ""
+        return cls(code=code, verdict=verdict, message=message, check=check, stage=stage,
+                   condition=condition, fix=fix, value=value)
+
     def to_dict(self) -> dict[str, Any]:
         out = {"code": self.code, "verdict": self.verdict.value, "message": self.message,
                "check": self.check, "stage": self.stage, "condition": self.condition,
-               "fix": self.fix, "value": _clean(self.value)}
+               "fix": self.fix, "value": encode(self.value)}
         if self.location:  # only when known: reports without locations stay as they were
-            out["location"] = _clean(self.location)
+            out["location"] = encode(self.location)
         return out
 
 
@@ -119,34 +130,43 @@ class CheckResult:
     def to_dict(self) -> dict[str, Any]:
         return {"stage": self.stage, "check": self.check, "verdict": self.verdict.value,
                 "seconds": round(self.seconds, 3), "error": self.error,
-                "value": _clean(self.value), "findings": [f.to_dict() for f in self.findings]}
+                "value": encode(self.value), "findings": [f.to_dict() for f in self.findings]}
+
+
+class _CodesOfCheck:
+    """`Check.codes`: the codes whose rule page names this check (`check:` in the front matter)."""
+
+    def __get__(self, obj: Any, cls: type) -> tuple[str, ...]:
+        return codes_of(cls.name)
 
 
 class Check:
-    """Base class: subclasses set `name`, `stage`, `codes` and implement `measure` and `conditions`."""
+    """Base class: subclasses set `name` and `stage` and implement `measure` and `conditions`;
+    the codes they report are read from the rule pages (`objdebug/rules/OBJxxx.md`)."""
 
     name: str = ""
     stage: str = ""
-    codes: tuple[str, ...] = ()
+    codes = _CodesOfCheck()
     # codes that judge what a TRAINED model learned: their WARN/FAIL become notes (INFO) on a model
     # measured untrained (objdebug/model_state.py)
     needs_trained: tuple[str, ...] = ()
 
-    def enabled(self, th: dict[str, Any]) -> bool:
+    def enabled(self, th: Settings) -> bool:
         """False when the profile switches this check off (it then leaves no result at all)."""
         return True
 
-    def measure(self, ctx: Any) -> dict[str, Any]:
+    def measure(self, ctx: Any, th: Settings) -> dict[str, Any]:
+        """The measurement as a plain dict; `th` is the stage's profile section, as in `conditions`."""
         raise NotImplementedError
 
-    def conditions(self, th: dict[str, Any]) -> list[Condition]:
+    def conditions(self, th: Settings) -> list[Condition]:
         raise NotImplementedError
 
     def skip_reason(self, ctx: Any) -> str | None:
         """A reason this check cannot run on this target (e.g. end-to-end form without logits)."""
         return None
 
-    def run(self, ctx: Any, th: dict[str, Any]) -> CheckResult:
+    def run(self, ctx: Any, th: Settings) -> CheckResult:
         result = CheckResult(stage=self.stage, check=self.name)
         start = time.perf_counter()
         try:
@@ -154,7 +174,7 @@ class Check:
             if reason:
                 result.findings.append(self._finding(self.codes[0], Verdict.SKIP, reason, ""))
                 return result
-            result.value = self.measure(ctx)
+            result.value = self.measure(ctx, th)
             for cond in self.conditions(th):
                 verdict, message, key = cond.judge(result.value)
                 finding = self._finding(cond.code, verdict, message, cond.name, key)
@@ -190,32 +210,9 @@ class Check:
 
     def _finding(self, code: str, verdict: Verdict, message: str, condition: str,
                  value: float | None = None) -> Finding:
-        rule = get_rule(code)
-        return Finding(code=code, verdict=verdict, message=message, check=self.name, stage=self.stage,
-                       condition=condition, fix=rule.fix if verdict not in (Verdict.PASS, Verdict.SKIP)
-                       else "", value=value)
+        return Finding.of(code, verdict, message, check=self.name, stage=self.stage,
+                          condition=condition, value=value)
 
 
-def _clean(obj: Any) -> Any:
-    """JSON-safe: numpy scalars to Python, NaN/Inf to strings."""
-    try:
-        import numpy as np
-    except ImportError:  # pragma: no cover
-        np = None
-    if isinstance(obj, dict):
-        return {str(k): _clean(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_clean(v) for v in obj]
-    if np is not None and isinstance(obj, np.ndarray):
-        return _clean(obj.tolist())
-    if np is not None and isinstance(obj, np.generic):
-        obj = obj.item()
-    if isinstance(obj, float):
-        if math.isnan(obj):
-            return "NaN"
-        if math.isinf(obj):
-            return "Infinity" if obj > 0 else "-Infinity"
-        return obj
-    if isinstance(obj, Enum):
-        return obj.value
-    return obj
+# the one JSON codec (objdebug/jsonsafe.py); the name stays for the modules that import it from here
+_clean = encode

@@ -30,7 +30,6 @@ from objdebug.findings import CheckResult, Finding, Verdict
 from objdebug.report import describe_model_state as describe
 from objdebug.rules import get_rule
 
-CACHE_KEY = "model_state"
 STAGE = "model"
 CHECK = "model-state"
 CODE = "OBJ004"
@@ -42,9 +41,9 @@ def settings(ctx: Context) -> dict[str, Any]:
 
 def detection_on(ctx: Context) -> bool:
     """False when the user said the model is trained: `--expect-trained` or the profile key."""
-    if ctx.option("expect_trained", False):
+    if ctx.options.expect_trained:
         return False
-    return not bool(settings(ctx).get("expect_trained", False))
+    return not bool(settings(ctx)["expect_trained"])
 
 
 def _from_logits(ctx: Context, samples: list) -> dict[str, Any]:
@@ -78,8 +77,8 @@ def measure(ctx: Context) -> dict[str, Any]:
     from objdebug.engine.datasets import text_samples
 
     th = settings(ctx)
-    n = int(th.get("samples", 16))
-    loss_ratio, entropy_ratio = float(th.get("loss_ratio", 0.9)), float(th.get("entropy_ratio", 0.9))
+    n = int(th["samples"])
+    loss_ratio, entropy_ratio = float(th["loss_ratio"]), float(th["entropy_ratio"])
     samples = text_samples(ctx, n)
     vocab = ctx.engine.vocab_size()
     if not vocab:
@@ -117,7 +116,7 @@ def state(ctx: Context) -> dict[str, Any] | None:
             raise
         except Exception as exc:  # the checks that asked keep their own verdicts
             return {"measured": False, "reason": f"{type(exc).__name__}: {exc}"}
-    return ctx.cached(CACHE_KEY, compute)
+    return ctx.provide(state, compute)
 
 
 def untrained_reason(ctx: Context) -> str | None:
@@ -149,14 +148,13 @@ def excuse(ctx: Context, findings: list[Finding], codes: tuple[str, ...]) -> Non
 
 def result(ctx: Context) -> CheckResult | None:
     """The pipeline-level OBJ004 result when the run measured the model, else None."""
-    v = ctx.cache.get(CACHE_KEY)
+    v = ctx.provided(state)
     if v is None:
         return None
     res = CheckResult(stage=STAGE, check=CHECK, value=v)
-    rule = get_rule(CODE)
     if not v.get("measured"):
-        res.findings.append(Finding(CODE, Verdict.SKIP, f"model state not measured: {v['reason']}",
-                                    check=CHECK, stage=STAGE, condition="model_trained"))
+        res.findings.append(Finding.of(CODE, Verdict.SKIP, f"model state not measured: {v['reason']}",
+                                       check=CHECK, stage=STAGE, condition="model_trained"))
         return res
     how = (f"{describe(v)} over {v['positions'] if v['positions'] is not None else v['samples']} "
            f"{'scored positions' if v['positions'] is not None else 'samples'} of {v['samples']} "
@@ -164,13 +162,13 @@ def result(ctx: Context) -> CheckResult | None:
            + (f" and entropy >= {v['entropy_ratio_min']:g} x log V" if v["entropy"] is not None else "")
            + (" (loss from the objective: end-to-end form)" if v["source"] == "objective" else ""))
     if v["untrained"]:
-        res.findings.append(Finding(CODE, Verdict.INFO, f"untrained model: {how}; quality checks "
-                                    f"(align ranking, correlation, over-smoothing) are notes",
-                                    check=CHECK, stage=STAGE, condition="model_trained",
-                                    fix=rule.fix, value=v["loss_ratio"]))
+        res.findings.append(Finding.of(CODE, Verdict.INFO, f"untrained model: {how}; quality checks "
+                                       f"(align ranking, correlation, over-smoothing) are notes",
+                                       check=CHECK, stage=STAGE, condition="model_trained",
+                                       value=v["loss_ratio"]))
     else:
-        res.findings.append(Finding(CODE, Verdict.PASS, f"trained model: {how}", check=CHECK,
-                                    stage=STAGE, condition="model_trained", value=v["loss_ratio"]))
+        res.findings.append(Finding.of(CODE, Verdict.PASS, f"trained model: {how}", check=CHECK,
+                                       stage=STAGE, condition="model_trained", value=v["loss_ratio"]))
     return res
 
 

@@ -28,14 +28,14 @@ from typing import Any
 import numpy as np
 
 from objdebug.errors import InputError
-from objdebug.findings import Finding, Verdict, _clean, band
+from objdebug.findings import Finding, Verdict, band
+from objdebug.jsonsafe import encode, number
 from objdebug.naming import layer_of
-from objdebug.rules import get_rule
+from objdebug.rules import codes_of, get_rule
+from objdebug.settings import Settings
 
 SCHEMA = "objdebug.monitor/1"
-CODES = ("OBJ301", "OBJ303", "OBJ601", "OBJ602", "OBJ603", "OBJ604")
-DEFAULTS = {"every": 10, "dead_steps": 10, "scale_warn": 100.0, "scale_fail": 1000.0,
-            "ratio_warn": 10.0, "ratio_fail": 15.0}
+CODES = codes_of("monitor")  # the rules whose page names the monitor
 
 log = logging.getLogger("objdebug.monitor")
 
@@ -48,14 +48,11 @@ class TrainingStopped(RuntimeError):
         super().__init__(f"objdebug monitor stopped training: {finding['code']} {finding['message']}")
 
 
-def monitor_thresholds(profile: str = "default", overrides: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The profile's [monitor] section over the built-in defaults, then explicit overrides."""
+def monitor_thresholds(profile: str = "default", overrides: dict[str, Any] | None = None) -> Settings:
+    """The profile's [monitor] section (its defaults: checks/default.toml), then explicit overrides."""
     from objdebug.profile import load_profile
 
-    th = dict(DEFAULTS)
-    th.update(load_profile(profile).section("monitor"))
-    th.update(overrides or {})
-    return th
+    return load_profile(profile).section("monitor").replace(**(overrides or {}))
 
 
 # --------------------------------------------------------------------------- measurement
@@ -102,14 +99,11 @@ def grad_stats(names: Sequence[str], grads: Sequence[Any], stats: dict[str, np.n
 
 
 def _num(x: Any) -> float:
-    """A logged number back to float: JSON strings "NaN"/"Infinity" included."""
-    if isinstance(x, bool):
-        raise ValueError("boolean")
-    if isinstance(x, (int, float)):
-        return float(x)
-    if x in ("NaN", "Infinity", "-Infinity"):
-        return float(x.replace("Infinity", "inf"))
-    raise ValueError(repr(x))
+    """A logged number back to float (jsonsafe.number); anything else is a ValueError."""
+    value = number(x)
+    if value is None:
+        raise ValueError(repr(x))
+    return value
 
 
 def _scalar(x: Any) -> float:
@@ -120,9 +114,7 @@ def _scalar(x: Any) -> float:
 
 # --------------------------------------------------------------------------- rules
 def _f(code: str, verdict: Verdict, message: str, value: float | None = None) -> Finding:
-    return Finding(code=code, verdict=verdict, message=message, check="monitor", stage="monitor",
-                   fix=get_rule(code).fix if verdict not in (Verdict.PASS, Verdict.SKIP) else "",
-                   value=value)
+    return Finding.of(code, verdict, message, check="monitor", stage="monitor", value=value)
 
 
 def judge_step(rec: dict[str, Any], state: dict[str, Any], th: dict[str, Any]) -> list[Finding]:
@@ -176,7 +168,8 @@ def _worst(findings: list[Finding]) -> Finding:
 
 def judge_log(header: dict[str, Any], records: list[dict[str, Any]]) -> list[Finding]:
     """One finding per code over a whole log, by the same rules as the live monitor."""
-    th = {**DEFAULTS, **header.get("thresholds", {})}
+    # a log written with fewer thresholds (an older objdebug) is judged with today's defaults
+    th = monitor_thresholds(overrides=header.get("thresholds", {}))
     names = list(header.get("components", []))
     state: dict[str, Any] = {}
     events: dict[str, list[Finding]] = {c: [] for c in CODES}
@@ -248,7 +241,7 @@ class TrainingMonitor:
                  thresholds: dict[str, Any] | None = None, source: str = "helper"):
         self.thresholds = monitor_thresholds(profile, thresholds)
         if every is not None:
-            self.thresholds["every"] = every
+            self.thresholds = self.thresholds.replace(every=every)
         every = self.thresholds["every"]
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
             raise ValueError(f"For 'TrainingMonitor', the 'every' must be a positive int, but got {every!r}.")
@@ -360,7 +353,7 @@ class TrainingMonitor:
         self.close(reason="exception" if exc[0] is not None else None)
 
     def _write(self, obj: dict[str, Any]) -> None:
-        self._fh.write(json.dumps(_clean(obj)) + "\n")
+        self._fh.write(json.dumps(encode(obj)) + "\n")
         self._fh.flush()  # a crashed run still leaves a readable log
 
 

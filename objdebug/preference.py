@@ -253,7 +253,7 @@ def no_preference_reason(ctx: Context) -> str | None:
 
 
 def session(ctx: Context) -> Session:
-    return ctx.cached("preference.session", lambda: _build(ctx))
+    return ctx.provide(session, lambda: _build(ctx))
 
 
 def _truncate(row: dict[str, Any], max_length: int) -> dict[str, Any]:
@@ -286,7 +286,7 @@ def _build(ctx: Context) -> Session:
     spec = cfg.preference_objective
     settings = ctx.profile.section("preference")
     batch = ctx.engine.batch_size
-    max_length = int(settings.get("max_length", 0))
+    max_length = int(settings["max_length"])
     pairs = [_truncate(r, max_length) for r in preference_rows(ctx)]
     length = ctx.engine.bucket(max(len(p["prompt"]) + max(len(p["chosen"]), len(p["rejected"]), 1)
                                    for p in pairs))

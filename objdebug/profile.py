@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from objdebug.errors import InputError
+from objdebug.settings import Settings
 
 
 @dataclass
@@ -27,8 +28,9 @@ class Profile:
     def stages(self) -> list[str]:
         return list(self.data.get("stages", []))
 
-    def section(self, name: str) -> dict[str, Any]:
-        return dict(self.data.get(name, {}))
+    def section(self, name: str) -> Settings:
+        """One section, strict: a key missing from checks/default.toml raises (objdebug.settings)."""
+        return Settings(name, self.data.get(name, {}))
 
     @property
     def fail_on_warn(self) -> bool:
@@ -182,6 +184,10 @@ def load_profile(name_or_path: str = "default", _depth: int = 0) -> Profile:
         if str(parent).endswith(".toml") and not Path(parent).is_absolute() and not source.startswith("builtin:"):
             parent = str(Path(source).parent / parent)  # relative to the extending profile
         data = _merge(load_profile(parent, _depth + 1).data, data)
+    elif source != "builtin:default":
+        # every profile stands on default.toml: the one place a setting's default is written
+        base = {k: v for k, v in _read("default")[0].items() if k not in _FREE_KEYS}
+        data = _merge(base, data)
     if _depth == 0:
         _validate(data, source)
     return Profile(name=str(data.get("name", Path(name_or_path).stem)), source=source, data=data)
@@ -189,7 +195,7 @@ def load_profile(name_or_path: str = "default", _depth: int = 0) -> Profile:
 
 def _validate(data: dict[str, Any], source: str) -> None:
     """The gate policy keys: a typo here would silently change what fails a CI run."""
-    from objdebug.stages import STAGES
+    from objdebug.stages import pipeline_order
 
     if data.get("fail_on", "fail") not in ("fail", "warn"):
         raise InputError(f"For 'fail_on', the value must be in ['fail', 'warn'], but got "
@@ -197,16 +203,13 @@ def _validate(data: dict[str, Any], source: str) -> None:
     if not isinstance(data.get("error_fails", True), bool):
         raise InputError(f"For 'error_fails', the value must be true or false, but got "
                          f"{data.get('error_fails')!r}.", source=source)
-    bad = [s for s in data.get("stages", []) if s not in STAGES]
-    if bad:
-        raise InputError(f"For 'stages', each stage must be in {list(STAGES)}, but got {bad}.",
-                         source=source)
+    pipeline_order(data["stages"], "stages", source)
     for key in ("select", "ignore"):
         value = data.get(key, [])
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise InputError(f"For '{key}', the value must be a list of code prefixes, but got "
                              f"{value!r}.", source=source)
-    batch = data.get("engine", {}).get("batch_size", 8)
+    batch = data["engine"]["batch_size"]  # every profile stands on default.toml
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
         raise InputError(f"For '[engine] batch_size', the value must be an integer >= 1, but got "
                          f"{batch!r}.", source=source)

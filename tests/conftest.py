@@ -59,3 +59,10 @@ def cli_exit_2(args, *needles, unchanged=()):
     for p, h in before.items():
         assert digest(p) == h, f"{p} was modified"
     return out
+
+
+def settings(section: str, **changes):
+    """A profile section as checks receive it: default.toml's values, `changes` over them."""
+    from objdebug.profile import load_profile
+
+    return load_profile("default").section(section).replace(**changes)

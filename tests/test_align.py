@@ -15,6 +15,7 @@ from objdebug.engine.core import Engine
 from objdebug.engine.target import load_target
 
 from .conftest import TARGETS
+from .conftest import settings
 
 BROKEN = {"objective.factory": "mindspore.nn:CrossEntropyLoss",
           "objective.kwargs": {"ignore_index": -100}, "data.label_pad_id": 0}
@@ -112,7 +113,7 @@ def test_aggregates_and_verdicts_are_consistent(tiny_runs):
 def test_gap_conditions_from_profile():
     from objdebug.stages.align import AlignmentLoss
 
-    conds = {c.code: c for c in AlignmentLoss().conditions({"gap_pass": 1.5, "gap_fail": 0.1})}
+    conds = {c.code: c for c in AlignmentLoss().conditions(settings("align", gap_pass=1.5, gap_fail=0.1))}
     base = {"min_gap": 0.0, "min_gap_id": "x", "mean_loss": {}, "n_rows": 10}
     for gap, verdict in ((2.0, "PASS"), (1.5, "PASS"), (1.0, "WARN"), (0.1, "WARN"), (0.05, "FAIL"),
                          (float("nan"), "FAIL")):
@@ -122,7 +123,7 @@ def test_gap_conditions_from_profile():
 def test_too_few_rows_is_error_not_pass():
     from objdebug.stages.align import AlignmentLoss
 
-    cond = {c.code: c for c in AlignmentLoss().conditions({"min_rows": 6})}["OBJ103"]
+    cond = {c.code: c for c in AlignmentLoss().conditions(settings("align", min_rows=6))}["OBJ103"]
     verdict, message, _ = cond.judge({"n_rows": 3, "p_wilcoxon": 0.001, "p_ttest": 0.001})
     assert verdict.value == "ERROR" and "too few" in message
 
@@ -202,7 +203,7 @@ def test_nonfinite_losses_fail_obj104():
 def test_order_conditions_from_profile(accuracy, verdict):
     from objdebug.stages.align import AlignmentLoss
 
-    cond = {c.code: c for c in AlignmentLoss().conditions({})}["OBJ102"]
+    cond = {c.code: c for c in AlignmentLoss().conditions(settings("align"))}["OBJ102"]
     v = {"order_accuracy": accuracy, "pair_accuracy": 1.0, "violations": ["a", "b"]}
     assert cond.judge(v)[0].value == verdict
 
@@ -211,7 +212,7 @@ def test_order_conditions_from_profile(accuracy, verdict):
 def test_significance_conditions_from_profile(p, verdict):
     from objdebug.stages.align import AlignmentLoss
 
-    cond = {c.code: c for c in AlignmentLoss().conditions({})}["OBJ103"]
+    cond = {c.code: c for c in AlignmentLoss().conditions(settings("align"))}["OBJ103"]
     assert cond.judge({"n_rows": 24, "p_wilcoxon": p, "p_ttest": p})[0].value == verdict
 
 

@@ -159,7 +159,7 @@ def test_a_check_crashing_on_a_graph_error_names_the_users_line():
     class Crashing(Check):
         name, stage, codes = "crashing", "align", ("OBJ101",)
 
-        def measure(self, ctx):
+        def measure(self, ctx, th):
             raise RuntimeError(MATMUL_ERROR)
 
     (f,) = Crashing().run(None, {}).findings

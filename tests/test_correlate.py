@@ -27,7 +27,7 @@ from objdebug.stages.correlate import ScoreCorrelation, measure_vectors
 SCATTER_NAME = "correlate_scatter.png"  # the figure a run with --out writes (report/figures.py)
 from objdebug.engine.target import load_target
 
-from .conftest import FIXTURES, ROOT, TARGETS
+from .conftest import FIXTURES, ROOT, TARGETS, settings
 
 DATA = FIXTURES / "correlate_data"
 DEMO = ROOT / "objdebug" / "demo"
@@ -41,7 +41,7 @@ def bigram():
     runtime.setup(cfg.run.device, cfg.run.mode, cfg.run.seed)
     with runtime.scratch_dir():
         target = load_target(cfg)
-        engine = Engine(target, batch_size=profile.section("engine").get("batch_size", 8))
+        engine = Engine(target, batch_size=profile.section("engine")["batch_size"])
         engine.stage = "correlate"
         yield cfg, target, engine, profile
 
@@ -221,7 +221,7 @@ def test_nonfinite_losses_fail_with_ids():
 
 # --------------------------------------------------------------------------- conditions directly
 def judge(value, th=None):
-    th = th if th is not None else load_profile("default").section("correlate")
+    th = settings("correlate", **(th or {}))   # default.toml's section, `th` over it
     return {c.code: c.judge(value) for c in ScoreCorrelation().conditions(th)}
 
 

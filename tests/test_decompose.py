@@ -195,13 +195,13 @@ def test_residual_is_the_undeclared_length_penalty(runs):
 def test_components_count_mismatch_is_an_input_error(runs):
     ctx, _, _ = runs["healthy"]
     saved, ctx.config.objective.components = ctx.config.objective.components, ["ce", "entropy"]
-    ctx.cache.pop("decompose.values", None)
+    ctx.forget(decompose.component_values)
     try:
         with pytest.raises(InputError, match="objective.components"):
-            decompose.ComponentValues().run(ctx, {})
+            decompose.ComponentValues().run(ctx, ctx.profile.section("decompose"))
     finally:
         ctx.config.objective.components = saved
-        ctx.cache.pop("decompose.values", None)
+        ctx.forget(decompose.component_values)
 
 
 def test_single_term_objective_passes_with_a_note():

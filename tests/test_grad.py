@@ -55,7 +55,7 @@ def ctx_of():
             cfg = load_config(TARGETS / name / "objdebug.toml")
             runtime.setup(cfg.run.device, cfg.run.mode, cfg.run.seed)
             target = load_target(cfg)
-            engine = Engine(target, batch_size=PROFILE.section("engine").get("batch_size", 8))
+            engine = Engine(target, batch_size=PROFILE.section("engine")["batch_size"])
             engine.stage = "grad"
             cache[name] = Context(config=cfg, target=target, engine=engine, profile=PROFILE)
         return cache[name]

@@ -32,6 +32,9 @@ from objdebug.stages.invariant_cases.upstream import l2_rel
 from objdebug.engine.target import load_target
 
 from .conftest import ROOT, TARGETS
+from .conftest import settings
+from objdebug.stages.grad import grad_batch
+from objdebug.stages.invariant_cases._common import logits, micro_probes
 
 PROFILE = TARGETS / "inv_common" / "profile.toml"
 CHECKS = ["side-effects", "label-alignment", "logit-shift", "upstream-gradient", "ignored-positions",
@@ -176,7 +179,7 @@ def test_token_weighting_matches_the_token_count_reference(healthy):
     # reference: a per-batch mean gives a token of micro-batch k the weight n / (K n_k) relative
     # to one batch, so max/min = max n_k / min n_k; weighting micro-batch k by n_k / n restores 1
     counts = v["tokens_per_micro_batch"]
-    labels = healthy.ctx.cache["grad.batch"].labels
+    labels = healthy.ctx.provided(grad_batch).labels
     assert counts == [int((row != -100).sum()) for row in labels]
     assert v["mean"]["max_min"] == pytest.approx(max(counts) / min(counts), rel=1e-3)
     assert v["token_share"]["max_min"] == pytest.approx(1.0, abs=1e-3)
@@ -186,10 +189,10 @@ def test_token_weighting_matches_the_token_count_reference(healthy):
 def test_token_weighting_verdict_follows_the_profile(healthy):
     v = healthy.run("token-weighting").value
     for setting, verdict in (("info", Verdict.INFO), ("warn", Verdict.WARN), ("fail", Verdict.FAIL)):
-        cond = TokenWeighting().conditions({"token_weighting": setting})[0]
+        cond = TokenWeighting().conditions(settings("invariants", token_weighting=setting))[0]
         assert cond.judge(v)[0] == verdict
     with pytest.raises(InputError, match="token_weighting"):
-        TokenWeighting().conditions({"token_weighting": "loud"})
+        TokenWeighting().conditions(settings("invariants", token_weighting="loud"))
 
 
 def test_alignment_logit_shift_and_ignored_numbers(healthy):
@@ -204,7 +207,7 @@ def test_alignment_logit_shift_and_ignored_numbers(healthy):
     assert [r["variant"] for r in ign["rows"]] == ["configured", "reduction=sum", "label_smoothing=0.1"]
     # measured position weights of a token-mean CE: 1/N at each of the N scored positions
     shift = healthy.run("logit-shift").value
-    n = int((healthy.ctx.cache["grad.batch"].labels != -100).sum())
+    n = int((healthy.ctx.provided(grad_batch).labels != -100).sum())
     assert shift["weight_sum"] == pytest.approx(1.0, rel=1e-4)
     assert shift["max_weight"] == pytest.approx(1.0 / n, rel=1e-4)
 
@@ -232,8 +235,8 @@ def test_smoothing_over_ignored_matches_numpy():
     -mean(log p); removing the trailing ignored positions changes only the second term."""
     t = target("smoothing_ignored")
     v = t.run("ignored-positions").value
-    x = t.ctx.cache["invariants.logits"].astype(np.float64)
-    labels = t.ctx.cache["grad.batch"].labels
+    x = t.ctx.provided(logits).astype(np.float64)
+    labels = t.ctx.provided(grad_batch).labels
     cut = v["cut"]
 
     def loss(x, y, eps=0.1):
@@ -252,7 +255,7 @@ def test_reference_loss_matches_numpy(healthy):
     """The probe's configured loss on the batch equals a float64 masked mean CE (reference)."""
     from objdebug.stages.invariant_cases._common import base, logits
 
-    x, labels = logits(healthy.ctx).astype(np.float64), healthy.ctx.cache["grad.batch"].labels
+    x, labels = logits(healthy.ctx).astype(np.float64), healthy.ctx.provided(grad_batch).labels
     x = x - x.max(-1, keepdims=True)
     logp = x - np.log(np.exp(x).sum(-1, keepdims=True))
     keep = labels != -100
@@ -331,11 +334,11 @@ def test_objective_that_cannot_compile_dynamically_falls_back_to_static(healthy,
         nn_set_inputs(self, ms.Tensor(shape=[None], dtype=ms.float32), *inputs[1:])
 
     healthy.run("token-weighting")  # the reference: the first micro-batch through the dynamic graph
-    ref = healthy.ctx.cache["invariants.micro"][0]
+    ref = healthy.ctx.provided(micro_probes)[0]
     nn_set_inputs = _LogitGrad.set_inputs
     monkeypatch.setattr(_LogitGrad, "set_inputs", wrong_rank)
     engine = Engine(healthy.ctx.target, batch_size=4)
-    x, y = healthy.ctx.cache["invariants.logits"][:1], healthy.ctx.cache["grad.batch"].labels[:1]
+    x, y = healthy.ctx.provided(logits)[:1], healthy.ctx.provided(grad_batch).labels[:1]
     with runtime.scratch_dir():
         p = InvarianceProbe(engine).run(x, y)
     assert [r.graph for r in engine.compiles.records] == ["invariants.logit_grad[configured].static"]
@@ -362,7 +365,7 @@ def test_dropout_kept_on_purpose_is_a_note():
     assert f.verdict == Verdict.INFO and "drop (p=0.1)" in f.message, f.message
     v = res.value
     assert v["train_eval_diff"] == 0.0 and v["model_train_diff"] > 0.1  # the objective alone: same
-    cond = SideEffects().conditions({"dropout": "warn"})[1]
+    cond = SideEffects().conditions(settings("invariants", dropout="warn"))[1]
     assert cond.judge(v)[0] == Verdict.WARN
 
 

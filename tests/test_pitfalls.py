@@ -144,7 +144,9 @@ def test_mse_is_named_and_numbers_match_numpy():
     v = res.value
     assert "squared error on probabilities" in v["shape"] and v["cosine_family"] < 0.9
     # numpy float64: d/dz sum_k (softmax_k - onehot_k)^2 = J^T 2(p - onehot), J = diag(p) - p p^T
-    lg = context("demo_mse").cache["grad.logits"]
+    from objdebug.stages.grad import logit_gradients
+
+    lg = context("demo_mse").provided(logit_gradients)
     labels = grad.grad_batch(context("demo_mse")).labels
     scored = labels != -100
     x = lg["logits"].astype(np.float64)

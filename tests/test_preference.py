@@ -61,7 +61,7 @@ def make_ctx(name: str, overrides: dict | None = None, like: Context | None = No
     if like is not None:
         return Context(config=cfg, target=like.target, engine=like.engine, profile=PROFILE)
     target = load_target(cfg)
-    engine = Engine(target, batch_size=PROFILE.section("engine").get("batch_size", 8))
+    engine = Engine(target, batch_size=PROFILE.section("engine")["batch_size"])
     engine.stage = "preference"
     return Context(config=cfg, target=target, engine=engine, profile=PROFILE)
 

@@ -95,9 +95,10 @@ def test_text_config_errors(tmp_path):
 def _state_ctx(untrained: bool, **options):
     state = {"measured": True, "untrained": untrained, "loss": 9.03, "log_v": 9.01, "entropy": 9.0,
              "loss_ratio": 1.002, "entropy_ratio": 0.999}
-    return SimpleNamespace(option=lambda k, d=None: options.get(k, d), cache={"model_state": state},
-                           profile=load_profile("default"),
-                           cached=lambda key, fn: state)
+    from objdebug.context import RunOptions
+
+    return SimpleNamespace(options=RunOptions(**options), profile=load_profile("default"),
+                           provide=lambda provider, build: state, provided=lambda provider: state)
 
 
 def _findings():
@@ -226,7 +227,7 @@ def test_gradient_ratio_is_a_note_at_initialisation(healthy):
 
 
 def test_expect_trained_judges_them(healthy):
-    healthy.ctx.options["expect_trained"] = True
+    healthy.ctx.options.expect_trained = True
     try:
         res = healthy.run(align.AlignmentLoss())
         assert {f.code: f.verdict for f in res.findings}["OBJ101"] is Verdict.FAIL
@@ -234,7 +235,7 @@ def test_expect_trained_judges_them(healthy):
         assert res.findings[0].verdict is Verdict.FAIL, res.findings[0].message
         assert abs(res.value["gap_random"]) < 0.1
     finally:
-        healthy.ctx.options.pop("expect_trained")
+        healthy.ctx.options.expect_trained = False
 
 
 def test_synthesized_sanity_is_a_note_at_step_0(healthy):
@@ -248,7 +249,7 @@ def test_synthesized_sanity_passes_a_trained_model():
     res = t.run(align.SynthesizedSanity())
     assert res.findings[0].verdict is Verdict.PASS, res.findings[0].message
     assert res.value["gap_random"] > 1.0
-    state = t.ctx.cache["model_state"]  # asked first, measured trained: far below log V, sharp
+    state = t.ctx.provided(model_state.state)  # asked first, measured trained: far below log V, sharp
     assert not state["untrained"] and state["loss_ratio"] < 0.5 and state["entropy_ratio"] < 0.5
     assert model_state.result(t.ctx).findings[0].verdict is Verdict.PASS
 

@@ -26,6 +26,10 @@ from objdebug.stages import stress
 from objdebug.engine.target import load_target
 
 from .conftest import TARGETS
+from .conftest import settings
+from objdebug.stages.stress_cases._common import token_stream
+from objdebug.stages.stress_cases.garbage_ids import random_batch
+from objdebug.stages.stress_cases.precision import logits_batch
 
 PROFILE = TARGETS / "stress_common" / "profile.toml"
 
@@ -136,7 +140,7 @@ def test_padding_invariance_fails_when_label_padding_is_scored():
     assert rows[2]["grad_rel_diff"] > 10 * t.th["pad_grad_rtol"]
     # reference: at +10 the objective scores every position, the padded ones as "predict id 0"
     n = res.value["tokens"]
-    sample_ids = np.array(t.ctx.cache["stress.stream"][:n])
+    sample_ids = np.array(t.ctx.provided(token_stream)[:n])
     ids = np.zeros((1, n + 10), np.int32)
     ids[0, :n] = sample_ids
     labels = np.zeros((1, n + 10), np.int64)
@@ -157,7 +161,7 @@ def test_padding_invariance_healthy_numbers(healthy):
 def test_random_ids_losses_match_reference(healthy, ms_ce):
     for t in (healthy, ms_ce):
         v = t.run("random-ids").value
-        ids, labels = t.ctx.cache["stress.random_batch"]
+        ids, labels = t.ctx.provided(random_batch)
         ref = _ce64(t.ctx.engine.logits(ids), labels, ignore=-100)
         np.testing.assert_allclose(v["losses"], ref, rtol=1e-5)
     # untrained flat model: log(V); the confident (sharp) model: far above it
@@ -199,7 +203,7 @@ def test_out_of_range_label_minus_one_scored_as_last_class_is_a_note(ms_ce):
     assert p["label 256"]["rejected"] and not p["label -1"]["rejected"] and p["label -1"]["wraps"]
     assert "(wrapped)" in f.message
     # reference: nn.CrossEntropyLoss scores label -1 as class V-1
-    ids, labels = ms_ce.ctx.cache["stress.random_batch"]
+    ids, labels = ms_ce.ctx.provided(random_batch)
     bad = labels[:1].copy()
     bad[0, res.value["position"]] = 255
     ref = _ce64(ms_ce.ctx.engine.logits(np.repeat(ids[:1], 4, 0))[:1], bad, ignore=-100)[0]
@@ -240,7 +244,7 @@ def test_out_of_range_verdict_setting_is_validated(ms_ce):
 # --------------------------------------------------------------------------- logits: scale, precision
 def test_extreme_logits_match_reference(healthy):
     v = healthy.run("extreme-logits").value
-    logits, labels = healthy.ctx.cache["stress.logits_batch"]
+    logits, labels = healthy.ctx.provided(logits_batch)
     for row in v["rows"]:
         scaled = logits.astype(np.float64) * row["scale"]
         keep = labels != -100
@@ -355,7 +359,7 @@ def test_long_objective_summed_loss_fails_and_matches_numpy():
     nll = -np.take_along_axis(_log_softmax64(rows), labels[:, None].astype(np.int64), -1)[:, 0]
     assert v["reference"]["length"] == len(rows)  # every real row once
     assert v["reference"]["loss"] == pytest.approx(nll.sum(), rel=1e-4)
-    x, y = resampled(rows, labels, 2048, int(t.th.get("seed", 0)))
+    x, y = resampled(rows, labels, 2048, int(t.th["seed"]))
     ref = -np.take_along_axis(_log_softmax64(x[0]), y[0][:, None].astype(np.int64), -1).sum()
     r = v["lengths"]["2048"]
     assert r["ran"] and r["loss"] == pytest.approx(ref, rel=1e-4)  # the sum over T resampled tokens
@@ -438,11 +442,11 @@ def test_padding_invariance_nan_in_a_later_row_is_not_hidden(monkeypatch):
     monkeypatch.setattr(pi, "flat_grads", lambda grads: np.ones(3))
     monkeypatch.setattr(pi, "loss_and_grad",
                         lambda ctx, ids, labels: {"loss": next(losses), "grad_norm": 1.0, "grads": None})
-    ctx = SimpleNamespace(profile=SimpleNamespace(section=lambda name: {}))
+    ctx = SimpleNamespace(profile=load_profile("default"))
     check = pi.PaddingInvariance()
-    v = check.measure(ctx)
+    v = check.measure(ctx, settings("stress"))
     assert math.isnan(v["max_loss_rel_diff"])
-    (cond,) = check.conditions({})
+    (cond,) = check.conditions(settings("stress"))
     assert cond.judge(v)[0] == Verdict.FAIL
 
 
@@ -463,7 +467,7 @@ def test_low_precision_dtypes_run_on_graphs_of_their_own(healthy, monkeypatch):
 
     monkeypatch.setattr(precision, "objective_on_logits", fake)
     check = precision.LowPrecision()
-    v = check.measure(healthy.ctx)
+    v = check.measure(healthy.ctx, healthy.th)
     assert "float16" in v["dtypes"]["float16"]["skipped"]
     assert [r["loss"] for r in v["dtypes"]["bfloat16"]["rows"]] == [1.0] * 3
     assert len({n for n in calls}) == 2 and precision.OBJECTIVE_ON_LOGITS not in calls

@@ -36,7 +36,7 @@ def encoder(ctx: Context) -> Encoder:
             raise InputError(f"For 'data.pad_id', the value must be in [0, {vocab}), but got "
                              f"{cfg.pad_id}.", source=ctx.config.source)
         return Encoder(tokenizer=tok, vocab_size=vocab)
-    return ctx.cached("encoder", build)
+    return ctx.provide(encoder, build)
 
 
 def _synthesize(good: list[int], kind: str, rng: np.random.Generator, vocab: int, pad_id: int) -> list[int]:
@@ -78,8 +78,8 @@ def align_rows(ctx: Context) -> list[dict[str, Any]]:
     def build() -> list[dict[str, Any]]:
         path = ctx.config.data.align
         enc = replace(encoder(ctx), source=str(path))  # errors name this file
-        synthesize = bool(ctx.option("synthesize", False))
-        rng = np.random.default_rng(ctx.profile.section("align").get("seed", 0))
+        synthesize = ctx.options.synthesize
+        rng = np.random.default_rng(ctx.profile.section("align")["seed"])
         rows, seen = [], set()
         for lineno, raw in read_jsonl(path, "align"):
             rid = str(raw.get("id", f"line{lineno}"))
@@ -106,7 +106,7 @@ def align_rows(ctx: Context) -> list[dict[str, Any]]:
             rows.append({"id": rid, "line": lineno, "samples": samples, "synthetic": synthetic})
         _check_lengths(ctx, rows, str(path))
         return rows
-    rows = ctx.cached("align.rows", build)
+    rows = ctx.provide(align_rows, build)
     plan_buckets(ctx)
     return rows
 
@@ -144,7 +144,7 @@ def score_rows(ctx: Context) -> list[dict[str, Any]]:
                          "sample": Sample(id=rid, prompt=prompt, response=response, kind="response")})
         _check_lengths(ctx, rows, str(path))
         return rows
-    rows = ctx.cached("scores.rows", build)
+    rows = ctx.provide(score_rows, build)
     plan_buckets(ctx)
     return rows
 
@@ -192,7 +192,7 @@ def text_rows(ctx: Context) -> list[Sample]:
                 out.append(Sample(id=rid if len(pieces) == 1 else f"{rid}#{k}", prompt=[],
                                   response=piece, kind="text", meta={"line": lineno}))
         return out
-    rows = ctx.cached("text.rows", build)
+    rows = ctx.provide(text_rows, build)
     plan_buckets(ctx)
     return rows
 
@@ -201,18 +201,17 @@ def plan_buckets(ctx: Context) -> None:
     """The engine's length buckets, chosen once from every row the stages batch (align answers,
     scored responses, the corpus; `Engine.plan_buckets`), as soon as the first rows are read, so
     align, grad, decompose, correlate and stress pad to the same lengths and share the graphs."""
-    if "engine.buckets" in ctx.cache:
-        return
-    ctx.cache["engine.buckets"] = None  # the loaders below come back here
-    cfg = ctx.config.data
-    lengths = []
-    if cfg.align:
-        lengths += [s.length for r in align_rows(ctx) for s in r["samples"].values()]
-    if cfg.scores:
-        lengths += [r["sample"].length for r in score_rows(ctx)]
-    if cfg.text:
-        lengths += [s.length for s in text_rows(ctx)]
-    ctx.cache["engine.buckets"] = ctx.engine.plan_buckets(lengths)
+    def build():
+        cfg = ctx.config.data
+        lengths = []
+        if cfg.align:   # these loaders come back here: they get `while_building` (planning)
+            lengths += [s.length for r in align_rows(ctx) for s in r["samples"].values()]
+        if cfg.scores:
+            lengths += [r["sample"].length for r in score_rows(ctx)]
+        if cfg.text:
+            lengths += [s.length for s in text_rows(ctx)]
+        return ctx.engine.plan_buckets(lengths)
+    ctx.provide(plan_buckets, build, while_building=())
 
 
 def text_samples(ctx: Context, n: int | None = None) -> list[Sample]:
@@ -257,4 +256,4 @@ def preference_rows(ctx: Context) -> list[dict[str, Any]]:
             rows.append({"id": rid, "line": lineno, "prompt": prompt, "chosen": chosen,
                          "rejected": rejected, "strength": None if strength is None else float(strength)})
         return rows
-    return ctx.cached("preference.rows", build)
+    return ctx.provide(preference_rows, build)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from objdebug.findings import _clean
+from objdebug.jsonsafe import encode as _clean
 from objdebug.report import write_atomic
 
 # The report layout's version, written in every report and checked on read (render, --baseline).

@@ -6,11 +6,15 @@ Each page starts with a front matter block::
     code: OBJ101
     name: align-gap
     stage: align
+    check: alignment        (the check(s) that report it, comma-separated: `Check.codes` comes from here)
+    baseline: higher        (which way its key number is better for --baseline: higher | lower |
+                            abs_higher | abs_lower | none, optionally an absolute tolerance: `lower 0.01`)
     summary: one line
     fix: one line of fix advice, shown under every non-passing finding
     ---
 
-followed by the sections What it does / Why it matters / Example / How to fix.
+followed by the sections What it does / Why it matters / Example / How to fix. The front matter is
+the only place a rule's metadata is written.
 Codes are stable and never reused: a retired rule keeps its page with `retired: true`.
 """
 
@@ -21,6 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 _DIR = Path(__file__).parent
+# which way a finding's key number is better: a larger magnitude ("abs_higher", e.g. a correlation
+# expected to be negative), closer to zero ("abs_lower"), or not compared ("none")
+DIRECTIONS = ("higher", "lower", "abs_higher", "abs_lower", "none")
 
 
 @dataclass(frozen=True)
@@ -31,6 +38,9 @@ class Rule:
     summary: str
     fix: str
     doc: str
+    checks: tuple[str, ...] = ()          # the checks that report this code
+    baseline: str = "none"                # which way the key number is better (objdebug/baseline.py)
+    baseline_tolerance: float | None = None  # replaces [baseline] abs_tolerance for this code
 
 
 def _parse(path: Path) -> Rule:
@@ -43,8 +53,17 @@ def _parse(path: Path) -> Rule:
         if ":" in line:
             key, _, value = line.partition(":")
             meta[key.strip()] = value.strip()
+    missing = [k for k in ("code", "name", "stage", "check", "baseline", "summary") if k not in meta]
+    if missing:
+        raise ValueError(f"{path.name}: the front matter must have {missing} (see objdebug/rules/__init__.py)")
+    direction, *tolerance = meta["baseline"].split()
+    if direction not in DIRECTIONS or len(tolerance) > 1:
+        raise ValueError(f"{path.name}: baseline must be one of {list(DIRECTIONS)} and an optional "
+                         f"tolerance, but got {meta['baseline']!r}")
     return Rule(code=meta["code"], name=meta["name"], stage=meta["stage"],
-                summary=meta["summary"], fix=meta.get("fix", ""), doc=body.strip())
+                summary=meta["summary"], fix=meta.get("fix", ""), doc=body.strip(),
+                checks=tuple(c.strip() for c in meta["check"].split(",") if c.strip()),
+                baseline=direction, baseline_tolerance=float(tolerance[0]) if tolerance else None)
 
 
 @functools.lru_cache(maxsize=1)
@@ -63,6 +82,12 @@ def get_rule(code: str) -> Rule:
         return all_rules()[code]
     except KeyError:
         raise KeyError(f"unknown finding code {code!r}") from None
+
+
+@functools.lru_cache(maxsize=None)
+def codes_of(check: str) -> tuple[str, ...]:
+    """The codes a check reports, in code order, from the rules' `check:` front matter."""
+    return tuple(code for code, rule in all_rules().items() if check in rule.checks)
 
 
 def render_rule(rule: Rule) -> str:

@@ -1,17 +1,48 @@
-"""The stages, in pipeline order. Each module exposes `checks() -> list[Check]`."""
+"""The stage registry: every stage, in pipeline order, with its one-line summary.
+
+Each stage is a module `objdebug.stages.<name>` exposing `checks() -> list[Check]`. The API, the CLI
+(one command per stage, its help the summary) and profile validation all read this registry; it
+imports nothing heavy, so the CLI can build its commands without MindSpore.
+"""
 
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass
 
-STAGES = ("align", "grad", "invariants", "decompose", "correlate", "preference", "stress")
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    summary: str  # the stage command's help
+
+
+REGISTRY: tuple[Stage, ...] = (
+    Stage("align", "Stage 1: loss must order good < medium < bad answers to the same prompt, with a clear gap."),
+    Stage("grad", "Stage 2: gradient health (norms, disconnected/NaN parameters, padding leakage, autodiff vs finite differences)."),
+    Stage("invariants", "Stage 6: invariants of a correct objective (label alignment, logit shift, ignored positions, upstream gradient, unused settings, token weighting, side effects, empty rows)."),
+    Stage("decompose", "Stage 3: components of a composite loss: shares, dead terms, scale imbalance, gradient share."),
+    Stage("correlate", "Stage 4: per-sample loss against human quality scores (Pearson with CI, Spearman, Kendall)."),
+    Stage("preference", "Preference objectives (DPO, IPO, SimPO, hinge) on real pairs: zero point, symmetry, direction, masking, length, settings, agreement."),
+    Stage("stress", "Stage 5: long inputs, all-padding, garbage ids, fp16, padding invariance."),
+)
+STAGES = tuple(s.name for s in REGISTRY)  # pipeline order
+
+
+def pipeline_order(names, setting: str = "--stages", source: str | None = None) -> list[str]:
+    """`names` checked against the registry (InputError naming `setting`), in pipeline order."""
+    bad = [n for n in names if n not in STAGES]
+    if bad:
+        from objdebug.errors import InputError
+
+        got = f"'{bad[0]}'" if len(bad) == 1 else str(bad)
+        raise InputError(f"For '{setting}', each stage must be in {list(STAGES)}, but got {got}.",
+                         source=source)
+    return [s for s in STAGES if s in names]
 
 
 def stage_checks(name: str) -> list:
-    if name not in STAGES:
-        from objdebug.errors import InputError
-
-        raise InputError(f"For '--stages', each stage must be in {list(STAGES)}, but got '{name}'.")
+    pipeline_order([name])
     return importlib.import_module(f"objdebug.stages.{name}").checks()
 
 

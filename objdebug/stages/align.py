@@ -14,6 +14,7 @@ import numpy as np
 from objdebug.context import Context
 from objdebug.engine.datasets import _synthesize, align_rows, encoder, text_samples
 from objdebug.findings import Check, Condition, Verdict, band, listing
+from objdebug.settings import Settings
 from objdebug.locations import config_key, data_row
 
 
@@ -33,17 +34,16 @@ class AlignmentLoss(Check):
 
     name = "alignment"
     stage = "align"
-    codes = ("OBJ101", "OBJ102", "OBJ103", "OBJ104")
     # ranking answers is learned; finiteness (OBJ104) is mechanics and is judged on any model
     needs_trained = ("OBJ101", "OBJ102", "OBJ103")
 
     def enabled(self, th: dict[str, Any]) -> bool:
-        return bool(th.get("judge_rows", True))
+        return bool(th["judge_rows"])
 
     def skip_reason(self, ctx: Context) -> str | None:
         return _no_align_data(ctx)
 
-    def measure(self, ctx: Context) -> dict[str, Any]:
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         from scipy import stats
 
         rows = align_rows(ctx)
@@ -100,10 +100,10 @@ class AlignmentLoss(Check):
         }
 
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
-        gap_pass, gap_fail = th.get("gap_pass", 1.5), th.get("gap_fail", 0.1)
-        ord_pass, ord_fail = th.get("order_pass", 0.8), th.get("order_fail", 0.5)
-        p_pass, p_fail = th.get("p_pass", 0.01), th.get("p_fail", 0.05)
-        min_rows = th.get("min_rows", 6)
+        gap_pass, gap_fail = th["gap_pass"], th["gap_fail"]
+        ord_pass, ord_fail = th["order_pass"], th["order_fail"]
+        p_pass, p_fail = th["p_pass"], th["p_fail"]
+        min_rows = th["min_rows"]
 
         def gap(v):
             x = v["mean_gap"]
@@ -161,7 +161,6 @@ class LabelPadMasking(Check):
 
     name = "label-pad-masking"
     stage = "align"
-    codes = ("OBJ105",)
 
     def skip_reason(self, ctx: Context) -> str | None:
         d = ctx.config.data
@@ -169,7 +168,7 @@ class LabelPadMasking(Check):
             return None
         return _no_align_data(ctx)
 
-    def measure(self, ctx: Context) -> dict[str, Any]:
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         if ctx.config.data.align:
             samples = [s for r in align_rows(ctx) for s in r["samples"].values()]
         else:
@@ -194,7 +193,7 @@ class LabelPadMasking(Check):
                 "config_location": config_key(ctx.config.source, "data.label_pad_id")}
 
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
-        tol = th.get("masked_tolerance", 1e-6)
+        tol = th["masked_tolerance"]
 
         def judge(v):
             x, pid = v["masked_loss"], v["label_pad_id"]
@@ -228,22 +227,20 @@ class SynthesizedSanity(Check):
 
     name = "synthesized-sanity"
     stage = "align"
-    codes = ("OBJ106",)
     needs_trained = ("OBJ106",)
 
     def enabled(self, th: dict[str, Any]) -> bool:
-        return bool(th.get("sanity", False))
+        return bool(th["sanity"])
 
-    def measure(self, ctx: Context) -> dict[str, Any]:
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         from objdebug import model_state
         from objdebug.engine.data import Sample
 
-        th = ctx.profile.section(self.stage)
         reason = model_state.untrained_reason(ctx)
         if reason:  # step 0: skip the evaluation, say why
             return {"untrained": reason}
-        samples = text_samples(ctx, int(th.get("sanity_samples", 16)))
-        rng = np.random.default_rng(int(th.get("seed", 0)))
+        samples = text_samples(ctx, int(th["sanity_samples"]))
+        rng = np.random.default_rng(int(th["seed"]))
         vocab, pad = encoder(ctx).vocab_size, ctx.config.data.pad_id
         kinds = {"clean": None, "shuffled": "shuffled", "random": "random"}
         flat = []
@@ -262,8 +259,8 @@ class SynthesizedSanity(Check):
                     "out_of_order": [s.id for s, good in zip(samples, ok) if not good]}
 
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
-        gap_pass, gap_fail = th.get("sanity_gap_pass", 1.0), th.get("sanity_gap_fail", 0.1)
-        ord_pass, ord_fail = th.get("sanity_order_pass", 0.8), th.get("sanity_order_fail", 0.5)
+        gap_pass, gap_fail = th["sanity_gap_pass"], th["sanity_gap_fail"]
+        ord_pass, ord_fail = th["sanity_order_pass"], th["sanity_order_fail"]
 
         def judge(v):
             if "untrained" in v:

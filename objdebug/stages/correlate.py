@@ -18,6 +18,7 @@ from objdebug import stats
 from objdebug.context import Context
 from objdebug.engine.datasets import score_rows
 from objdebug.findings import Check, Condition, Verdict, band, listing
+from objdebug.settings import Settings
 
 _SHOWN = 8
 
@@ -33,7 +34,7 @@ def response_losses(ctx: Context) -> dict[str, Any]:
         values = ctx.engine.evaluate([r["sample"] for r in rows],
                                      label="correlate: scoring responses")[:, 0]
         return {"rows": rows, "losses": np.asarray(values, dtype=np.float64)}
-    return ctx.cached("correlate.losses", compute)
+    return ctx.provide(response_losses, compute)
 
 
 def _aspects(aspects: list[dict[str, float]], losses: np.ndarray, finite: np.ndarray) -> dict[str, Any]:
@@ -51,16 +52,16 @@ def check_settings(settings: dict[str, Any], source: str) -> None:
     """The bootstrap settings of the profile's [correlate] section; a bad value is an InputError."""
     from objdebug.errors import InputError
 
-    method = settings.get("ci_method", "bca")
+    method = settings["ci_method"]
     if method not in stats.CI_METHODS:
         raise InputError(f"For '[correlate] ci_method', the value must be in {list(stats.CI_METHODS)}, "
                          f"but got {method!r}.", source=source)
-    level = settings.get("ci_level", 0.95)
+    level = settings["ci_level"]
     if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level < 1:
         raise InputError(f"For '[correlate] ci_level', the value must be in (0, 1), but got {level!r}.",
                          source=source)
     for key, low in (("bootstrap_resamples", 1), ("seed", 0), ("min_samples", 3)):
-        value = settings.get(key, low)
+        value = settings[key]
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise InputError(f"For '[correlate] {key}', the value must be an integer >= {low}, but got "
                              f"{value!r}.", source=source)
@@ -71,13 +72,17 @@ def measure_vectors(ids: list[str], losses, scores, lengths, aspects: list[dict[
     """The correlate measurement from plain vectors (one entry per scored row).
 
     `settings` is the profile's [correlate] section (bootstrap_resamples, ci_level, ci_method,
-    seed). Non-finite losses are listed and left out of every statistic.
+    seed; default: checks/default.toml's). Non-finite losses are listed and left out of every
+    statistic.
     """
-    settings = settings or {}
-    level = float(settings.get("ci_level", 0.95))
-    method = str(settings.get("ci_method", "bca"))
-    resamples = int(settings.get("bootstrap_resamples", 2000))
-    seed = int(settings.get("seed", 0))
+    if settings is None:
+        from objdebug.profile import load_profile
+
+        settings = load_profile("default").section("correlate")
+    level = float(settings["ci_level"])
+    method = str(settings["ci_method"])
+    resamples = int(settings["bootstrap_resamples"])
+    seed = int(settings["seed"])
     losses = np.asarray(losses, dtype=np.float64)
     scores = np.asarray(scores, dtype=np.float64)
     lengths = np.asarray(lengths, dtype=np.float64)
@@ -124,7 +129,6 @@ class ScoreCorrelation(Check):
 
     name = "score-correlation"
     stage = "correlate"
-    codes = ("OBJ401", "OBJ402", "OBJ403", "OBJ404")
     # tracking human judgement is learned; finiteness (OBJ402) is judged on any model
     needs_trained = ("OBJ401", "OBJ403", "OBJ404")
 
@@ -133,8 +137,8 @@ class ScoreCorrelation(Check):
             return "no human scores: set data.scores to a JSONL file of {response, score} rows"
         return None
 
-    def measure(self, ctx: Context) -> dict[str, Any]:
-        settings = ctx.profile.section("correlate")
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
+        settings = th
         check_settings(settings, ctx.profile.source)
         data = response_losses(ctx)
         rows = data["rows"]
@@ -143,10 +147,10 @@ class ScoreCorrelation(Check):
                                [r["aspects"] for r in rows], settings)
 
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
-        r_pass, r_fail = th.get("r_pass", -0.6), th.get("r_fail", -0.3)
-        min_samples = th.get("min_samples", 10)
-        len_warn, ratio = th.get("length_corr_warn", 0.5), th.get("partial_ratio", 0.5)
-        aspect_warn = th.get("aspect_r_warn", -0.3)
+        r_pass, r_fail = th["r_pass"], th["r_fail"]
+        min_samples = th["min_samples"]
+        len_warn, ratio = th["length_corr_warn"], th["partial_ratio"]
+        aspect_warn = th["aspect_r_warn"]
 
         def pearson(v):
             n, r = v["n"], v["pearson_r"]

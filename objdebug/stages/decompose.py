@@ -18,6 +18,7 @@ from objdebug.engine.data import Sample
 from objdebug.engine.datasets import text_samples
 from objdebug.errors import InputError
 from objdebug.findings import Check, Condition, Verdict, band
+from objdebug.settings import Settings
 
 GRAPH_NAME = "decompose.component_grad"
 
@@ -25,7 +26,7 @@ GRAPH_NAME = "decompose.component_grad"
 # --------------------------------------------------------------------------- measurement
 def _samples(ctx: Context) -> list[Sample]:
     th = ctx.profile.section("decompose")
-    n = ctx.option("samples") or th.get("max_samples", 64) or None
+    n = ctx.options.samples or th["max_samples"] or None
     return text_samples(ctx, n)
 
 
@@ -74,7 +75,7 @@ def component_values(ctx: Context) -> dict[str, Any]:
                 "components": stats, "total_mean": float(np.mean(total)),
                 "reconstruction": _reconstruction(total, comps) if k else None,
                 "per_sample": out}
-    return ctx.cached("decompose.values", build)
+    return ctx.provide(component_values, build)
 
 
 def _reconstruction(total: np.ndarray, comps: np.ndarray) -> dict[str, Any]:
@@ -153,9 +154,9 @@ def measured_gradients(ctx: Context, n_components: int):
     """(batches, component_gradients): computed once, shared by OBJ304 and OBJ305."""
     def build():
         th = ctx.profile.section("decompose")
-        batches = gradient_batches(ctx, _samples(ctx), int(th.get("grad_batches", 2)))
+        batches = gradient_batches(ctx, _samples(ctx), int(th["grad_batches"]))
         return batches, component_gradients(ctx, n_components, batches)
-    return ctx.cached("decompose.gradients", build)
+    return ctx.provide(measured_gradients, build)
 
 
 def primary_name(ctx: Context, names: list[str]) -> str:
@@ -176,17 +177,16 @@ class ComponentValues(Check):
 
     name = "components"
     stage = "decompose"
-    codes = ("OBJ300", "OBJ301", "OBJ302", "OBJ303")
 
-    def measure(self, ctx: Context) -> dict[str, Any]:
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         v = dict(component_values(ctx))
         v.pop("per_sample")
         return v
 
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
-        dead_warn, dead_fail = th.get("dead_warn", 0.9), th.get("dead_fail", 1.0)
-        res_warn, res_fail = th.get("residual_warn", 1e-3), th.get("residual_fail", 1e-2)
-        scale_warn, scale_fail = th.get("scale_warn", 100.0), th.get("scale_fail", 1000.0)
+        dead_warn, dead_fail = th["dead_warn"], th["dead_fail"]
+        res_warn, res_fail = th["residual_warn"], th["residual_fail"]
+        scale_warn, scale_fail = th["scale_warn"], th["scale_fail"]
 
         def inventory(v):
             comps = v["components"]
@@ -252,7 +252,6 @@ class GradientShare(Check):
 
     name = "gradient-share"
     stage = "decompose"
-    codes = ("OBJ304",)
 
     def skip_reason(self, ctx: Context) -> str | None:
         if not ctx.config.objective.components:
@@ -261,7 +260,7 @@ class GradientShare(Check):
             return "the target has no trainable parameters"
         return None
 
-    def measure(self, ctx: Context) -> dict[str, Any]:
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         values = component_values(ctx)
         comps = values["components"]
         batches, g = measured_gradients(ctx, len(comps))
@@ -274,7 +273,7 @@ class GradientShare(Check):
                 "grad_norm_sum": total, "batch_values": g["batch_values"]}
 
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
-        hi, lo = th.get("value_share_high", 0.5), th.get("grad_share_low", 0.05)
+        hi, lo = th["value_share_high"], th["grad_share_low"]
 
         def judge(v):
             rows = v["components"]
@@ -307,16 +306,14 @@ class PrimaryShare(Check):
 
     name = "primary-share"
     stage = "decompose"
-    codes = ("OBJ305",)
 
     def skip_reason(self, ctx: Context) -> str | None:
         return GradientShare().skip_reason(ctx)
 
-    def measure(self, ctx: Context) -> dict[str, Any]:
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         values = component_values(ctx)
         comps = values["components"]
         names = [c["name"] for c in comps]
-        th = ctx.profile.section("decompose")
         batches, g = measured_gradients(ctx, len(comps))
         # A component enters the total as w_i * c_i: its part of the total's gradient is
         # |w_i| * |grad c_i|. w comes from the least-squares reconstruction (a "ce - 0.1 * entropy"
@@ -325,7 +322,7 @@ class PrimaryShare(Check):
         rec = values["reconstruction"] or {}
         fitted = (rec.get("weights") and len(rec["weights"]) == len(comps)
                   and rec.get("rank") == len(comps)
-                  and rec.get("residual", math.inf) <= float(th.get("residual_fail", 1e-2)))
+                  and rec.get("residual", math.inf) <= float(th["residual_fail"]))
         weights = [float(w) for w in rec["weights"]] if fitted else [1.0] * len(comps)
         contrib = [abs(w) * n for w, n in zip(weights, g["norms"])]
         total = sum(contrib)
@@ -335,7 +332,7 @@ class PrimaryShare(Check):
                  "share": c / total if total > 0 else float("nan")}
                 for nm, w, n, c in zip(names, weights, g["norms"], contrib)]
         secondary = total - contrib[k]
-        target = float(th.get("primary_share_target", 0.5))
+        target = float(th["primary_share_target"])
         factor = rebalance_factor(contrib[k], secondary, target)
         return {"primary": primary, "components": rows, "weights_from": "fit" if fitted else "as added",
                 "primary_share": rows[k]["share"], "contribution_sum": total,
@@ -346,7 +343,7 @@ class PrimaryShare(Check):
                                                    else r["weight"] * factor) for r in rows}}
 
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
-        warn, fail = th.get("primary_share_warn", 0.3), th.get("primary_share_fail", 0.1)
+        warn, fail = th["primary_share_warn"], th["primary_share_fail"]
 
         def judge(v):
             rows = v["components"]

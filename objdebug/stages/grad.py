@@ -22,6 +22,7 @@ from objdebug.context import Context
 from objdebug.engine.datasets import text_samples
 from objdebug.errors import InputError
 from objdebug.findings import Check, Condition, Verdict, band, listing
+from objdebug.settings import Settings
 from objdebug.engine.gradients import (Batch, GradientProbe, ParamGradients, layer_of, max_mean_ratio,
                                 reference_mean_ce_grad)
 from objdebug.likelihood import analyse as likelihood_shape
@@ -30,7 +31,7 @@ _LISTED = 8
 _F32_EPS = 2.0 ** -23
 
 
-def _settings(ctx: Context) -> dict[str, Any]:
+def _settings(ctx: Context) -> Settings:
     return ctx.profile.section("grad")
 
 
@@ -38,30 +39,31 @@ def _settings(ctx: Context) -> dict[str, Any]:
 def grad_batch(ctx: Context) -> Batch:
     """The gradient batch: --samples data rows (default: the batch size), --batch-size rows."""
     def build() -> Batch:
-        rows = int(ctx.option("batch_size", ctx.engine.batch_size))
-        n = int(ctx.option("samples", rows))
+        opts = ctx.options
+        rows = int(opts.batch_size if opts.batch_size is not None else ctx.engine.batch_size)
+        n = int(opts.samples if opts.samples is not None else rows)
         for name, value in (("--batch-size", rows), ("--samples", n)):
             if value < 1:
                 raise InputError(f"For '{name}', the value must be >= 1, but got {value}.")
         samples = text_samples(ctx, n)
         length = ctx.engine.bucket(max(s.length for s in samples))
         return ctx.engine.batches(samples, length, size=max(rows, len(samples)))[0]
-    return ctx.cached("grad.batch", build)
+    return ctx.provide(grad_batch, build)
 
 
 def grad_probe(ctx: Context) -> GradientProbe:
-    return ctx.cached("grad.probe", lambda: GradientProbe(ctx.engine))
+    return ctx.provide(grad_probe, lambda: GradientProbe(ctx.engine))
 
 
 def fd_directions(ctx: Context) -> list[np.ndarray]:
     s = _settings(ctx)
-    return ctx.cached("grad.directions", lambda: grad_probe(ctx).random_directions(
-        int(s.get("n_directions", 3)), int(s.get("seed", 0))))
+    return ctx.provide(fd_directions, lambda: grad_probe(ctx).random_directions(
+        int(s["n_directions"]), int(s["seed"])))
 
 
 def param_gradients(ctx: Context) -> ParamGradients:
     """Per-parameter statistics and g.d along the FD directions: one compiled call."""
-    return ctx.cached("grad.params", lambda: grad_probe(ctx).parameters(grad_batch(ctx),
+    return ctx.provide(param_gradients, lambda: grad_probe(ctx).parameters(grad_batch(ctx),
                                                                          fd_directions(ctx)))
 
 
@@ -73,7 +75,7 @@ def logit_gradients(ctx: Context) -> dict[str, np.ndarray]:
         outputs, sq, g = grad_probe(ctx).logits(logits, batch.labels)
         ref = reference_mean_ce_grad(logits, batch.labels, ctx.engine.padding.label_pad_id)
         return {"outputs": outputs, "sq": sq, "reference_sq": ref, "grad": g, "logits": logits}
-    return ctx.cached("grad.logits", build)
+    return ctx.provide(logit_gradients, build)
 
 
 _NO_PARAMS = "the target has no trainable parameters: there are no parameter gradients to measure"
@@ -98,7 +100,6 @@ class GradientHealth(Check):
 
     name = "gradient-health"
     stage = "grad"
-    codes = ("OBJ201", "OBJ202", "OBJ203", "OBJ204")
     # At initialisation the output head holds nearly all the gradient and max/mean over P tensors
     # sits near its bound P: the ratio measures the architecture, not the objective (see OBJ201).
     needs_trained = ("OBJ202",)
@@ -106,7 +107,7 @@ class GradientHealth(Check):
     def skip_reason(self, ctx: Context) -> str | None:
         return _no_params(ctx)
 
-    def measure(self, ctx: Context) -> dict[str, Any]:
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         g = param_gradients(ctx)
         norms = g.norms
         params = [{"name": n, "layer": layer_of(n), "size": int(size), "norm": float(norm),
@@ -145,9 +146,9 @@ class GradientHealth(Check):
         }
 
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
-        lo_pass, hi_pass = th.get("mean_norm_pass_low", 0.01), th.get("mean_norm_pass_high", 1.0)
-        lo_fail, hi_fail = th.get("mean_norm_fail_low", 0.005), th.get("mean_norm_fail_high", 100.0)
-        r_pass, r_fail = th.get("ratio_pass", 10.0), th.get("ratio_fail", 15.0)
+        lo_pass, hi_pass = th["mean_norm_pass_low"], th["mean_norm_pass_high"]
+        lo_fail, hi_fail = th["mean_norm_fail_low"], th["mean_norm_fail_high"]
+        r_pass, r_fail = th["ratio_pass"], th["ratio_fail"]
 
         def unjudged(v):
             if v["nonfinite_total"] or not math.isfinite(v["loss"]):
@@ -201,12 +202,11 @@ class PaddingLeakage(Check):
 
     name = "padding-leakage"
     stage = "grad"
-    codes = ("OBJ205",)
 
-    def measure(self, ctx: Context) -> dict[str, Any]:
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         if ctx.target.end_to_end:
-            return self._measure_end_to_end(ctx)
-        tol = float(_settings(ctx).get("leak_tolerance", 0.0))
+            return self._measure_end_to_end(ctx, th)
+        tol = float(th["leak_tolerance"])
         batch = grad_batch(ctx)
         lg = logit_gradients(ctx)
         sq = lg["sq"]
@@ -220,7 +220,7 @@ class PaddingLeakage(Check):
                 "max_masked_norm": float(np.sqrt(np.nanmax(sq[masked]))) if masked.any() else 0.0,
                 "leaking_rows": sorted({int(b) for b in np.nonzero(leaking)[0]})}
 
-    def _measure_end_to_end(self, ctx: Context) -> dict[str, Any]:
+    def _measure_end_to_end(self, ctx: Context, th: Settings) -> dict[str, Any]:
         """No logits: pad every row further (next length bucket); each row's loss must not move."""
         batch = grad_batch(ctx)
         samples = batch.samples[:ctx.engine.batch_size]
@@ -229,7 +229,7 @@ class PaddingLeakage(Check):
         a, b = (ctx.engine.batches(samples, n)[0] for n in (short, long))
         la = ctx.engine.per_sample_raw(a.input_ids, a.labels)[:len(samples), 0]
         lb = ctx.engine.per_sample_raw(b.input_ids, b.labels)[:len(samples), 0]
-        tol = float(_settings(ctx).get("pad_rel_tolerance", 1e-4))
+        tol = float(th["pad_rel_tolerance"])
         with np.errstate(invalid="ignore", divide="ignore"):
             rel = np.abs(lb - la) / np.maximum(np.abs(la), 1e-12)
         changed = ~(rel <= tol)
@@ -271,7 +271,6 @@ class LogitGradientScale(Check):
 
     name = "logit-gradient-scale"
     stage = "grad"
-    codes = ("OBJ207",)
 
     def skip_reason(self, ctx: Context) -> str | None:
         if ctx.target.end_to_end:
@@ -279,7 +278,7 @@ class LogitGradientScale(Check):
                     "gradient scale) are not exposed")
         return None
 
-    def measure(self, ctx: Context) -> dict[str, Any]:
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         batch = grad_batch(ctx)
         lg = logit_gradients(ctx)
         sq, ref_sq = lg["sq"], lg["reference_sq"]
@@ -295,8 +294,8 @@ class LogitGradientScale(Check):
                 "cause": _likely_cause(ratio, sq, ref_sq, scored)}
 
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
-        p_lo, p_hi = th.get("scale_pass_low", 0.5), th.get("scale_pass_high", 2.0)
-        f_lo, f_hi = th.get("scale_fail_low", 0.2), th.get("scale_fail_high", 5.0)
+        p_lo, p_hi = th["scale_pass_low"], th["scale_pass_high"]
+        f_lo, f_hi = th["scale_fail_low"], th["scale_fail_high"]
 
         def judge(v):
             x = v["ratio"]
@@ -373,13 +372,11 @@ class FiniteDifferences(Check):
 
     name = "finite-differences"
     stage = "grad"
-    codes = ("OBJ206",)
 
     def skip_reason(self, ctx: Context) -> str | None:
         return _no_params(ctx)
 
-    def measure(self, ctx: Context) -> dict[str, Any]:
-        s = _settings(ctx)
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         probe, batch = grad_probe(ctx), grad_batch(ctx)
         g = param_gradients(ctx)
         random_dirs = fd_directions(ctx)
@@ -390,7 +387,7 @@ class FiniteDifferences(Check):
         gnorm = float(np.sqrt(g.sq_norm.sum()))
         n_elements = int(g.sizes.sum())
         typical = gnorm / math.sqrt(n_elements)  # RMS of g.d over random unit directions
-        ulps = float(s.get("fd_noise_ulps", 16))
+        ulps = float(th["fd_noise_ulps"])
         loss_scale = max(abs(g.loss), 1e-6)
         directions = []  # (label, moving arrays, index, autodiff g.d, steps)
         rows = []
@@ -401,13 +398,13 @@ class FiniteDifferences(Check):
             # random directions: steps relative to the parameter norm (their derivative is small;
             # the curvature along them sets the scale)
             steps = sorted(float(x) * (theta if theta > 0 else 1.0)
-                           for x in s.get("fd_rel_steps", [3e-4, 1e-3, 3e-3]))
+                           for x in th["fd_rel_steps"])
             # the gradient direction: steps that change the loss by a fixed small share to first
             # order, ε|g| = f|L|. A parameter-relative step is far too long there on a confident
             # model (the demo: |L| = 0.002, |g| = 0.17, ε = 3e-4 ||θ|| = 0.011 moves the loss by
             # 80% of itself and the FD is 12% off)
             grad_steps = sorted(float(f) * loss_scale / gnorm
-                                for f in s.get("fd_gradient_steps", [1e-3, 3e-3, 1e-2])) if gnorm > 0 else []
+                                for f in th["fd_gradient_steps"]) if gnorm > 0 else []
             if gnorm > 0:
                 directions.append(("gradient", probe.gradient_direction(g), 0, gnorm, grad_steps))
             directions += [(f"random {k}", random_dirs, k, float(g.gdot[k]), steps)
@@ -440,12 +437,12 @@ class FiniteDifferences(Check):
         return {"loss": g.loss, "finite": True, "n_directions": len(rows), "epsilons": steps,
                 "gradient_epsilons": grad_steps,
                 "parameter_norm": theta, "gradient_norm": gnorm, "typical_gdot": typical,
-                "n_elements": n_elements, "seed": int(s.get("seed", 0)),
+                "n_elements": n_elements, "seed": int(th["seed"]),
                 # np.max propagates NaN (builtin max() keeps whatever came first)
                 "max_rel_error": float(np.max(errs)) if errs else float("nan"), "directions": rows}
 
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
-        e_pass, e_fail = th.get("fd_pass", 1e-2), th.get("fd_fail", 1e-1)
+        e_pass, e_fail = th["fd_pass"], th["fd_fail"]
 
         def judge(v):
             if not v["finite"]:
@@ -476,7 +473,6 @@ class LikelihoodShape(Check):
 
     name = "likelihood-shape"
     stage = "grad"
-    codes = ("OBJ208",)
 
     def skip_reason(self, ctx: Context) -> str | None:
         if ctx.target.end_to_end:
@@ -484,21 +480,20 @@ class LikelihoodShape(Check):
                     "gradient direction) are not exposed")
         return None
 
-    def measure(self, ctx: Context) -> dict[str, Any]:
-        s = _settings(ctx)
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         lg = logit_gradients(ctx)
         batch = grad_batch(ctx)
         v = likelihood_shape(lg["grad"], lg["logits"], batch.labels, ctx.engine.padding.label_pad_id,
-                             band=float(s.get("likelihood_weight_band", 2.0)),
-                             max_smoothing=float(s.get("likelihood_max_smoothing", 0.3)),
-                             max_entropy=float(s.get("likelihood_max_entropy", 0.2)),
-                             cosine_min=float(s.get("likelihood_cosine_pass", 0.99)),
-                             reweighted_max=float(s.get("likelihood_reweighted_pass", 0.1)))
+                             band=float(th["likelihood_weight_band"]),
+                             max_smoothing=float(th["likelihood_max_smoothing"]),
+                             max_entropy=float(th["likelihood_max_entropy"]),
+                             cosine_min=float(th["likelihood_cosine_pass"]),
+                             reweighted_max=float(th["likelihood_reweighted_pass"]))
         return {**v, "loss": float(lg["outputs"][0]), "rows": int(batch.labels.shape[0])}
 
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
-        c_pass, c_fail = th.get("likelihood_cosine_pass", 0.99), th.get("likelihood_cosine_fail", 0.9)
-        w_pass, w_fail = th.get("likelihood_reweighted_pass", 0.1), th.get("likelihood_reweighted_fail", 0.5)
+        c_pass, c_fail = th["likelihood_cosine_pass"], th["likelihood_cosine_fail"]
+        w_pass, w_fail = th["likelihood_reweighted_pass"], th["likelihood_reweighted_fail"]
 
         def judge(v):
             shape = v["shape"]
@@ -516,8 +511,8 @@ class LikelihoodShape(Check):
             numbers = (f"cosine with a mean cross-entropy's gradient (reference, {v['scored_tokens']} scored "
                        f"tokens) {v['cosine_ce']:.4f} overall, per token median {pt['median']:.4f} / "
                        f"10th percentile {pt['p10']:.4f}; best likelihood fit (CE + label smoothing <= "
-                       f"{th.get('likelihood_max_smoothing', 0.3):g} + entropy |λ| <= "
-                       f"{th.get('likelihood_max_entropy', 0.2):g}: ε {v['smoothing']:.3g}, λ "
+                       f"{th['likelihood_max_smoothing']:g} + entropy |λ| <= "
+                       f"{th['likelihood_max_entropy']:g}: ε {v['smoothing']:.3g}, λ "
                        f"{v['entropy_weight']:.3g}) cosine {x:.4f}; {rw:.0%} of tokens weighted "
                        f"outside [1/{v['band']:g}, {v['band']:g}]x that fit (label probability median "
                        f"{v['label_probability']['median']:.3g})")

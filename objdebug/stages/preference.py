@@ -27,14 +27,11 @@ import numpy as np
 
 from objdebug.context import Context
 from objdebug.findings import Check, Condition, Verdict, listing
+from objdebug.settings import Settings
 from objdebug.preference import EXPECTED_LOGPS, ZERO_POINT, no_preference_reason, session
 
 _LISTED = 8
 _UNIT = 0.5  # the probe point's reference offset: every log-ratio difference becomes 2 * 0.5 = 1 nat
-
-
-def _settings(ctx: Context) -> dict[str, Any]:
-    return ctx.profile.section("preference")
 
 
 def _finite_max(x: np.ndarray) -> float:
@@ -70,9 +67,8 @@ class ZeroPoint(PreferenceCheck):
     """The loss at a zero margin equals the loss type's closed form; the rewards there are 0."""
 
     name = "zero-point"
-    codes = ("OBJ801", "OBJ802")
 
-    def measure(self, ctx: Context) -> dict[str, Any]:
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         s = session(ctx)
         kind = s.spec.loss_type
         beta, gamma = s.setting("beta"), s.setting("gamma")
@@ -103,8 +99,8 @@ class ZeroPoint(PreferenceCheck):
                 "rewards_returned": _has(rewards), "max_abs_reward": _finite_max(rewards) if _has(rewards) else None}
 
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
-        tol = float(th.get("zero_point_rtol", 1e-5))
-        rtol = float(th.get("zero_reward_tolerance", 1e-6))
+        tol = float(th["zero_point_rtol"])
+        rtol = float(th["zero_reward_tolerance"])
 
         def value(v):
             what = (f"loss at the zero margin ({v['probe']}, {v['pairs']} real pairs, {v['batches']} "
@@ -150,11 +146,10 @@ class Symmetry(PreferenceCheck):
     """Swapping chosen and rejected flips every margin; the loss moves the right way."""
 
     name = "symmetry"
-    codes = ("OBJ803", "OBJ804")
 
-    def measure(self, ctx: Context) -> dict[str, Any]:
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         s = session(ctx)
-        eps = float(_settings(ctx).get("margin_epsilon", 1e-4))
+        eps = float(th["margin_epsilon"])
         points = []
         if s.form == "preference":
             real = s.real_inputs()
@@ -187,7 +182,7 @@ class Symmetry(PreferenceCheck):
                 "batches": rows}
 
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
-        tol = float(th.get("flip_tolerance", 1e-4))
+        tol = float(th["flip_tolerance"])
 
         def flips(v):
             pts = [p for p in v["points"] if p["rewards_returned"]]
@@ -224,16 +219,15 @@ class Symmetry(PreferenceCheck):
 # --------------------------------------------------------------------------- direction + masking
 def _gradient(ctx: Context) -> dict[str, Any]:
     s = session(ctx)
-    return ctx.cached("preference.gradient", lambda: s.gradient(s.batches[0]))
+    return ctx.provide(_gradient, lambda: s.gradient(s.batches[0]))
 
 
 class Direction(PreferenceCheck):
     """A small step along the negative gradient raises log p(chosen) - log p(rejected)."""
 
     name = "direction"
-    codes = ("OBJ805", "OBJ806")
 
-    def measure(self, ctx: Context) -> dict[str, Any]:
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         import mindspore as ms
 
         s = session(ctx)
@@ -246,7 +240,7 @@ class Direction(PreferenceCheck):
         gnorm = math.sqrt(sum(float((x.astype(np.float64) ** 2).sum()) for x in gp))
         saved = [p.data.asnumpy().copy() for p in policy]
         theta = math.sqrt(sum(float((x.astype(np.float64) ** 2).sum()) for x in saved))
-        rel = float(_settings(ctx).get("step_rel", 1e-3))
+        rel = float(th["step_rel"])
         before = self._margins(s, batch)
         after = before
         if gnorm > 0 and math.isfinite(gnorm):
@@ -316,9 +310,8 @@ class Masking(PreferenceCheck):
     """Prompt and padding positions of both answers get no gradient (the OBJ205 idea for pairs)."""
 
     name = "masking"
-    codes = ("OBJ807",)
 
-    def measure(self, ctx: Context) -> dict[str, Any]:
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         s = session(ctx)
         pid = s.label_pad_id
         g = _gradient(ctx)
@@ -329,7 +322,7 @@ class Masking(PreferenceCheck):
         c_scored, r_scored = b.c_labels != pid, b.r_labels != pid
         # masked in both answers: the shared prompt, and the padding after both answers
         masked = ~c_scored & ~r_scored
-        tol = float(_settings(ctx).get("leak_tolerance", 0.0))
+        tol = float(th["leak_tolerance"])
         ids = []
         counts = {"prompt": [0, 0], "padding": [0, 0]}   # [positions, leaking]
         # a pair whose loss is saturated (sigmoid(-beta h) == 0 in float32) has no gradient at
@@ -374,9 +367,8 @@ class EmptyPairs(PreferenceCheck):
     """Pairs with no supervised token in an answer (after truncation) are named."""
 
     name = "empty-pairs"
-    codes = ("OBJ808",)
 
-    def measure(self, ctx: Context) -> dict[str, Any]:
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         s = session(ctx)
         pid = s.label_pad_id
         empty, bad_batches = [], []
@@ -392,7 +384,7 @@ class EmptyPairs(PreferenceCheck):
         if empty:  # the objective on their batches: a length-normalized loss may divide by 0 there
             losses = s.evaluate()["losses"]
             finite = bool(np.all(np.isfinite([losses[s.batches.index(b)] for b in bad_batches])))
-        return {"total_pairs": len(s.pairs), "max_length": int(_settings(ctx).get("max_length", 0)),
+        return {"total_pairs": len(s.pairs), "max_length": int(th["max_length"]),
                 "truncated": sum(bool(p.get("truncated")) for p in s.pairs), "empty": empty,
                 "loss_finite": finite}
 
@@ -418,9 +410,8 @@ class Length(PreferenceCheck):
     """Margin vs length difference; the declared log-prob reduction vs the loss type."""
 
     name = "length"
-    codes = ("OBJ809", "OBJ810")
 
-    def measure(self, ctx: Context) -> dict[str, Any]:
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         from objdebug.stats import correlations
 
         s = session(ctx)
@@ -436,11 +427,11 @@ class Length(PreferenceCheck):
                 "spearman": c.spearman_rho if informative else None}
 
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
-        warn = float(th.get("length_corr_warn", 0.5))
-        biased = Verdict.from_setting(th.get("length_bias", "warn"), "[preference] length_bias")
-        mismatch = {"mean": Verdict.from_setting(th.get("mean_for_summed_loss", "warn"),
+        warn = float(th["length_corr_warn"])
+        biased = Verdict.from_setting(th["length_bias"], "[preference] length_bias")
+        mismatch = {"mean": Verdict.from_setting(th["mean_for_summed_loss"],
                                                  "[preference] mean_for_summed_loss"),
-                    "sum": Verdict.from_setting(th.get("sum_for_mean_loss", "fail"),
+                    "sum": Verdict.from_setting(th["sum_for_mean_loss"],
                                                 "[preference] sum_for_mean_loss")}
 
         def corr(v):
@@ -476,11 +467,10 @@ class Settings(PreferenceCheck):
     """Each numeric setting of the objective (beta, gamma, ...) changes the loss."""
 
     name = "settings"
-    codes = ("OBJ811",)
 
-    def measure(self, ctx: Context) -> dict[str, Any]:
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         s = session(ctx)
-        named = set(_settings(ctx).get("settings", ["beta", "gamma"]))
+        named = set(th["settings"])
         # float kwargs, and the named settings even when written as integers (beta = 1); other
         # integers (ignore_index, pad ids) are not scale settings
         keys = [k for k, v in s.spec.kwargs.items() if not isinstance(v, bool)
@@ -525,7 +515,7 @@ class Settings(PreferenceCheck):
         return [s.evaluate(cell=cell, name=name)["losses"]]
 
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
-        tol = float(th.get("setting_rtol", 1e-6))
+        tol = float(th["setting_rtol"])
 
         def judge(v):
             rows = v["settings"]
@@ -548,21 +538,19 @@ class Agreement(PreferenceCheck):
     """Share of pairs whose margin prefers the chosen answer; rank correlation with `strength`."""
 
     name = "agreement"
-    codes = ("OBJ812", "OBJ813")
 
-    def measure(self, ctx: Context) -> dict[str, Any]:
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         from scipy import stats as st
 
         s = session(ctx)
-        th = _settings(ctx)
         out = s.evaluate()
         returned = _has(out["cr"])
         m = out["cr"] - out["rj"] if returned else s.implicit_margins()
-        eps = float(th.get("margin_epsilon", 1e-4))
+        eps = float(th["margin_epsilon"])
         n = len(m)
         k = int(np.sum(m > eps))
         moved = bool(np.max(np.abs(m)) > eps) if n else False
-        level = float(th.get("ci_level", 0.95))
+        level = float(th["ci_level"])
         ci = st.binomtest(k, n).proportion_ci(confidence_level=level, method="exact") if n else None
         strength = np.array([p["strength"] if p["strength"] is not None else np.nan for p in s.pairs])
         has_s = ~np.isnan(strength)
@@ -578,8 +566,8 @@ class Agreement(PreferenceCheck):
                 "margins": m.tolist(), "ids": [p_["id"] for p_ in s.pairs]}
 
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
-        low = Verdict.from_setting(th.get("low_agreement", "warn"), "[preference] low_agreement")
-        alpha = float(th.get("strength_alpha", 0.05))
+        low = Verdict.from_setting(th["low_agreement"], "[preference] low_agreement")
+        alpha = float(th["strength_alpha"])
 
         def share(v):
             if not v["moved"]:

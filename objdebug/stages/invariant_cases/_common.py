@@ -15,6 +15,7 @@ import numpy as np
 from objdebug.context import Context
 from objdebug.engine.gradients import Batch
 from objdebug.invariance import InvarianceProbe, Probe
+from objdebug.settings import Settings
 from objdebug.stages.grad import grad_batch
 
 END_TO_END = ("the end-to-end form (no [model]) does not expose logits: the objective cannot be "
@@ -22,7 +23,8 @@ END_TO_END = ("the end-to-end form (no [model]) does not expose logits: the obje
 F32_EPS = 2.0 ** -23
 
 
-def settings(ctx: Context) -> dict[str, Any]:
+def settings(ctx: Context) -> Settings:
+    """The stage's profile section, for the shared measurements (a check gets it in `measure`)."""
     return ctx.profile.section("invariants")
 
 
@@ -42,17 +44,17 @@ def rows(ctx: Context) -> int:
 
 def logits(ctx: Context) -> np.ndarray:
     """The model's float32 logits [B, T, V] on the batch (the grad stage's compiled forward)."""
-    return ctx.cached("invariants.logits",
+    return ctx.provide(logits,
                       lambda: ctx.engine.logits(batch(ctx).input_ids).astype(np.float32))
 
 
 def probe(ctx: Context) -> InvarianceProbe:
-    return ctx.cached("invariants.probe", lambda: InvarianceProbe(ctx.engine))
+    return ctx.provide(probe, lambda: InvarianceProbe(ctx.engine))
 
 
 def base(ctx: Context) -> Probe:
     """The configured objective on the batch, scale 1: the reference most rules compare with."""
-    return ctx.cached("invariants.base", lambda: probe(ctx).run(logits(ctx), batch(ctx).labels))
+    return ctx.provide(base, lambda: probe(ctx).run(logits(ctx), batch(ctx).labels))
 
 
 def scored(ctx: Context, labels: np.ndarray) -> np.ndarray:
@@ -65,7 +67,7 @@ def micro_batches(ctx: Context) -> list[tuple[int, int]]:
     `[invariants] micro_batches` = K (0: one row each); it must divide the batch's rows, so every
     micro-batch has one shape (one compile)."""
     n = rows(ctx)
-    k = int(settings(ctx).get("micro_batches", 0)) or n
+    k = int(settings(ctx)["micro_batches"]) or n
     if k < 1 or n % k:
         from objdebug.errors import InputError
 
@@ -80,7 +82,7 @@ def micro_probes(ctx: Context) -> list[Probe]:
     def build() -> list[Probe]:
         b, x = batch(ctx), logits(ctx)
         return [probe(ctx).run(x[s:e], b.labels[s:e]) for s, e in micro_batches(ctx)]
-    return ctx.cached("invariants.micro", build)
+    return ctx.provide(micro_probes, build)
 
 
 def rel(a: float, b: float) -> float:

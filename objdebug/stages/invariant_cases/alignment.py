@@ -20,6 +20,7 @@ import numpy as np
 
 from objdebug.context import Context
 from objdebug.findings import Check, Condition, Verdict
+from objdebug.settings import Settings
 from objdebug.stages.invariant_cases._common import (base, batch, logits, probe, settings,
                                                      skip_end_to_end)
 
@@ -40,15 +41,14 @@ class LabelAlignment(Check):
 
     name = "label-alignment"
     stage = "invariants"
-    codes = ("OBJ701",)
 
     def skip_reason(self, ctx: Context) -> str | None:
         return skip_end_to_end(ctx)
 
-    def measure(self, ctx: Context) -> dict[str, Any]:
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         b, x = batch(ctx), logits(ctx)
         pad = ctx.config.data.label_pad_id
-        offsets = sorted({0, *(int(d) for d in settings(ctx).get("label_offsets", [-1, 1, 2]))})
+        offsets = sorted({0, *(int(d) for d in th["label_offsets"])})
         rows = []
         for d in offsets:
             loss = base(ctx).loss if d == 0 else probe(ctx).run(x, shifted_labels(b.labels, d, pad)).loss
@@ -58,7 +58,7 @@ class LabelAlignment(Check):
                 "rows": int(b.labels.shape[0]), "length": int(b.labels.shape[1])}
 
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
-        margin = float(th.get("alignment_margin", 0.5))
+        margin = float(th["alignment_margin"])
 
         def judge(v):
             losses = {r["offset"]: r["loss"] for r in v["offsets"]}

@@ -21,6 +21,7 @@ import numpy as np
 
 from objdebug.context import Context
 from objdebug.findings import Check, Condition, Verdict, listing
+from objdebug.settings import Settings
 from objdebug.stages.invariant_cases._common import (batch, fmt, grad_rel, logits, probe, rel, scored,
                                                      settings, skip_end_to_end)
 
@@ -33,12 +34,12 @@ def variants(ctx: Context) -> list[dict[str, Any]]:
     red = have.get("reduction")
     if red in ("mean", "sum"):
         out.append({"reduction": "sum" if red == "mean" else "mean"})
-    smooth = settings(ctx).get("label_smoothing", 0.1)
+    smooth = settings(ctx)["label_smoothing"]
     if "label_smoothing" in have and not have.get("label_smoothing"):
         out.append({"label_smoothing": float(smooth)})
     if "weight" in have and have.get("weight") is None:
         vocab = logits(ctx).shape[-1]
-        rng = np.random.default_rng(int(settings(ctx).get("seed", 0)))
+        rng = np.random.default_rng(int(settings(ctx)["seed"]))
         out.append({"weight": rng.uniform(0.5, 1.5, vocab).astype(np.float32)})
     return out
 
@@ -48,12 +49,11 @@ class IgnoredPositions(Check):
 
     name = "ignored-positions"
     stage = "invariants"
-    codes = ("OBJ703",)
 
     def skip_reason(self, ctx: Context) -> str | None:
         return skip_end_to_end(ctx)
 
-    def measure(self, ctx: Context) -> dict[str, Any]:
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         b, x = batch(ctx), logits(ctx)
         keep = scored(ctx, b.labels)
         last = int(np.nonzero(keep.any(0))[0].max()) if keep.any() else 0
@@ -62,7 +62,7 @@ class IgnoredPositions(Check):
         rows = []
         if cut >= total:
             return {"length": total, "cut": cut, "removed": 0, "rows": rows}
-        tol = float(settings(ctx).get("ignored_rtol", 1e-5))
+        tol = float(th["ignored_rtol"])
         for changes in variants(ctx):
             name = ", ".join(f"{k}={v if not isinstance(v, np.ndarray) else 'random[V]'}"
                              for k, v in changes.items()) or "configured"

@@ -33,6 +33,7 @@ import numpy as np
 
 from objdebug.context import Context
 from objdebug.findings import Check, Condition, Verdict
+from objdebug.settings import Settings
 from objdebug.stages.invariant_cases._common import (F32_EPS, base, batch, fmt, logits, probe, scored,
                                                      settings, skip_end_to_end)
 
@@ -49,7 +50,7 @@ def position_weights(ctx: Context) -> np.ndarray:
         at_label = np.take_along_axis(g, np.where(keep, b.labels, 0)[..., None], -1)[..., 0]
         vocab = x.shape[-1]
         return np.abs(at_label[keep]) * vocab / (vocab - 1)
-    return ctx.cached("invariants.position_weights", build)
+    return ctx.provide(position_weights, build)
 
 
 class LogitShift(Check):
@@ -57,21 +58,19 @@ class LogitShift(Check):
 
     name = "logit-shift"
     stage = "invariants"
-    codes = ("OBJ702",)
 
     def skip_reason(self, ctx: Context) -> str | None:
         return skip_end_to_end(ctx)
 
-    def measure(self, ctx: Context) -> dict[str, Any]:
-        s = settings(ctx)
-        safety, ulps = float(s.get("rounding_safety", 4.0)), float(s.get("noise_ulps", 16))
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
+        safety, ulps = float(th["rounding_safety"]), float(th["noise_ulps"])
         b, x, ref = batch(ctx), logits(ctx), base(ctx)
         g0 = ref.grad
         gmax = float(np.abs(g0).max()) if np.isfinite(g0).all() else float("nan")
         w = position_weights(ctx)
         big_w, max_w = float(w.sum()), float(w.max()) if w.size else 0.0
         rows = []
-        for c in s.get("logit_shifts", [1.0, 100.0, 10000.0]):
+        for c in th["logit_shifts"]:
             c = float(c)
             shifted = (x + np.float32(c)).astype(np.float32)
             delta = shifted.astype(np.float64) - (x.astype(np.float64) + c)  # exact rounding error
@@ -91,7 +90,7 @@ class LogitShift(Check):
                 "rows": rows}
 
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
-        verdict = Verdict.from_setting(th.get("logit_shift", "fail"), "[invariants] logit_shift")
+        verdict = Verdict.from_setting(th["logit_shift"], "[invariants] logit_shift")
 
         def judge(v):
             shown = "; ".join(f"+{r['shift']:g}: loss {fmt(r['loss'])} (|Δ| {fmt(r['loss_diff'])}, "

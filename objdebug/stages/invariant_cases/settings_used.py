@@ -28,6 +28,7 @@ import numpy as np
 
 from objdebug.context import Context
 from objdebug.findings import Check, Condition, Verdict, listing
+from objdebug.settings import Settings
 from objdebug.stages.invariant_cases._common import base, batch, logits, probe, skip_end_to_end
 
 _UNTESTABLE_INT = ("index", "_id", "size", "vocab", "dim")
@@ -57,12 +58,11 @@ class SettingsUsed(Check):
 
     name = "settings-used"
     stage = "invariants"
-    codes = ("OBJ705",)
 
     def skip_reason(self, ctx: Context) -> str | None:
         return skip_end_to_end(ctx)
 
-    def measure(self, ctx: Context) -> dict[str, Any]:
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         pr, b, x, ref = probe(ctx), batch(ctx), logits(ctx), base(ctx)
         tested, untestable = [], []
         for name, value in pr.settings.items():
@@ -88,7 +88,7 @@ class SettingsUsed(Check):
         return {"tested": tested, "untestable": untestable}
 
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
-        verdict = Verdict.from_setting(th.get("unused_setting", "fail"), "[invariants] unused_setting")
+        verdict = Verdict.from_setting(th["unused_setting"], "[invariants] unused_setting")
 
         def judge(v):
             dead = [r for r in v["tested"] if r["identical"]]

@@ -28,6 +28,7 @@ import numpy as np
 
 from objdebug.context import Context
 from objdebug.findings import Check, Condition, Verdict, listing
+from objdebug.settings import Settings
 from objdebug.invariance import dropout_cells, model_logits_in_train_mode
 from objdebug.stages.invariant_cases._common import base, batch, logits, probe, skip_end_to_end
 
@@ -41,12 +42,11 @@ class SideEffects(Check):
 
     name = "side-effects"
     stage = "invariants"
-    codes = ("OBJ707", "OBJ708")
 
     def skip_reason(self, ctx: Context) -> str | None:
         return skip_end_to_end(ctx)
 
-    def measure(self, ctx: Context) -> dict[str, Any]:
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         b, x = batch(ctx), logits(ctx)
         ev = probe(ctx).forward(x, b.labels)
         tr = probe(ctx).forward(x, b.labels, train=True)
@@ -80,8 +80,8 @@ class SideEffects(Check):
         return {"loss_model_train": loss, "model_train_diff": abs(loss - loss_eval)}
 
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
-        mode_verdict = Verdict.from_setting(th.get("train_eval", "warn"), "[invariants] train_eval")
-        drop_verdict = Verdict.from_setting(th.get("dropout", "info"), "[invariants] dropout")
+        mode_verdict = Verdict.from_setting(th["train_eval"], "[invariants] train_eval")
+        drop_verdict = Verdict.from_setting(th["dropout"], "[invariants] dropout")
 
         def inputs(v):
             what = (f"labels sha1 {v['before']['labels']} -> {v['after']['labels']}, logits sha1 "

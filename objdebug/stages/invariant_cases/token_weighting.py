@@ -27,6 +27,7 @@ import numpy as np
 
 from objdebug.context import Context
 from objdebug.findings import Check, Condition, Verdict
+from objdebug.settings import Settings
 from objdebug.stages.invariant_cases._common import (base, batch, micro_batches, micro_probes, scored,
                                                      skip_end_to_end)
 
@@ -52,12 +53,11 @@ class TokenWeighting(Check):
 
     name = "token-weighting"
     stage = "invariants"
-    codes = ("OBJ706",)
 
     def skip_reason(self, ctx: Context) -> str | None:
         return skip_end_to_end(ctx)
 
-    def measure(self, ctx: Context) -> dict[str, Any]:
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         b, full = batch(ctx), base(ctx).grad
         keep = scored(ctx, b.labels)
         ranges, micro = micro_batches(ctx), micro_probes(ctx)
@@ -85,8 +85,8 @@ class TokenWeighting(Check):
         return out
 
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
-        tol = float(th.get("token_weight_tolerance", 1e-3))
-        verdict = Verdict.from_setting(th.get("token_weighting", "info"), "[invariants] token_weighting")
+        tol = float(th["token_weight_tolerance"])
+        verdict = Verdict.from_setting(th["token_weighting"], "[invariants] token_weighting")
 
         def judge(v):
             if not v.get("finite"):

@@ -24,6 +24,7 @@ from objdebug.context import Context
 from objdebug.engine.data import build_labels
 from objdebug.engine.datasets import text_samples
 from objdebug.findings import Check, Condition, Verdict, listing
+from objdebug.settings import Settings
 from objdebug.stages.invariant_cases._common import (batch, fmt, logits, micro_batches, probe, settings,
                                                      skip_end_to_end)
 
@@ -40,14 +41,13 @@ class EmptyAfterTruncation(Check):
 
     name = "empty-after-truncation"
     stage = "invariants"
-    codes = ("OBJ709", "OBJ710")
 
     def skip_reason(self, ctx: Context) -> str | None:
         return skip_end_to_end(ctx)
 
-    def measure(self, ctx: Context) -> dict[str, Any]:
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         cfg = ctx.config.data
-        limit = int(settings(ctx).get("max_length", 0))
+        limit = int(th["max_length"])
         samples = text_samples(ctx)
         empty = [s.id + (f"/{s.kind}" if s.kind else "") for s in samples
                  if limit and supervised_after(s, limit, cfg.label_pad_id, cfg.shift) == 0]
@@ -67,7 +67,7 @@ class EmptyAfterTruncation(Check):
                 "batch_rows": int(b.labels.shape[0])}
 
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
-        verdict = Verdict.from_setting(th.get("empty_rows", "warn"), "[invariants] empty_rows")
+        verdict = Verdict.from_setting(th["empty_rows"], "[invariants] empty_rows")
 
         def rows(v):
             if not v["max_length"]:

@@ -21,6 +21,7 @@ import numpy as np
 
 from objdebug.context import Context
 from objdebug.findings import Check, Condition, Verdict
+from objdebug.settings import Settings
 from objdebug.stages.invariant_cases._common import (base, batch, fmt, logits, micro_batches,
                                                      micro_probes, probe, rel, settings, skip_end_to_end)
 
@@ -43,20 +44,18 @@ class UpstreamGradient(Check):
 
     name = "upstream-gradient"
     stage = "invariants"
-    codes = ("OBJ704",)
 
     def skip_reason(self, ctx: Context) -> str | None:
         return skip_end_to_end(ctx)
 
-    def measure(self, ctx: Context) -> dict[str, Any]:
-        s = settings(ctx)
-        c = float(s.get("upstream_scale", 3.0))
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
+        c = float(th["upstream_scale"])
         b, x, ref = batch(ctx), logits(ctx), base(ctx)
         scaled = probe(ctx).run(x, b.labels, scale=c)
         g_rel = l2_rel(scaled.grad, c * ref.grad)
         norm = float(np.linalg.norm(ref.grad))
         ratio = float(np.linalg.norm(scaled.grad) / norm) if norm > 0 else float("nan")
-        rng = np.random.default_rng(int(s.get("seed", 0)))
+        rng = np.random.default_rng(int(th["seed"]))
         ranges = micro_batches(ctx)
         weights = rng.uniform(0.5, 2.0, len(ranges))
         errs = []
@@ -70,7 +69,7 @@ class UpstreamGradient(Check):
                 "weighted_grad_rel": float(np.max(errs)) if errs else 0.0}
 
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
-        tol = float(th.get("upstream_rtol", 1e-3))
+        tol = float(th["upstream_rtol"])
 
         def judge(v):
             worst = max(v["grad_rel"], v["weighted_grad_rel"])

@@ -104,7 +104,7 @@ def token_stream(ctx: Context, length: int) -> list[int]:
         if not out:
             raise ValueError("the target's text samples are empty")
         return out
-    base = ctx.cached("stress.stream", build)
+    base = ctx.provide(token_stream, build)
     reps = -(-length // len(base))
     return (base * reps)[:length]
 
@@ -130,7 +130,7 @@ def logits_of_rows(ctx: Context, samples: list[Sample]):
 
 def short_length(th: dict[str, Any]) -> int:
     """The shared short shape: long-input reference, all-padding batch, padding-invariance base."""
-    return int(th.get("short_length", 128))
+    return int(th["short_length"])
 
 
 def rel_diff(a: float, b: float) -> float:

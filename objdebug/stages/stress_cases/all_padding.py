@@ -14,17 +14,17 @@ import numpy as np
 
 from objdebug.context import Context
 from objdebug.findings import Check, Condition, Verdict
+from objdebug.settings import Settings
 from objdebug.stages.stress_cases._common import loss_and_grad, short_length
 
 
 class AllPadding(Check):
     name = "all-padding"
     stage = "stress"
-    codes = ("OBJ503",)
 
-    def measure(self, ctx: Context) -> dict[str, Any]:
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         cfg = ctx.config.data
-        length = short_length(ctx.profile.section(self.stage))
+        length = short_length(th)
         ids = np.full((1, length), cfg.pad_id, np.int32)
         labels = np.full((1, length), cfg.label_pad_id, np.int32)
         out = loss_and_grad(ctx, ids, labels)
@@ -32,7 +32,7 @@ class AllPadding(Check):
         return {"length": length, "pad_id": cfg.pad_id, "label_pad_id": cfg.label_pad_id, **out}
 
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
-        tol = float(th.get("all_pad_tolerance", 1e-6))
+        tol = float(th["all_pad_tolerance"])
 
         def judge(v):
             x, bad, n = v["loss"], v["nonfinite_params"], v["n_params"]

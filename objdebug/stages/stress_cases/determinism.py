@@ -13,6 +13,7 @@ import numpy as np
 from objdebug.context import Context
 from objdebug.engine.datasets import text_samples
 from objdebug.findings import Check, Condition, Verdict
+from objdebug.settings import Settings
 from objdebug.stages.stress_cases._common import packed
 
 
@@ -25,10 +26,8 @@ def _max_rel(a: np.ndarray, b: np.ndarray) -> float:
 class Determinism(Check):
     name = "determinism"
     stage = "stress"
-    codes = ("OBJ510", "OBJ511")
 
-    def measure(self, ctx: Context) -> dict[str, Any]:
-        th = ctx.profile.section(self.stage)
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         b = ctx.engine.batch_size
         rows = text_samples(ctx, b)
         rows = rows + [rows[i % len(rows)] for i in range(b - len(rows))]
@@ -36,7 +35,7 @@ class Determinism(Check):
         ids, labels = packed(ctx, rows, length)
         first = ctx.engine.per_sample_raw(ids, labels)[:, 0]
         second = ctx.engine.per_sample_raw(ids, labels)[:, 0]
-        n_alone = min(int(th.get("batch_samples", 3)), len(set(s.id for s in rows)))
+        n_alone = min(int(th["batch_samples"]), len(set(s.id for s in rows)))
         alone = []
         for j in range(n_alone):
             a_ids, a_labels = packed(ctx, [rows[j]] * b, length)
@@ -48,8 +47,8 @@ class Determinism(Check):
                 "batch_max_rel": _max_rel(alone_arr, first[:n_alone])}
 
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
-        rtol = float(th.get("repeat_rtol", 1e-6))
-        btol, bfail = float(th.get("batch_rtol", 1e-5)), float(th.get("batch_fail_rtol", 1e-2))
+        rtol = float(th["repeat_rtol"])
+        btol, bfail = float(th["batch_rtol"]), float(th["batch_fail_rtol"])
 
         def repeat(v):
             x = v["repeat_max_rel"]

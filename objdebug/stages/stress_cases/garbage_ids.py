@@ -27,6 +27,7 @@ import numpy as np
 from objdebug.context import Context
 from objdebug.engine.data import Sample
 from objdebug.findings import Check, Condition, Verdict
+from objdebug.settings import Settings
 from objdebug.stages.stress_cases._common import (POISONED, error_line, forward_loss, loss_and_grad,
                                                   packed, short_length)
 
@@ -48,22 +49,21 @@ def random_batch(ctx: Context) -> tuple[np.ndarray, np.ndarray]:
         if not vocab:
             raise ValueError("the vocabulary size is unknown: set data.vocab_size for the "
                              "end-to-end form")
-        rng = np.random.default_rng(int(th.get("seed", 0)))
+        rng = np.random.default_rng(int(th["seed"]))
         rows = [Sample(id=f"random-{i}", prompt=[], response=[int(t) for t in rng.integers(0, vocab, length)])
                 for i in range(ctx.engine.batch_size)]
         return packed(ctx, rows, length)
-    return ctx.cached("stress.random_batch", build)
+    return ctx.provide(random_batch, build)
 
 
 class RandomIds(Check):
     name = "random-ids"
     stage = "stress"
-    codes = ("OBJ505",)
 
     def skip_reason(self, ctx: Context) -> str | None:
         return _vocab_skip(ctx)
 
-    def measure(self, ctx: Context) -> dict[str, Any]:
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         ids, labels = random_batch(ctx)
         losses = ctx.engine.per_sample_raw(ids, labels)[:, 0]
         grad = loss_and_grad(ctx, ids[:1], labels[:1])
@@ -75,7 +75,7 @@ class RandomIds(Check):
                 "nonfinite_params": grad["nonfinite_params"], "n_params": grad["n_params"]}
 
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
-        low = float(th.get("random_ids_min_ratio", 0.8))
+        low = float(th["random_ids_min_ratio"])
 
         def judge(v):
             x, lv = v["mean_loss"], v["log_vocab"]
@@ -96,7 +96,6 @@ class RandomIds(Check):
 class OutOfRangeIds(Check):
     name = "out-of-range-ids"
     stage = "stress"
-    codes = ("OBJ506", "OBJ507")
 
     def skip_reason(self, ctx: Context) -> str | None:
         return _vocab_skip(ctx)
@@ -113,7 +112,7 @@ class OutOfRangeIds(Check):
                     "error": f"{type(exc).__name__}: {error_line(exc)[:200]}"}
         return {"rejected": False, "valid_loss": valid, "value": value}
 
-    def measure(self, ctx: Context) -> dict[str, Any]:
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         ids, labels = random_batch(ctx)
         ids, labels = ids[:1], labels[:1]  # batch 1: small probe graphs
         vocab = ctx.engine.vocab_size()
@@ -142,7 +141,7 @@ class OutOfRangeIds(Check):
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
         def judge_path(path: str, setting: str):
             # validated when the conditions are built: a typo is a usage error, before any run
-            silent_verdict = Verdict.from_setting(th.get(setting, "info"), f"[stress] {setting}")
+            silent_verdict = Verdict.from_setting(th[setting], f"[stress] {setting}")
 
             def judge(v):
                 mine = {k: r for k, r in v["probes"].items() if k.startswith(path)}

@@ -15,12 +15,13 @@ from typing import Any
 
 from objdebug.context import Context
 from objdebug.findings import Check, Condition, Verdict
+from objdebug.settings import Settings
 from objdebug.stages.stress_cases import memory
 from objdebug.stages.stress_cases._common import loss_and_grad, packed, short_length, text_sample
 
 
 def _lengths(th: dict[str, Any]) -> list[int]:
-    return [int(t) for t in th.get("long_lengths", [2048, 4096])]
+    return [int(t) for t in th["long_lengths"]]
 
 
 def _gib(n: float) -> str:
@@ -30,7 +31,6 @@ def _gib(n: float) -> str:
 class LongInputs(Check):
     name = "long-inputs"
     stage = "stress"
-    codes = ("OBJ501", "OBJ502")
 
     def _one(self, ctx: Context, length: int) -> dict[str, Any]:
         sample = text_sample(ctx, length, "long")
@@ -50,7 +50,7 @@ class LongInputs(Check):
         the runs go into `runs` by length."""
         if reference["memory_method"] != "vmhwm-reset":
             return None  # the high-water mark cannot be reset: no per-run peak to fit
-        extra = [int(t) for t in th.get("memory_calibration_lengths", [256, 512])]
+        extra = [int(t) for t in th["memory_calibration_lengths"]]
         lengths, peaks = [reference["length"]], [reference["peak_rss_bytes"]]
         for length in sorted(set(extra) - {reference["length"]}):  # increasing: the pool grows
             r = self._one(ctx, length)
@@ -59,12 +59,11 @@ class LongInputs(Check):
             peaks.append(r["peak_rss_bytes"])
         return memory.fit_peaks(lengths, peaks)
 
-    def measure(self, ctx: Context) -> dict[str, Any]:
-        th = ctx.profile.section(self.stage)
-        vocab = ctx.engine.vocab_size() or int(th.get("assume_vocab", 32000))
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
+        vocab = ctx.engine.vocab_size() or int(th["assume_vocab"])
         n_params = sum(int(p.size) for p in ctx.target.trainable_params())
         shape = memory.model_shape(ctx.target.model or ctx.target.objective, vocab, th)
-        safety = float(th.get("memory_safety", 1.5))
+        safety = float(th["memory_safety"])
         ref_len = short_length(th)
         reference = self._one(ctx, ref_len)
         calibration_runs: dict[int, dict[str, Any]] = {}
@@ -104,7 +103,7 @@ class LongInputs(Check):
         return out
 
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
-        warn, fail = float(th.get("long_ratio_warn", 2.0)), float(th.get("long_ratio_fail", 10.0))
+        warn, fail = float(th["long_ratio_warn"]), float(th["long_ratio_fail"])
 
         def finite_at(length: int):
             def judge(v):

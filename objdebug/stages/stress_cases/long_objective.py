@@ -24,6 +24,7 @@ import numpy as np
 
 from objdebug.context import Context
 from objdebug.findings import Check, Condition, Verdict
+from objdebug.settings import Settings
 from objdebug.stages.stress_cases import memory
 
 GRAPH = "stress.objective_long"
@@ -54,14 +55,14 @@ def _build(ctx: Context):
 def real_rows(ctx: Context) -> tuple[np.ndarray, np.ndarray]:
     """Scored rows of the model's real logits on the target's data [n, V] and their labels [n]."""
     def build():
-        from objdebug.stages.grad import grad_batch
+        from objdebug.stages.grad import grad_batch, logit_gradients
 
         batch = grad_batch(ctx)
-        cached = ctx.cache.get("grad.logits")
+        cached = ctx.provided(logit_gradients)  # the grad stage's logits, when it ran
         logits = cached["logits"] if cached else ctx.engine.logits(batch.input_ids)
         scored = batch.labels != ctx.config.data.label_pad_id
         return logits[scored].astype(np.float32), batch.labels[scored].astype(np.int32)
-    return ctx.cached("stress.real_logit_rows", build)
+    return ctx.provide(real_rows, build)
 
 
 def resampled(rows: np.ndarray, labels: np.ndarray, length: int, seed: int):
@@ -76,7 +77,6 @@ def _gib(n: float) -> str:
 class LongObjective(Check):
     name = "long-objective"
     stage = "stress"
-    codes = ("OBJ513",)
 
     def skip_reason(self, ctx: Context) -> str | None:
         if ctx.target.end_to_end:
@@ -107,18 +107,17 @@ class LongObjective(Check):
         idx = np.linspace(0, len(rows) - 1, cap).round().astype(int) if len(rows) > cap else slice(None)
         return self._one(ctx, rows[idx], labels[idx], None, seed)
 
-    def measure(self, ctx: Context) -> dict[str, Any]:
-        th = ctx.profile.section(self.stage)
-        seed = int(th.get("seed", 0))
-        safety = float(th.get("memory_safety", 1.5))
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
+        seed = int(th["seed"])
+        safety = float(th["memory_safety"])
         rows, labels = real_rows(ctx)
         vocab = int(rows.shape[1])
-        ref = self._reference(ctx, rows, labels, int(th.get("objective_reference_rows", 1024)), seed)
-        copies = float(th.get("memory_logits_copies", 40))
+        ref = self._reference(ctx, rows, labels, int(th["objective_reference_rows"]), seed)
+        copies = float(th["memory_logits_copies"])
         copies_from = "profile memory_logits_copies"
         out: dict[str, Any] = {"reference": ref, "vocab": vocab, "rows": int(len(rows)),
                                "memory_safety": safety, "lengths": {}}
-        for length in sorted(int(t) for t in th.get("objective_long_lengths", [2048, 8192, 32768])):
+        for length in sorted(int(t) for t in th["objective_long_lengths"]):
             need = int(copies * length * vocab * 4)
             avail = memory.available_bytes()
             row: dict[str, Any] = {"length": length, "estimate_bytes": need, "copies": copies,
@@ -140,7 +139,7 @@ class LongObjective(Check):
         return out
 
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
-        warn, fail = float(th.get("long_ratio_warn", 2.0)), float(th.get("long_ratio_fail", 10.0))
+        warn, fail = float(th["long_ratio_warn"]), float(th["long_ratio_fail"])
 
         def judge(v):
             ref = v["reference"]

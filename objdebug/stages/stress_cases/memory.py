@@ -114,9 +114,9 @@ def model_shape(model: Any, vocab: int, th: dict[str, Any]) -> dict[str, Any]:
                 width = int(p.shape[1] if p.shape[0] == vocab else p.shape[0])
                 break
     shape = {"layers": layers, "heads": max(heads) if heads else 0, "width": width}
-    for key, default in (("layers", 32), ("heads", 32), ("width", 4096)):
+    for key in ("layers", "heads", "width"):
         if not shape[key]:
-            shape[key] = int(th.get(f"assume_{key}", default))
+            shape[key] = int(th[f"assume_{key}"])
         else:
             told.append(key)
     shape["from_model"] = told
@@ -169,7 +169,7 @@ def estimate_bytes(length: int, vocab: int, n_params: int, shape: dict[str, Any]
                    th: dict[str, Any]) -> int:
     """Conservative bytes needed for forward + backward on one sequence of `length` tokens."""
     t, f32 = int(length), 4
-    logits = th.get("memory_logits_copies", 40) * t * vocab * f32
-    attention = th.get("memory_attention_copies", 24) * shape["layers"] * shape["heads"] * t * t * f32
-    activations = th.get("memory_activation_copies", 32) * shape["layers"] * t * shape["width"] * f32
+    logits = th["memory_logits_copies"] * t * vocab * f32
+    attention = th["memory_attention_copies"] * shape["layers"] * shape["heads"] * t * t * f32
+    activations = th["memory_activation_copies"] * shape["layers"] * t * shape["width"] * f32
     return int(logits + attention + activations + 3 * n_params * f32)

@@ -14,6 +14,7 @@ import numpy as np
 from objdebug.context import Context
 from objdebug.engine.datasets import text_samples
 from objdebug.findings import Check, Condition, Verdict
+from objdebug.settings import Settings
 from objdebug.stages.stress_cases._common import logits_of_rows
 
 
@@ -28,7 +29,6 @@ def _mean(x: np.ndarray) -> float:
 class OverSmoothing(Check):
     name = "over-smoothing"
     stage = "stress"
-    codes = ("OBJ512",)
     needs_trained = ("OBJ512",)  # an untrained model is flat by nature: a note, not a warning
 
     def skip_reason(self, ctx: Context) -> str | None:
@@ -36,10 +36,9 @@ class OverSmoothing(Check):
             return "the end-to-end form (no [model]) does not expose the model's logits"
         return None
 
-    def measure(self, ctx: Context) -> dict[str, Any]:
-        th = ctx.profile.section(self.stage)
-        k = int(th.get("top_k", 5))
-        samples = text_samples(ctx, int(th.get("smoothing_samples", 64)))
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
+        k = int(th["top_k"])
+        samples = text_samples(ctx, int(th["smoothing_samples"]))
         pad = ctx.config.data.label_pad_id
         topk, top1, entropy = [], [], []
         for x, labels in logits_of_rows(ctx, samples):
@@ -58,7 +57,7 @@ class OverSmoothing(Check):
                 "mean_entropy": _mean(_flat(entropy)), "uniform_topk": k / vocab}
 
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
-        low = float(th.get("top5_min", 0.3))
+        low = float(th["top5_min"])
 
         def judge(v):
             if not v["positions"]:  # a mean over nothing is NaN, and NaN < low is False: not a PASS

@@ -15,6 +15,7 @@ import numpy as np
 
 from objdebug.context import Context
 from objdebug.findings import Check, Condition, Verdict
+from objdebug.settings import Settings
 from objdebug.stages.stress_cases._common import (flat_grads, loss_and_grad, packed, rel_diff,
                                                   short_length, text_sample)
 
@@ -22,12 +23,10 @@ from objdebug.stages.stress_cases._common import (flat_grads, loss_and_grad, pac
 class PaddingInvariance(Check):
     name = "padding-invariance"
     stage = "stress"
-    codes = ("OBJ504",)
 
-    def measure(self, ctx: Context) -> dict[str, Any]:
-        th = ctx.profile.section(self.stage)
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         base = max(short_length(th) - 10, 2)
-        extras = [0] + [int(e) for e in th.get("pad_extra", [10, 500])]
+        extras = [0] + [int(e) for e in th["pad_extra"]]
         sample = text_sample(ctx, base, "pad")
         rows, ref_loss, ref_grad = [], None, None
         for extra in extras:
@@ -47,7 +46,7 @@ class PaddingInvariance(Check):
                 "max_grad_rel_diff": float(np.max([r["grad_rel_diff"] for r in rows]))}
 
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
-        ltol, gtol = float(th.get("pad_loss_rtol", 1e-4)), float(th.get("pad_grad_rtol", 1e-3))
+        ltol, gtol = float(th["pad_loss_rtol"]), float(th["pad_grad_rtol"])
 
         def judge(v):
             shown = "; ".join(f"+{r['extra_pad']}: loss {r['loss']:.6g} (rel {r['loss_rel_diff']:.2g}),"

@@ -19,6 +19,7 @@ import numpy as np
 from objdebug.context import Context
 from objdebug.engine.datasets import text_samples
 from objdebug.findings import Check, Condition, Verdict
+from objdebug.settings import Settings
 from objdebug.stages.stress_cases._common import (OBJECTIVE_ON_LOGITS, error_line, objective_on_logits,
                                                   packed, rel_diff)
 
@@ -34,7 +35,7 @@ def logits_batch(ctx: Context) -> tuple[np.ndarray, np.ndarray]:
         rows = rows + [rows[0]] * (ctx.engine.batch_size - len(rows))  # fill with copies
         ids, labels = packed(ctx, rows, ctx.engine.bucket(max(s.length for s in rows)))
         return ctx.engine.logits(ids).astype(np.float32), labels
-    return ctx.cached("stress.logits_batch", build)
+    return ctx.provide(logits_batch, build)
 
 
 def reference_ce(logits: np.ndarray, labels: np.ndarray, ignore: int) -> float:
@@ -49,7 +50,7 @@ def reference_ce(logits: np.ndarray, labels: np.ndarray, ignore: int) -> float:
 
 
 def _scales(th: dict[str, Any]) -> list[float]:
-    return [1.0] + [float(s) for s in th.get("logit_scales", [100.0, 10000.0]) if float(s) != 1.0]
+    return [1.0] + [float(s) for s in th["logit_scales"] if float(s) != 1.0]
 
 
 def _fp32_losses(ctx: Context, th: dict[str, Any]) -> dict[str, Any]:
@@ -65,20 +66,19 @@ def _fp32_losses(ctx: Context, th: dict[str, Any]) -> dict[str, Any]:
                                                   name=f"{OBJECTIVE_ON_LOGITS}.float32"),
                       "reference_ce": reference_ce(scaled, labels, ctx.config.data.label_pad_id)}
         return out
-    return ctx.cached("stress.fp32_losses", build)
+    return ctx.provide(_fp32_losses, build)
 
 
 class ExtremeLogits(Check):
     name = "extreme-logits"
     stage = "stress"
-    codes = ("OBJ508",)
 
     def skip_reason(self, ctx: Context) -> str | None:
         return _END_TO_END if ctx.target.end_to_end else None
 
-    def measure(self, ctx: Context) -> dict[str, Any]:
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         logits, _ = logits_batch(ctx)
-        rows = list(_fp32_losses(ctx, ctx.profile.section(self.stage)).values())
+        rows = list(_fp32_losses(ctx, th).values())
         return {"shape": list(logits.shape), "rows": rows}
 
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
@@ -98,19 +98,17 @@ class ExtremeLogits(Check):
 class LowPrecision(Check):
     name = "low-precision"
     stage = "stress"
-    codes = ("OBJ509",)
 
     def skip_reason(self, ctx: Context) -> str | None:
         return _END_TO_END if ctx.target.end_to_end else None
 
-    def measure(self, ctx: Context) -> dict[str, Any]:
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         import mindspore as ms
 
-        th = ctx.profile.section(self.stage)
         logits, labels = logits_batch(ctx)
         fp32 = _fp32_losses(ctx, th)
         out: dict[str, Any] = {}
-        for name in th.get("low_precision_dtypes", ["float16", "bfloat16"]):
+        for name in th["low_precision_dtypes"]:
             dtype = getattr(ms, name, None)
             if dtype is None:
                 out[name] = {"skipped": f"mindspore has no dtype '{name}'"}
@@ -137,10 +135,15 @@ class LowPrecision(Check):
         return {"shape": list(logits.shape), "dtypes": out}
 
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
-        rtols = {"float16": 1e-2, "bfloat16": 5e-2, **th.get("low_precision_rtol", {})}
+        rtols = th["low_precision_rtol"]  # default.toml has float16 and bfloat16; a profile adds dtypes
 
         def judge_dtype(name: str):
-            tol = float(rtols.get(name, 1e-2))
+            if name not in rtols:  # a dtype the profile added without its tolerance
+                from objdebug.errors import InputError
+
+                raise InputError(f"For '[stress.low_precision_rtol] {name}', a tolerance is required for "
+                                 f"every dtype in low_precision_dtypes, but got none.")
+            tol = float(rtols[name])
 
             def judge(v):
                 r = v["dtypes"].get(name, {"skipped": "not measured"})
@@ -163,5 +166,5 @@ class LowPrecision(Check):
                 return Verdict.PASS, msg + f"; within {tol:g}", worst["rel_diff"]
             return judge
 
-        names = th.get("low_precision_dtypes", ["float16", "bfloat16"])
+        names = th["low_precision_dtypes"]
         return [Condition("OBJ509", f"{n}_matches_float32", judge_dtype(n)) for n in names]
