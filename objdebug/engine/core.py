@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from objdebug.engine.data import Sample, bucket_length, pack
+from objdebug.engine.data import Sample, bucket_length
+from objdebug.engine.model_inputs import pack_for, padding_batch
 from objdebug.progress import Progress, shapes_text
 from objdebug.engine.target import Target
 
@@ -144,7 +145,6 @@ class Engine:
         """
         from objdebug.distributed import shard_and_combine
 
-        cfg = self.target.config.data
         groups: dict[int, list[int]] = {}
         for i, s in enumerate(samples):
             groups.setdefault(self.bucket(s.length + extra_pad), []).append(i)
@@ -156,8 +156,7 @@ class Engine:
             length, chunk = batches[b]
             # fill a short batch with copies of its first row: same shape, same graph
             rows = [samples[i] for i in chunk] + [samples[chunk[0]]] * (self.batch_size - len(chunk))
-            ids, labels = pack(rows, length, cfg.pad_id, cfg.label_pad_id, cfg.shift,
-                               extra_pad=extra_pad)
+            ids, labels = pack_for(self.target.config, rows, length, extra_pad=extra_pad)
             out = self.per_sample_raw(ids, labels)[:len(chunk)]
             tick()
             return out
@@ -178,6 +177,6 @@ class Engine:
         """The objective on rows whose labels are all label_pad_id: what a fully masked sample scores."""
         cfg = self.target.config.data
         length = length or self.bucket(1)
-        ids = np.full((self.batch_size, length), cfg.pad_id, np.int32)
+        ids = padding_batch(self.target.config, (self.batch_size, length))  # mask 0 if it takes one
         labels = np.full((self.batch_size, length), cfg.label_pad_id, np.int32)
         return self.per_sample_raw(ids, labels)[0]

@@ -30,6 +30,7 @@ from mindspore import nn, ops
 
 from objdebug.engine.cells import BatchObjective, ObjectiveOnLogits
 from objdebug.engine.data import Sample, pack
+from objdebug.engine.model_inputs import pack_for
 from objdebug.naming import layer_of  # noqa: F401  (re-exported: objdebug.engine.gradients.layer_of)
 
 PARAM_PROBE = "grad.param_probe"
@@ -115,14 +116,16 @@ class Batch:
 
 
 def make_batch(samples: list[Sample], batch_size: int, length: int, pad_id: int, label_pad_id: int,
-               shift: bool) -> Batch:
-    """Pack `samples` into [batch_size, length]; a short batch is filled with copies (same shape)."""
+               shift: bool, config=None) -> Batch:
+    """Pack `samples` into [batch_size, length]; a short batch is filled with copies (same shape).
+    With the target's `config`, padded on its side and marked for the model's mask."""
     if not samples:
         raise ValueError("For 'make_batch', 'samples' must not be empty.")
     rows = list(samples[:batch_size])
     filled = batch_size - len(rows)
     rows += [rows[i % len(rows)] for i in range(filled)]
-    ids, labels = pack(rows, length, pad_id, label_pad_id, shift)
+    ids, labels = (pack_for(config, rows, length) if config is not None
+                   else pack(rows, length, pad_id, label_pad_id, shift))
     return Batch(ids, labels, list(samples[:batch_size]), filled)
 
 

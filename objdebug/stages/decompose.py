@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 
 from objdebug.context import Context
-from objdebug.engine.data import Sample, pack
+from objdebug.engine.data import Sample
+from objdebug.engine.model_inputs import pack_for
 from objdebug.engine.datasets import text_samples
 from objdebug.errors import InputError
 from objdebug.findings import Check, Condition, Verdict, band
@@ -132,7 +133,6 @@ def shared_params(ctx: Context) -> list:
 
 def gradient_batches(ctx: Context, samples: list[Sample], n_batches: int) -> list[tuple[np.ndarray, np.ndarray]]:
     """Up to n_batches engine-sized batches at ONE bucket length (one graph), short ones filled."""
-    cfg = ctx.config.data
     size = ctx.engine.batch_size
     chosen = samples[:max(1, n_batches) * size]
     length = ctx.engine.bucket(max(s.length for s in chosen))
@@ -140,7 +140,7 @@ def gradient_batches(ctx: Context, samples: list[Sample], n_batches: int) -> lis
     for k in range(0, len(chosen), size):
         rows = chosen[k:k + size]
         rows = rows + [rows[0]] * (size - len(rows))
-        out.append(pack(rows, length, cfg.pad_id, cfg.label_pad_id, cfg.shift))
+        out.append(pack_for(ctx.config, rows, length))
     return out
 
 

@@ -47,7 +47,7 @@ def grad_batch(ctx: Context) -> Batch:
         samples = text_samples(ctx, n)
         length = ctx.engine.bucket(max(s.length for s in samples))
         return make_batch(samples, max(rows, len(samples)), length, cfg.pad_id, cfg.label_pad_id,
-                          cfg.shift)
+                          cfg.shift, config=ctx.config)
     return ctx.cached("grad.batch", build)
 
 
@@ -230,8 +230,10 @@ class PaddingLeakage(Check):
         samples = batch.samples[:ctx.engine.batch_size]
         short = ctx.engine.bucket(max(s.length for s in samples))
         long = ctx.engine.bucket(short + 1)
-        a = make_batch(samples, ctx.engine.batch_size, short, cfg.pad_id, cfg.label_pad_id, cfg.shift)
-        b = make_batch(samples, ctx.engine.batch_size, long, cfg.pad_id, cfg.label_pad_id, cfg.shift)
+        a = make_batch(samples, ctx.engine.batch_size, short, cfg.pad_id, cfg.label_pad_id, cfg.shift,
+                       config=ctx.config)
+        b = make_batch(samples, ctx.engine.batch_size, long, cfg.pad_id, cfg.label_pad_id, cfg.shift,
+                       config=ctx.config)
         la = ctx.engine.per_sample_raw(a.input_ids, a.labels)[:len(samples), 0]
         lb = ctx.engine.per_sample_raw(b.input_ids, b.labels)[:len(samples), 0]
         tol = float(_settings(ctx).get("pad_rel_tolerance", 1e-4))

@@ -24,7 +24,8 @@ from typing import Any
 import numpy as np
 
 from objdebug.context import Context
-from objdebug.engine.data import Sample, pack
+from objdebug.engine.data import Sample
+from objdebug.engine.model_inputs import pack_for
 from objdebug.engine.datasets import text_samples
 
 LOSS_AND_GRAD = "stress.loss_and_grad"
@@ -130,9 +131,9 @@ def text_sample(ctx: Context, length: int, name: str) -> Sample:
     return Sample(id=f"{name}-{length}", prompt=[], response=token_stream(ctx, length), kind=name)
 
 
-def packed(ctx: Context, samples: list[Sample], length: int) -> tuple[np.ndarray, np.ndarray]:
-    cfg = ctx.config.data
-    return pack(samples, length, cfg.pad_id, cfg.label_pad_id, cfg.shift)
+def packed(ctx: Context, samples: list[Sample], length: int, side: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """`samples` padded to `length` on `[data] padding_side` (or `side`), marked for the model's mask."""
+    return pack_for(ctx.config, samples, length, side=side)
 
 
 def logits_of_rows(ctx: Context, samples: list[Sample]):
