@@ -198,8 +198,8 @@ def _select_output(raw, output):
                              + ("; give the key instead." if isinstance(raw, dict) else
                                 "; remove the key."))
         if output >= len(raw):
-            raise InputError(f"For 'model.output', the index must be in [0, {len(raw)}) for the "
-                             f"model's {got}, but got {output}.")
+            raise InputError(f"For 'model.output', the index must be in [0, {len(raw)}) (the model "
+                             f"returns {got}), but got {output}.")
         return raw[output]
     if isinstance(raw, dict):
         if output not in raw:
