@@ -102,7 +102,8 @@ def reference_inputs(ids: np.ndarray) -> dict[str, np.ndarray]:
     return {"input_ids": tokens, "attention_mask": real.astype(np.int32), "position_ids": positions}
 
 
-# --------------------------------------------------------------------------- the Cell
+# --------------------------------------------------------------------------- calling the model
+# (the Cell itself is cells.ModelCall: a graph-mode construct needs MindSpore at import)
 FIRST = "<first>"  # default output: the tensor itself, or a tuple's first element
 RAW = "<raw>"    # the model's own result (what the contract probe inspects)
 
@@ -110,16 +111,12 @@ RAW = "<raw>"    # the model's own result (what the contract probe inspects)
 def wrap(model, cfg, output: Any = None):
     """The user's model behind ModelCall when a key asks for it (or `output` is given), else
     the model itself: the default path compiles exactly the graphs it always did."""
-    if model is None:
-        return None
-    if is_wrapped(model):
-        return model
-    spec = cfg.model
-    chosen = output if output is not None else (spec.output if spec.output is not None else FIRST)
-    if output is None and not configured(cfg):
+    if model is None or is_wrapped(model) or (output is None and not configured(cfg)):
         return model
     from objdebug.engine.cells import ModelCall
 
+    spec = cfg.model
+    chosen = output if output is not None else (spec.output if spec.output is not None else FIRST)
     return ModelCall(model, model_inputs(cfg), spec.mask_dtype, chosen)
 
 
@@ -128,7 +125,7 @@ def wrap_like(target, model):
     from objdebug.engine.cells import ModelCall
 
     current = target.model
-    if not isinstance(current, ModelCall):
+    if not is_wrapped(current):
         return model
     return ModelCall(model, current.inputs, target.config.model.mask_dtype, current.output)
 
