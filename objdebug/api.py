@@ -217,6 +217,7 @@ def _run_stages(cfg, result, profile, chosen, select, ignore, options, out_dir, 
         cache.attach(engine)
         with cache:  # writes the cache's manifest after a clean run only
             contract.check_target(target, engine)  # the contract on one small batch: exit 2 if broken
+            result.target = target.describe()  # again: the probe may add notes (model_inputs)
             for stage in chosen:
                 engine.stage = stage
                 progress.stage_start(stage)

@@ -34,6 +34,9 @@ class ModelSpec:
     factory: str
     kwargs: dict[str, Any] = field(default_factory=dict)
     checkpoint: str | None = None
+    inputs: list[str] | None = None  # construct's arguments in order; default ["input_ids"]
+    mask_dtype: str = "int32"        # dtype of the attention_mask objdebug builds
+    output: int | str | None = None  # the logits: tuple index, or dict key / attribute name
 
 
 @dataclass
@@ -66,6 +69,7 @@ class DataSpec:
     preference: str | None = None  # JSONL of {"id", "prompt", "chosen", "rejected", "strength"?}
     text: str | None = None        # a plain corpus: JSONL {id, text} rows or a text file, one document a line
     text_max_tokens: int = 256     # a longer document is cut into pieces of at most this many tokens
+    padding_side: str = "right"    # where objdebug pads a row: "right" or "left"
 
 
 @dataclass
@@ -112,6 +116,11 @@ class Config:
                 del out[key]
         for section, key in (("objective", "logps"), ("objective", "loss_type"), ("data", "preference")):
             if out[section].get(key) is None:
+                del out[section][key]
+        # model inputs/output keys appear only when set (not at their defaults), likewise
+        for section, key, default in (("model", "inputs", None), ("model", "mask_dtype", "int32"),
+                                      ("model", "output", None), ("data", "padding_side", "right")):
+            if out.get(section) is not None and out[section].get(key) == default:
                 del out[section][key]
         return out
 
@@ -309,6 +318,7 @@ def _validate(cfg: Config, src: _Sources) -> None:
     if d.text is not None:
         _check_type(d.text, str, "data.text", src)
     _check_type(d.text_max_tokens, int, "data.text_max_tokens", src)
+    _validate_model_io(cfg, src)
     if d.text_max_tokens < 2:
         raise InputError(f"For 'data.text_max_tokens', the value must be >= 2, but got "
                          f"{d.text_max_tokens}.", source=src)
@@ -323,6 +333,37 @@ def _validate(cfg: Config, src: _Sources) -> None:
     _check_type(r.profile, str, "run.profile", src)
     if r.compile_cache is not None:
         _check_type(r.compile_cache, str, "run.compile_cache", src)
+
+
+def _validate_model_io(cfg: Config, src: _Sources) -> None:
+    """`[model] inputs / mask_dtype / output` and `[data] padding_side` (objdebug/engine/model_inputs.py)."""
+    from objdebug.engine.model_inputs import INPUTS, MASK_DTYPES, PADDING_SIDES
+
+    _check_type(cfg.data.padding_side, str, "data.padding_side", src)
+    if cfg.data.padding_side not in PADDING_SIDES:
+        raise InputError(f"For 'data.padding_side', the value must be in {list(PADDING_SIDES)}, but "
+                         f"got {cfg.data.padding_side!r}.", source=src.of("data.padding_side"))
+    m = cfg.model
+    if m is None:
+        return
+    if m.inputs is not None:
+        _check_type(m.inputs, list, "model.inputs", src)
+        if (not all(isinstance(x, str) and x in INPUTS for x in m.inputs) or len(set(m.inputs)) != len(m.inputs)
+                or "input_ids" not in m.inputs):
+            raise InputError(f"For 'model.inputs', the value must list construct's arguments in order, "
+                             f"each once, from {list(INPUTS)} and with 'input_ids', but got "
+                             f"{m.inputs!r}.", source=src.of("model.inputs"))
+    _check_type(m.mask_dtype, str, "model.mask_dtype", src)
+    if m.mask_dtype not in MASK_DTYPES:
+        raise InputError(f"For 'model.mask_dtype', the value must be in {list(MASK_DTYPES)}, but got "
+                         f"{m.mask_dtype!r}.", source=src.of("model.mask_dtype"))
+    if m.output is not None:
+        _check_type(m.output, (int, str), "model.output", src)
+        if (isinstance(m.output, int) and m.output < 0) or (isinstance(m.output, str)
+                                                              and not m.output):
+            raise InputError(f"For 'model.output', the value must be a tuple index >= 0 or the name "
+                             f"of a dict key / attribute, but got {m.output!r}.",
+                             source=src.of("model.output"))
 
 
 def _validate_preference(cfg: Config, src: _Sources) -> None:

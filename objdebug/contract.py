@@ -138,7 +138,8 @@ def _check_logits(out, batch: int, length: int) -> None:
     expected = f"float logits [B, T, V] = [{batch}, {length}, V]"
     if not isinstance(out, ms.Tensor):
         raise InputError(f"For 'model.factory', the model must return {expected} for input_ids "
-                         f"[{batch}, {length}], but got {_describe(out)}; return the logits alone.")
+                         f"[{batch}, {length}], but got {_describe(out)}; set [model] output to "
+                         f"the logits' tuple index or dict key.")
     shape = tuple(out.shape)
     if len(shape) != 3 or shape[:2] != (batch, length):
         raise InputError(f"For 'model.factory', the model must return {expected} for input_ids "
@@ -146,6 +147,70 @@ def _check_logits(out, batch: int, length: int) -> None:
     if out.dtype not in (ms.float16, ms.float32, ms.float64, ms.bfloat16):
         raise InputError(f"For 'model.factory', the model must return {expected}, but got dtype "
                          f"{out.dtype}.")
+
+
+def _model_logits(target, engine, ids, info: dict[str, Any]):
+    """The model's logits on the probe batch, through `[model] inputs` / `output`
+    (objdebug/engine/model_inputs.py). The model's own result is inspected first, so a wrong
+    `output` is one line; a tuple without `output` is scored by its first element, with a note."""
+    import mindspore as ms
+
+    from objdebug.engine import model_inputs as mi
+    from objdebug.engine.cells import ModelCall
+
+    cfg = target.config
+    if mi.is_wrapped(target.model):
+        raw_cell = ModelCall(mi.unwrap(target.model), mi.model_inputs(cfg), cfg.model.mask_dtype, mi.RAW)
+        raw = engine.call("contract.model_output", raw_cell, ids)
+    else:  # the default path: the graph every stage shares, as before
+        raw = engine.call("model.forward", target.model, ids)
+        if isinstance(raw, ms.Tensor):
+            return raw
+    _select_output(raw, cfg.model.output)  # InputError when `output` does not fit
+    name = "model.forward"
+    if cfg.model.output is None and isinstance(raw, (tuple, list)):
+        info["model_output"] = (f"the model returns {_describe(raw)}; objdebug scores its first "
+                                f"element as the logits (set [model] output = 0 to say so)")
+        target.info.setdefault("notes", []).append(info["model_output"])
+        if not mi.is_wrapped(target.model):  # from now on every Cell calls it through ModelCall
+            target.model = mi.wrap(target.model, cfg, output=mi.FIRST)
+            name = "model.forward.first_output"  # a new graph; "model.forward" at this shape is taken
+    return engine.call(name, target.model, ids)
+
+
+def _select_output(raw, output):
+    """What `[model] output` picks from the model's result (default: the tensor, or a tuple's
+    first element); InputError (exit 2) when it does not fit what the model returns."""
+    import mindspore as ms
+
+    got = _describe(raw)
+    if output is None:
+        if isinstance(raw, dict):
+            raise InputError(f"For 'model.output', the model returns {got}: set [model] output to "
+                             f"the key of the logits, e.g. output = \"logits\".")
+        if isinstance(raw, (tuple, list)) and raw:
+            return raw[0]
+        return raw
+    if isinstance(output, int):
+        if not isinstance(raw, (tuple, list)):
+            raise InputError(f"For 'model.output', a tuple index needs a model that returns a tuple, "
+                             f"but the model returns {got}"
+                             + ("; give the key instead." if isinstance(raw, dict) else
+                                "; remove the key."))
+        if output >= len(raw):
+            raise InputError(f"For 'model.output', the index must be in [0, {len(raw)}) (the model "
+                             f"returns {got}), but got {output}.")
+        return raw[output]
+    if isinstance(raw, dict):
+        if output not in raw:
+            raise InputError(f"For 'model.output', the key must be one of {sorted(map(str, raw))}, "
+                             f"but got {output!r}.")
+        return raw[output]
+    if isinstance(raw, ms.Tensor) or isinstance(raw, (tuple, list)) or not hasattr(raw, output):
+        hint = "; give the tuple index instead." if isinstance(raw, (tuple, list)) else "."
+        raise InputError(f"For 'model.output', the model's result must have a key or attribute "
+                         f"{output!r}, but it is {got}{hint}")
+    return getattr(raw, output)
 
 
 def _scalar(x) -> bool:
@@ -189,7 +254,7 @@ def probe(target, engine) -> dict[str, Any]:
     info: dict[str, Any] = {"batch": batch, "length": length}
     try:
         if target.model is not None:
-            logits = engine.call("model.forward", target.model, ms.Tensor(ids, ms.int32))
+            logits = _model_logits(target, engine, ms.Tensor(ids, ms.int32), info)
             _check_logits(logits, batch, length)
             info["vocab"] = int(logits.shape[-1])
             info["logits_dtype"] = str(logits.dtype)
@@ -223,7 +288,9 @@ def max_positions(target) -> int | None:
     cfg = target.config.data
     if getattr(cfg, "max_length", None):
         return int(cfg.max_length)
-    net = target.network
+    from objdebug.engine.model_inputs import unwrap
+
+    net = unwrap(target.network)  # the user's model, not objdebug's ModelCall around it
     for holder in (net, getattr(net, "config", None)):
         for attr in _POSITION_ATTRS:
             value = getattr(holder, attr, None) if holder is not None else None

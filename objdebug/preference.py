@@ -22,7 +22,8 @@ from typing import Any
 import numpy as np
 
 from objdebug.context import Context
-from objdebug.engine.data import build_labels
+from objdebug.engine.data import Sample
+from objdebug.engine.model_inputs import pack_for, wrap_like
 from objdebug.engine.datasets import encoder, preference_rows
 from objdebug.errors import InputError
 
@@ -269,13 +270,10 @@ def _truncate(row: dict[str, Any], max_length: int) -> dict[str, Any]:
 
 
 def _pack_answers(rows: list[dict[str, Any]], key: str, length: int, cfg) -> tuple[np.ndarray, np.ndarray]:
-    ids = np.full((len(rows), length), cfg.pad_id, np.int32)
-    labels = np.full((len(rows), length), cfg.label_pad_id, np.int32)
-    for i, r in enumerate(rows):
-        seq = r["prompt"] + r[key]
-        ids[i, :len(seq)] = seq
-        labels[i, :len(seq)] = build_labels(r["prompt"], r[key], cfg.label_pad_id, cfg.shift)
-    return ids, labels
+    """prompt + answer `key` of each row, padded as every batch is (`[data] padding_side`, the
+    model's mask marks: objdebug/engine/model_inputs.py)."""
+    samples = [Sample(id=str(i), prompt=list(r["prompt"]), response=list(r[key])) for i, r in enumerate(rows)]
+    return pack_for(cfg, samples, length)
 
 
 def _build(ctx: Context) -> Session:
@@ -294,8 +292,8 @@ def _build(ctx: Context) -> Session:
     for start in range(0, len(pairs), batch):
         rows = pairs[start:start + batch]
         filled = rows + [rows[0]] * (batch - len(rows))
-        c_ids, c_labels = _pack_answers(filled, "chosen", length, cfg.data)
-        r_ids, r_labels = _pack_answers(filled, "rejected", length, cfg.data)
+        c_ids, c_labels = _pack_answers(filled, "chosen", length, cfg)
+        r_ids, r_labels = _pack_answers(filled, "rejected", length, cfg)
         batches.append(PairBatch(rows, start, c_ids, c_labels, r_ids, r_labels))
 
     policy_model = ctx.target.model
@@ -311,6 +309,7 @@ def _build(ctx: Context) -> Session:
     else:  # no checkpoint at all: the reference starts as a copy of the policy
         _copy_parameters(policy_model, reference)
     reference.set_train(False)
+    reference = wrap_like(ctx.target, reference)  # called as the policy is ([model] inputs/output)
     vocab = encoder(ctx).vocab_size
     policy = ProbedPolicy(policy_model, batch, length)
     where = "preference" if cfg.preference is not None else "objective"
@@ -358,4 +357,4 @@ def _copy_model(ctx: Context, model: Any) -> Any:
     copy = _call_factory(cfg.model.factory, cfg.model.kwargs, "model", cfg.base_dir)
     _copy_parameters(model, copy)
     copy.set_train(False)
-    return copy
+    return wrap_like(ctx.target, copy)

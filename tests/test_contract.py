@@ -105,11 +105,13 @@ def test_max_positions_from_config_or_model(tiny_target):
 
 # --------------------------------------------------------------------------- real runs
 def test_model_returning_a_tuple(tiny_target):
+    # a tuple is scored by its first element (issue 14, tests/test_model_inputs.py); an index
+    # past its end is one line
     cli_exit_2(["align", "-c", tiny_target / "objdebug.toml",
             "--set", "model.factory='fixtures.contract_targets:build_tuple_model'",
-            "--set", "model.checkpoint=''"],
-           "For 'model.factory', the model must return float logits [B, T, V] = [8, 32, V]",
-           "but got a tuple of 2")
+            "--set", "model.checkpoint=''", "--set", "model.output=2"],
+           "For 'model.output', the index must be in [0, 2) (the model returns a tuple of 2",
+           "but got 2.")
 
 
 @pytest.mark.parametrize("objective, statement, reason", [

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from objdebug.engine.data import BUCKETS, Sample, choose_buckets, filled_rows, group_by_length
+from .conftest import settings
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "fixtures" / "targets" / "tiny" / "objdebug.toml"
@@ -122,7 +123,7 @@ def test_obj202_and_the_monitor_read_the_same_gradients(tiny):
     from objdebug.stages import grad as G
 
     ctx = tiny
-    v = G.GradientHealth().measure(ctx)
+    v = G.GradientHealth().measure(ctx, settings("grad"))
     g = G.param_gradients(ctx)
     s = monitor.grad_stats(g.names, g.grads)
     assert s["n_params"] == v["n_params"]

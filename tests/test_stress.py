@@ -442,7 +442,8 @@ def test_padding_invariance_nan_in_a_later_row_is_not_hidden(monkeypatch):
     monkeypatch.setattr(pi, "flat_grads", lambda grads: np.ones(3))
     monkeypatch.setattr(pi, "loss_and_grad",
                         lambda ctx, ids, labels: {"loss": next(losses), "grad_norm": 1.0, "grads": None})
-    ctx = SimpleNamespace(profile=load_profile("default"))
+    ctx = SimpleNamespace(profile=load_profile("default"),
+                          config=SimpleNamespace(model=None))  # no attention mask: no mask rows
     check = pi.PaddingInvariance()
     v = check.measure(ctx, settings("stress"))
     assert math.isnan(v["max_loss_rel_diff"])

@@ -7,6 +7,10 @@ end-to-end) are handled in one place:
   a training step calls it. Wrap it in `ms.value_and_grad(..., has_aux=True)` to differentiate
   the total only.
 - `ObjectiveOnLogits(target)`: (logits, labels) -> (total, outputs): the objective alone.
+- `ModelCall(model, inputs, mask_dtype, output)`: input_ids -> logits: the user's model called
+  with the arguments `[model] inputs` names (mask and positions built in-graph from the padding
+  marks of `objdebug.engine.model_inputs`) and its `[model] output` picked; `target.model` is
+  one when such a key is set, so every Cell below calls the model through it.
 - `PerSampleObjective(target, batch)`: (input_ids, labels) -> float32[B, K]: the objective called
   once per row (a static loop, unrolled in the graph), so each sample's own loss comes from the
   user's masking and reduction.
@@ -18,8 +22,12 @@ cannot import.
 
 from __future__ import annotations
 
+from typing import Any
+
 import mindspore as ms
 from mindspore import nn, ops
+
+from objdebug.engine.model_inputs import FIRST, PAD_BELOW, PAD_OFFSET, RAW
 
 
 def as_outputs(r):
@@ -110,3 +118,48 @@ class RawObjective(nn.Cell):
         if self.on_logits:
             return call_on_logits(self.objective, self.flat, x, labels)
         return self.objective(x, labels)
+
+
+class ModelCall(nn.Cell):
+    """input_ids int32[B, T] (padding marked, see the module docstring) -> the model's logits.
+
+    Builds the configured inputs in-graph and picks the configured output; every Cell objdebug
+    compiles calls the model through this one when a `[model]` input/output key is set."""
+
+    def __init__(self, model, inputs=("input_ids",), mask_dtype: str = "int32", output: Any = FIRST):
+        super().__init__(auto_prefix=False)  # keep the user's parameter names
+        self.model = model
+        self.inputs = tuple(inputs)
+        self.marked = self.inputs != ("input_ids",)
+        self.mask_dtype = ms.bool_ if mask_dtype == "bool" else getattr(ms, mask_dtype)
+        self.output = output
+        self.by_index = isinstance(output, int) and not isinstance(output, bool)
+        self.by_name = isinstance(output, str) and output not in (FIRST, RAW)
+        self.first = output == FIRST  # RAW: neither, the model's result as it is
+        self.offset = PAD_OFFSET
+        self.below = PAD_BELOW
+
+    def construct(self, input_ids):
+        ids = input_ids
+        real = input_ids >= self.below
+        if self.marked:
+            ids = ops.where(real, input_ids, input_ids + self.offset)
+        args = ()
+        for name in self.inputs:  # a tuple of constants: unrolled when the graph compiles
+            if name == "input_ids":
+                args = args + (ids,)
+            elif name == "attention_mask":
+                args = args + (ops.cast(real, self.mask_dtype),)
+            else:
+                count = ops.cumsum(ops.cast(real, ms.int32), 1)
+                args = args + (ops.where(real, count - 1, ops.zeros_like(count)),)
+        out = self.model(*args)
+        if self.by_index:
+            return out[self.output]
+        if self.by_name:
+            if isinstance(out, dict):
+                return out[self.output]
+            return getattr(out, self.output)
+        if self.first and isinstance(out, (tuple, list)):
+            return out[0]
+        return out

@@ -74,7 +74,7 @@ class Engine:
     def __init__(self, target: Target, batch_size: int = 8, progress: Progress | None = None):
         self.target = target
         self.batch_size = int(batch_size)
-        self.padding = Padding.of(target.config.data)
+        self.padding = Padding.of(target.config)
         self.compiles = CompileLog()
         self.stage = "setup"
         self.progress = progress or Progress()  # no display unless the caller passes one
@@ -225,6 +225,6 @@ class Engine:
     def masked_probe(self, length: int | None = None) -> np.ndarray:
         """The objective on rows whose labels are all label_pad_id: what a fully masked sample scores."""
         length = length or self.bucket(1)
-        ids = np.full((self.batch_size, length), self.padding.pad_id, np.int32)
+        ids = self.padding.only((self.batch_size, length))  # marked (mask 0) when the model takes a mask
         labels = np.full((self.batch_size, length), self.padding.label_pad_id, np.int32)
         return self.per_sample_raw(ids, labels)[0]

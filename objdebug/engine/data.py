@@ -325,18 +325,34 @@ def pack(samples: list[Sample], length: int, pad_id: int, label_pad_id: int, shi
 # --------------------------------------------------------------------------- batches
 @dataclass(frozen=True)
 class Padding:
-    """How a row is padded and labelled: read once from `[data]` and held by the engine."""
+    """How a row is padded and labelled: read once from the target's config and held by the engine.
+
+    Every packing of rows goes through `pack` (engine batches, the gradient batch, decompose,
+    stress), so `[data] padding_side` and the padding marks of a model that takes a mask or
+    positions (`model_inputs`) apply everywhere.
+    """
 
     pad_id: int         # input id after the row's end
     label_pad_id: int   # label of every unscored position (prompt, last position, padding)
     shift: bool         # labels carry the next token (True) or the model shifts itself (False)
+    config: Any = field(default=None, repr=False, compare=False)  # the target's Config
 
     @classmethod
-    def of(cls, data: Any) -> Padding:
-        return cls(int(data.pad_id), int(data.label_pad_id), bool(data.shift))
+    def of(cls, config: Any) -> Padding:
+        data = config.data
+        return cls(int(data.pad_id), int(data.label_pad_id), bool(data.shift), config)
 
-    def pack(self, samples: list[Sample], length: int) -> tuple[np.ndarray, np.ndarray]:
-        return pack(samples, length, self.pad_id, self.label_pad_id, self.shift)
+    def pack(self, samples: list[Sample], length: int, side: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Rows padded to `length` on `[data] padding_side` (or `side`), marked for the model's mask."""
+        from objdebug.engine.model_inputs import pack_for
+
+        return pack_for(self.config, samples, length, side=side)
+
+    def only(self, shape: tuple[int, int]) -> np.ndarray:
+        """A batch of nothing but padding (marked, mask all 0, when the model takes a mask)."""
+        from objdebug.engine.model_inputs import padding_batch
+
+        return padding_batch(self.config, shape)
 
 
 @dataclass

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from objdebug.config import Config
+from objdebug.engine import model_inputs
 from objdebug.errors import InputError
 from objdebug.findings import listing
 
@@ -142,12 +143,14 @@ class Target:
         params = self.trainable_params()
         return {
             "form": "end-to-end" if self.end_to_end else "model+objective",
-            "model": None if self.model is None else type(self.model).__name__,
+            "model": None if self.model is None else type(model_inputs.unwrap(self.model)).__name__,
             "objective": (type(self.objective).__name__ if self.objective is not None
                           else self.config.objective.factory.rpartition(":")[2]),
             "trainable_parameters": len(params),
             "trainable_elements": int(sum(int(p.size) for p in params)),
             "checkpoint_params": self.checkpoint_params,
+            # one-line notes on how the model is called (a tuple's first element as the logits)
+            **({"notes": list(self.info["notes"])} if self.info.get("notes") else {}),
         }
 
 
@@ -160,6 +163,7 @@ def load_target(cfg: Config) -> Target:
         if cfg.model.checkpoint:
             n_loaded = load_checkpoint_strict(model, cfg.model.checkpoint, "model")
         model.set_train(False)
+        model = model_inputs.wrap(model, cfg)  # [model] inputs / output: called through ModelCall
     if cfg.objective.call == "preference-pairs":
         # its factory takes the policy and the reference: the preference stage builds it
         return Target(config=cfg, objective=None, model=model, checkpoint_params=n_loaded)

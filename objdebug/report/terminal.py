@@ -43,6 +43,8 @@ def render(report: dict[str, Any], colour: bool = False, verbose: bool = False) 
                  + f"total {report['timings'].get('total', 0):.1f} s")
     if model_state_line(report):
         lines.append(f"  {model_state_line(report)}")
+    for note in target.get("notes", []):  # how the model is called (objdebug/engine/model_inputs.py)
+        lines.append(f"  note: {note}")
     rows = []
     for res in report["results"]:
         for f in res["findings"]:

@@ -114,8 +114,9 @@ def text_sample(ctx: Context, length: int, name: str) -> Sample:
     return Sample(id=f"{name}-{length}", prompt=[], response=token_stream(ctx, length), kind=name)
 
 
-def packed(ctx: Context, samples: list[Sample], length: int) -> tuple[np.ndarray, np.ndarray]:
-    return ctx.engine.padding.pack(samples, length)
+def packed(ctx: Context, samples: list[Sample], length: int, side: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """`samples` padded to `length` on `[data] padding_side` (or `side`), marked for the model's mask."""
+    return ctx.engine.padding.pack(samples, length, side=side)
 
 
 def logits_of_rows(ctx: Context, samples: list[Sample]):

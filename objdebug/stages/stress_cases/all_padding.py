@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from objdebug.context import Context
+from objdebug.engine.model_inputs import padding_batch
 from objdebug.findings import Check, Condition, Verdict
 from objdebug.settings import Settings
 from objdebug.stages.stress_cases._common import loss_and_grad, short_length
@@ -25,7 +26,7 @@ class AllPadding(Check):
     def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         cfg = ctx.config.data
         length = short_length(th)
-        ids = np.full((1, length), cfg.pad_id, np.int32)
+        ids = ctx.engine.padding.only((1, length))  # mask all 0 when the model takes one
         labels = np.full((1, length), cfg.label_pad_id, np.int32)
         out = loss_and_grad(ctx, ids, labels)
         out.pop("grads")
