@@ -95,6 +95,22 @@ def test_demo_o2_safe_objective_matches_float32(demo_o2):
     assert v["fp32_loss"] == pytest.approx(ref, rel=1e-4, abs=1e-6)
 
 
+def test_o2_loss_scale_unscales_to_the_float32_gradient():
+    """OBJ515 on a tiny random demo-architecture model (fast; the demo's own run is the slow test
+    below). No checkpoint: the float32 twin must copy the parameters, not draw a second init."""
+    t = Target("stress_healthy", overrides={"run.amp_level": "O2", "run.loss_scale": 1024.0,
+                                            "model.factory": "objdebug.demo.model:build_model"})
+    res = t.run("loss-scale-gradient")
+    assert res.error is None, res.error
+    (f,) = res.findings
+    assert f.code == "OBJ515" and f.verdict == Verdict.PASS, f.message
+    v = res.value
+    assert v["loss_scale"] == 1024.0 and v["nonfinite_params"] == 0 and v["n_params"] > 0
+    assert v["scaled_loss"] == pytest.approx(1024.0 * v["fp32_loss"], rel=2e-2)  # the loss the gradient sees
+    assert v["rel_diff"] < 5e-2 and v["cosine"] > 0.99
+
+
+@pytest.mark.slow
 def test_demo_o2_loss_scale_unscales_to_the_float32_gradient(demo_o2):
     res = demo_o2.run("loss-scale-gradient")
     assert res.error is None, res.error

@@ -147,6 +147,27 @@ def _probe(target) -> None:
                             f"trained at, or 'O0'", detail=str(exc)) from None
 
 
+def float32_twin(target):
+    """The same target at O0 with the same parameter values: built from the same factories, then
+    every parameter copied by name (a target without a checkpoint is a seeded random init, and a
+    second factory call draws other numbers)."""
+    import mindspore as ms
+
+    from objdebug.engine.target import load_target
+
+    twin = load_target(float32_config(target.config))
+    for src, dst in ((target.model, twin.model), (target.objective, twin.objective)):
+        if src is None or dst is None:
+            continue
+        have = src.parameters_dict()
+        missing = [n for n in dst.parameters_dict() if n not in have]
+        if missing:
+            raise RuntimeError(f"the float32 twin has parameters the converted target lacks: {missing[:5]}")
+        for name, param in dst.parameters_dict().items():
+            param.set_data(ms.Tensor(have[name].asnumpy(), param.dtype))
+    return twin
+
+
 def float32_config(cfg):
     """The same target at O0 and without a loss scale: the float32 reference of the stress checks."""
     return replace(cfg, run=replace(cfg.run, amp_level="O0", amp_objective=False, loss_scale=None))

@@ -178,9 +178,8 @@ _FP32_GRAD = "precision.grad.float32"
 
 def _float32_target(ctx: Context):
     from objdebug.engine import precision
-    from objdebug.engine.target import load_target
 
-    return ctx.cached("precision.float32_target", lambda: load_target(precision.float32_config(ctx.config)))
+    return ctx.cached("precision.float32_target", lambda: precision.float32_twin(ctx.target))
 
 
 def _precision_batch(ctx: Context) -> tuple[np.ndarray, np.ndarray]:
