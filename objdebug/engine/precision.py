@@ -39,6 +39,13 @@ _OURS = str(Path(__file__).resolve().parent.parent)
 _MINDSPORE = ("site-packages/mindspore", "/mindspore/")
 
 
+# OBJ206 (finite differences) at a low precision: float16 rounds the loss to ~1e-3 relative, more
+# than any step's difference (measured on the demo at O2: max relative error 0.2 vs 0.01 at O0)
+FD_SKIP = ("finite differences need float32: at run.amp_level's low precision the forward's rounding "
+           "(~1e-3 relative) exceeds the differences of every step; OBJ515 compares the gradient at the "
+           "trained precision with float32 instead (amp_level = \"O0\" runs this check)")
+
+
 def enabled(cfg) -> bool:
     return cfg.run.amp_level != "O0"
 
