@@ -272,7 +272,7 @@ def init_config(model: str, objective: str, checkpoint: str | None = None, data:
     files = [Path(p).resolve() for p in (data or [])]
     for p in files + ([Path(checkpoint)] if checkpoint else []):
         if not Path(p).is_file():
-            raise InputError(f"file not found", source=str(p))
+            raise InputError("file not found", source=str(p))
     kinds: dict[str, Path] = {}
     for p in files:
         kind = data_kind(p)

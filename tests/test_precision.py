@@ -17,7 +17,7 @@ from objdebug.errors import InputError
 from objdebug.findings import Verdict
 from objdebug.stages.stress_cases.precision import LossScaleGradient, TrainedPrecision
 
-from .conftest import ROOT, TARGETS, cli_exit_2
+from .conftest import TARGETS, cli_exit_2
 from .test_stress import Target
 
 

@@ -306,7 +306,10 @@ def _build_scaled_grad(target, scale: float):
 
         def construct(self, input_ids, labels):
             loss, grads = self.grad_fn(input_ids, labels)
-            return loss, tuple(ops.cast(g, ms.float32) for g in grads)
+            out = []
+            for g in grads:  # a plain loop: graph mode's support for generator expressions varies
+                out.append(ops.cast(g, ms.float32))
+            return loss, tuple(out)
 
     return ScaledLossAndGrad()
 
@@ -368,9 +371,11 @@ class LossScaleGradient(Check):
                     f"{v['grad_norm']:.4g})")
             if v["nonfinite_params"]:
                 also = "" if v["fp32_finite"] else " (float32 too)"
+                why = ("the loss itself is NaN/Inf at this precision (see OBJ514)"
+                       if not math.isfinite(v["scaled_loss"]) else "the scaled backward overflows")
                 return Verdict.FAIL, (f"{head}: {v['nonfinite_elements']} NaN/Inf elements in "
                                       f"{v['nonfinite_params']} of {v['n_params']} parameters{also}, first "
-                                      f"{v['first_nonfinite_param']}: the scaled backward overflows"), None
+                                      f"{v['first_nonfinite_param']}: {why}"), None
             msg = (f"{head}: relative L2 difference {v['rel_diff']:.3g}, cosine {v['cosine']:.6f}, "
                    f"{100 * v['underflow_fraction']:.2g}% of elements flushed to 0")
             if v["rel_diff"] > tol:
