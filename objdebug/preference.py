@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from objdebug.engine import precision
 from objdebug.context import Context
 from objdebug.engine.data import build_labels
 from objdebug.engine.datasets import encoder, preference_rows
@@ -311,6 +312,7 @@ def _build(ctx: Context) -> Session:
     else:  # no checkpoint at all: the reference starts as a copy of the policy
         _copy_parameters(policy_model, reference)
     reference.set_train(False)
+    reference = precision.as_trained(reference, cfg, "reference model")  # [run] amp_level, as the policy
     vocab = encoder(ctx).vocab_size
     policy = ProbedPolicy(policy_model, batch, length)
     where = "preference" if cfg.preference is not None else "objective"
@@ -358,4 +360,4 @@ def _copy_model(ctx: Context, model: Any) -> Any:
     copy = _call_factory(cfg.model.factory, cfg.model.kwargs, "model", cfg.base_dir)
     _copy_parameters(model, copy)
     copy.set_train(False)
-    return copy
+    return precision.as_trained(copy, cfg, "model")  # [run] amp_level, as the policy it copies

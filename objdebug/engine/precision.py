@@ -90,6 +90,14 @@ def convert(cell, cfg, what: str):
     return out
 
 
+def as_trained(cell, cfg, what: str, objective: bool = False):
+    """A Cell built apart from the target (the preference stage's reference model, an invariance
+    variant of the objective) converted as the target's own are; unchanged at O0."""
+    if not enabled(cfg) or (objective and not (cfg.run.amp_objective or cfg.end_to_end)):
+        return cell
+    return convert(cell, cfg, what)
+
+
 def apply(target) -> None:
     """Convert the target's Cells to the configured precision (nothing at O0) and check they run."""
     cfg = target.config
