@@ -19,7 +19,7 @@ def _init(*args):
 def test_init_on_the_demo_factories_reproduces_the_shipped_config(tmp_path):
     out = tmp_path / "objdebug.toml"
     res = _init("--checkpoint", DEMO / "demo.ckpt", "--data", DEMO / "align.jsonl", "--data",
-                DEMO / "scores.jsonl", "--data", DEMO / "preference.jsonl", "--max-probe-length", "512",
+                DEMO / "scores.jsonl", "--data", DEMO / "preference.jsonl", "--max-probe-length", "128",
                 "--output", out)
     assert res.exit_code == 0, res.output
     for needle in ("detected vocabulary: 256", "detected calling form: flat",
