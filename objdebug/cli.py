@@ -419,6 +419,30 @@ def report_log(log: LogArg, debug: DebugOpt = False) -> None:
     monitor_log(log, debug)
 
 
+@app.command("init")
+def init_command(
+    model: Annotated[str, typer.Option("--model", help="The model factory, 'pkg.module:build'.")],
+    objective: Annotated[str, typer.Option("--objective", help="The objective factory, 'pkg.losses:Loss'.")],
+    checkpoint: Annotated[Optional[Path], typer.Option("--checkpoint", help="The model's checkpoint, loaded strictly.")] = None,
+    data: Annotated[Optional[list[Path]], typer.Option("--data", help="A data file (align, scores, preference or text rows); repeatable.")] = None,
+    tokenizer: Annotated[Optional[str], typer.Option("--tokenizer", help="A tokenizer.json (default: UTF-8 bytes).")] = None,
+    output: Annotated[Path, typer.Option("--output", help="The config to write; never overwritten.")] = Path("objdebug.toml"),
+    device: Annotated[str, typer.Option("--device", help="CPU, GPU or Ascend.")] = "CPU",
+    max_probe_length: Annotated[int, typer.Option("--max-probe-length", help="Longest input tried when the model names no position table.")] = 2048,
+    model_kwargs: Annotated[Optional[str], typer.Option("--model-kwargs", help="Model factory kwargs as a TOML inline table, over its defaults.")] = None,
+    debug: DebugOpt = False,
+) -> None:
+    """Write a commented objdebug.toml: probe the model and objective, fill what can be detected."""
+    def body():
+        from objdebug.init import init_config
+
+        raise typer.Exit(init_config(model, objective, str(checkpoint) if checkpoint else None,
+                                     [str(p) for p in data or []], tokenizer, str(output), device,
+                                     max_probe_length, model_kwargs, echo=typer.echo))
+
+    guarded(debug, body)
+
+
 def main() -> None:
     from objdebug.distributed import serve_if_scheduler
 

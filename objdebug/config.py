@@ -8,6 +8,7 @@ engine runs MindSpore in a scratch working directory.
 from __future__ import annotations
 
 import copy
+import math
 import os
 import tomllib
 from dataclasses import asdict, dataclass, field
@@ -70,6 +71,8 @@ class DataSpec:
     text: str | None = None        # a plain corpus: JSONL {id, text} rows or a text file, one document a line
     text_max_tokens: int = 256     # a longer document is cut into pieces of at most this many tokens
     padding_side: str = "right"    # where objdebug pads a row: "right" or "left"
+    bos_id: int | None = None      # prepended to every scored text, as the model was trained
+    eos_id: int | None = None      # appended to every response (not to a prompt)
 
 
 @dataclass
@@ -82,6 +85,11 @@ class RunSpec:
     select: list[str] = field(default_factory=list)
     ignore: list[str] = field(default_factory=list)
     compile_cache: str | None = None  # opt-in MindSpore compile cache directory (--compile-cache)
+    # mixed precision as trained (objdebug/engine/precision.py): mindspore.amp.auto_mixed_precision
+    amp_level: str = "O0"             # "O0" (float32) | "O1" | "O2" | "O3"
+    amp_dtype: str = "float16"        # the low precision: "float16" | "bfloat16"
+    amp_objective: bool = False       # the objective converted too (amp applied to model + loss)
+    loss_scale: float | None = None   # static loss scale of training: gradients of scale * loss
 
 
 @dataclass
@@ -122,8 +130,19 @@ class Config:
                                       ("model", "output", None), ("data", "padding_side", "right")):
             if out.get(section) is not None and out[section].get(key) == default:
                 del out[section][key]
+        # precision and BOS/EOS keys too: a report of a target that does not set them keeps its shape
+        for section, key, default in _QUIET_DEFAULTS:
+            if out[section].get(key, default) == default:
+                out[section].pop(key, None)
         return out
 
+
+# (section, key, default): left out of Config.to_dict() at their default
+_QUIET_DEFAULTS = (("run", "amp_level", "O0"), ("run", "amp_dtype", "float16"),
+                   ("run", "amp_objective", False), ("run", "loss_scale", None),
+                   ("data", "bos_id", None), ("data", "eos_id", None))
+AMP_LEVELS = ("O0", "O1", "O2", "O3")
+AMP_DTYPES = ("float16", "bfloat16")
 
 _SECTIONS = {"model": ModelSpec, "objective": ObjectiveSpec, "data": DataSpec, "run": RunSpec,
              "preference": ObjectiveSpec, "reference": ReferenceSpec}
@@ -318,6 +337,13 @@ def _validate(cfg: Config, src: _Sources) -> None:
     if d.text is not None:
         _check_type(d.text, str, "data.text", src)
     _check_type(d.text_max_tokens, int, "data.text_max_tokens", src)
+    for key in ("bos_id", "eos_id"):
+        value = getattr(d, key)
+        if value is not None:
+            _check_type(value, int, f"data.{key}", src)
+            if value < 0:
+                raise InputError(f"For 'data.{key}', the value must be a token id >= 0, but got "
+                                 f"{value}.", source=src.of(f"data.{key}"))
     _validate_model_io(cfg, src)
     if d.text_max_tokens < 2:
         raise InputError(f"For 'data.text_max_tokens', the value must be >= 2, but got "
@@ -333,6 +359,24 @@ def _validate(cfg: Config, src: _Sources) -> None:
     _check_type(r.profile, str, "run.profile", src)
     if r.compile_cache is not None:
         _check_type(r.compile_cache, str, "run.compile_cache", src)
+    _validate_precision(r, src)
+
+
+def _validate_precision(r: RunSpec, src: _Sources) -> None:
+    """`[run] amp_level`, `amp_dtype`, `amp_objective`, `loss_scale` (see docs/config.md)."""
+    if r.amp_level not in AMP_LEVELS:
+        raise InputError(f"For 'run.amp_level', the value must be in {list(AMP_LEVELS)}, but got "
+                         f"{r.amp_level!r}.", source=src.of("run.amp_level"))
+    if r.amp_dtype not in AMP_DTYPES:
+        raise InputError(f"For 'run.amp_dtype', the value must be in {list(AMP_DTYPES)}, but got "
+                         f"{r.amp_dtype!r}.", source=src.of("run.amp_dtype"))
+    _check_type(r.amp_objective, bool, "run.amp_objective", src)
+    if r.loss_scale is not None:
+        _check_type(r.loss_scale, (int, float), "run.loss_scale", src)
+        if not (math.isfinite(r.loss_scale) and r.loss_scale > 0):
+            raise InputError(f"For 'run.loss_scale', the value must be a finite number > 0, but got "
+                             f"{r.loss_scale!r}.", source=src.of("run.loss_scale"))
+        r.loss_scale = float(r.loss_scale)
 
 
 def _validate_model_io(cfg: Config, src: _Sources) -> None:

@@ -29,6 +29,7 @@ import mindspore as ms
 import numpy as np
 from mindspore import nn
 
+from objdebug.engine import precision
 from objdebug.engine.cells import as_outputs, call_on_logits
 
 LOGIT_GRAD = "invariants.logit_grad"
@@ -154,6 +155,8 @@ class InvarianceProbe:
                 kwargs[k] = ms.Tensor(v, ms.float32) if isinstance(v, np.ndarray) else v
             obj = self.factory(**kwargs)
             obj.set_train(False)
+            # [run] amp_objective: a variant runs at the precision the configured objective runs at
+            obj = precision.as_trained(obj, self.target.config, "objective", objective=True)
             self._objectives[key] = obj
         return self._objectives[key]
 

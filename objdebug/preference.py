@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from objdebug.engine import precision
 from objdebug.context import Context
 from objdebug.engine.data import Sample
 from objdebug.engine.model_inputs import pack_for, wrap_like
@@ -310,6 +311,7 @@ def _build(ctx: Context) -> Session:
         _copy_parameters(policy_model, reference)
     reference.set_train(False)
     reference = wrap_like(ctx.target, reference)  # called as the policy is ([model] inputs/output)
+    reference = precision.as_trained(reference, cfg, "reference model")  # [run] amp_level, as the policy
     vocab = encoder(ctx).vocab_size
     policy = ProbedPolicy(policy_model, batch, length)
     where = "preference" if cfg.preference is not None else "objective"
@@ -357,4 +359,4 @@ def _copy_model(ctx: Context, model: Any) -> Any:
     copy = _call_factory(cfg.model.factory, cfg.model.kwargs, "model", cfg.base_dir)
     _copy_parameters(model, copy)
     copy.set_train(False)
-    return wrap_like(ctx.target, copy)
+    return precision.as_trained(wrap_like(ctx.target, copy), cfg, "model")  # [model] inputs, [run] amp_level: as the policy

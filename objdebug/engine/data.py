@@ -55,10 +55,38 @@ class HFTokenizer:
         self.vocab_size = self._tok.get_vocab_size()
 
     def encode(self, text: str) -> list[int]:
+        # special tokens are objdebug's to add ([data] bos_id / eos_id), never the tokenizer's template
         return self._tok.encode(text, add_special_tokens=False).ids
 
     def decode(self, ids: list[int]) -> str:
         return self._tok.decode(ids)
+
+    def special_ids(self) -> dict[str, int]:
+        """{"bos": id, "eos": id, "pad": id, "unk": id} as far as the tokenizer tells: the
+        post-processor's template (`<s> $A </s>`) first, then the usual special-token names."""
+        out: dict[str, int] = {}
+        post = json.loads(self._tok.to_str()).get("post_processor") or {}
+        single = [p for p in post.get("single", []) if isinstance(p, dict)]
+        seq = next((i for i, p in enumerate(single) if "Sequence" in p), None)
+        if seq is not None:
+            for side, piece in (("bos", single[:seq]), ("eos", single[seq + 1:])):
+                for p in piece:
+                    tid = self._tok.token_to_id(p.get("SpecialToken", {}).get("id", ""))
+                    if tid is not None:
+                        out.setdefault(side, tid)
+                        break
+        for tok in self._tok.get_added_tokens_decoder().values():
+            name = tok.content.lower().strip("<>|[]").replace("_", "").replace("of", "")
+            kind = next((k for k, names in _SPECIAL_NAMES.items() if name in names), None)
+            if kind:
+                out.setdefault(kind, self._tok.token_to_id(tok.content))
+        return out
+
+
+# lower-cased special-token names without brackets, '_' and 'of' ('<|endoftext|>' -> 'endtext')
+_SPECIAL_NAMES = {"bos": ("s", "bos", "start", "begintext", "cls"),
+                  "eos": ("/s", "eos", "end", "endtext", "sep"),
+                  "pad": ("pad",), "unk": ("unk",)}
 
 
 def make_tokenizer(spec: str, base_dir: str = "."):
@@ -253,6 +281,18 @@ def build_labels(prompt: list[int], response: list[int], label_pad_id: int, shif
     else:      # the model shifts itself: position t carries token t
         labels[p:] = ids[p:]
     return labels
+
+
+def frame(prompt: list[int], response: list[int], bos_id: int | None, eos_id: int | None
+          ) -> tuple[list[int], list[int]]:
+    """BOS before the prompt and EOS after the response, as the model was trained ([data] bos_id,
+    eos_id); ids that already start with BOS (or end with EOS) are left as they are, so rows
+    given as `*_ids` with the special tokens written in are not framed twice."""
+    if bos_id is not None and (prompt + response)[:1] != [bos_id]:
+        prompt = [bos_id] + prompt
+    if eos_id is not None and response[-1:] != [eos_id]:
+        response = response + [eos_id]
+    return prompt, response
 
 
 def bucket_length(n: int, buckets: tuple[int, ...] = BUCKETS) -> int:

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from objdebug.context import Context
-from objdebug.engine.data import Encoder, Sample, make_tokenizer, read_jsonl
+from objdebug.engine.data import Encoder, Sample, frame, make_tokenizer, read_jsonl
 from objdebug.errors import InputError
 from objdebug.findings import listing
 
@@ -35,8 +35,18 @@ def encoder(ctx: Context) -> Encoder:
         if not 0 <= cfg.pad_id < vocab:
             raise InputError(f"For 'data.pad_id', the value must be in [0, {vocab}), but got "
                              f"{cfg.pad_id}.", source=ctx.config.source)
+        for key in ("bos_id", "eos_id"):
+            value = getattr(cfg, key)
+            if value is not None and not 0 <= value < vocab:
+                raise InputError(f"For 'data.{key}', the value must be in [0, {vocab}), but got "
+                                 f"{value}.", source=ctx.config.source)
         return Encoder(tokenizer=tok, vocab_size=vocab)
     return ctx.provide(encoder, build)
+
+
+def _framed(ctx: Context, prompt: list[int], response: list[int]) -> tuple[list[int], list[int]]:
+    """[data] bos_id / eos_id applied (data.frame): what the model saw in training."""
+    return frame(prompt, response, ctx.config.data.bos_id, ctx.config.data.eos_id)
 
 
 def _synthesize(good: list[int], kind: str, rng: np.random.Generator, vocab: int, pad_id: int) -> list[int]:
@@ -101,8 +111,9 @@ def align_rows(ctx: Context) -> list[dict[str, Any]]:
                     synthetic.append(f"{kind}={how}")
             elif answers["bad"] is None:
                 raise InputError("row has 'medium' but no 'bad' answer", source=str(path), line=lineno)
-            samples = {k: Sample(id=rid, prompt=prompt, response=v, kind=k)
-                       for k, v in answers.items() if v is not None}
+            samples = {k: Sample(id=rid, prompt=framed[0], response=framed[1], kind=k)
+                       for k, v in answers.items() if v is not None
+                       for framed in [_framed(ctx, prompt, v)]}
             rows.append({"id": rid, "line": lineno, "samples": samples, "synthetic": synthetic})
         _check_lengths(ctx, rows, str(path))
         return rows
@@ -141,7 +152,7 @@ def score_rows(ctx: Context) -> list[dict[str, Any]]:
                                  line=lineno)
             rows.append({"id": rid, "line": lineno, "score": float(score),
                          "aspects": {str(k): float(v) for k, v in aspects.items()},
-                         "sample": Sample(id=rid, prompt=prompt, response=response, kind="response")})
+                         "sample": Sample(rid, *_framed(ctx, prompt, response), kind="response")})
         _check_lengths(ctx, rows, str(path))
         return rows
     rows = ctx.provide(score_rows, build)
@@ -186,6 +197,7 @@ def text_rows(ctx: Context) -> list[Sample]:
             if len(ids) < 2:  # nothing to predict: a document needs a next token
                 raise InputError(f"field 'text' has {len(ids)} token(s); a document needs at least 2",
                                  source=str(path), line=lineno)
+            ids = sum(_framed(ctx, [], ids), [])  # BOS + document + EOS, then cut
             pieces = [ids[k:k + limit] for k in range(0, len(ids), limit)]
             pieces = [p for p in pieces if len(p) >= 2]
             for k, piece in enumerate(pieces):
@@ -253,6 +265,8 @@ def preference_rows(ctx: Context) -> list[dict[str, Any]]:
             if strength is not None and (isinstance(strength, bool) or not isinstance(strength, (int, float))):
                 raise InputError(f"field 'strength' must be a number, but got {strength!r}",
                                  source=str(path), line=lineno)
+            prompt, chosen = _framed(ctx, prompt, chosen)
+            rejected = _framed(ctx, prompt, rejected)[1]
             rows.append({"id": rid, "line": lineno, "prompt": prompt, "chosen": chosen,
                          "rejected": rejected, "strength": None if strength is None else float(strength)})
         return rows

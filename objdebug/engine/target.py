@@ -15,6 +15,7 @@ from typing import Any
 
 from objdebug.config import Config
 from objdebug.engine import model_inputs
+from objdebug.engine import precision
 from objdebug.errors import InputError
 from objdebug.findings import listing
 
@@ -143,8 +144,10 @@ class Target:
         params = self.trainable_params()
         return {
             "form": "end-to-end" if self.end_to_end else "model+objective",
-            "model": None if self.model is None else type(model_inputs.unwrap(self.model)).__name__,
-            "objective": (type(self.objective).__name__ if self.objective is not None
+            "model": None if self.model is None else
+            self.info.get("classes", {}).get("model") or type(model_inputs.unwrap(self.model)).__name__,
+            "objective": (self.info.get("classes", {}).get("objective") or type(self.objective).__name__
+                          if self.objective is not None
                           else self.config.objective.factory.rpartition(":")[2]),
             "trainable_parameters": len(params),
             "trainable_elements": int(sum(int(p.size) for p in params)),
@@ -166,9 +169,13 @@ def load_target(cfg: Config) -> Target:
         model = model_inputs.wrap(model, cfg)  # [model] inputs / output: called through ModelCall
     if cfg.objective.call == "preference-pairs":
         # its factory takes the policy and the reference: the preference stage builds it
-        return Target(config=cfg, objective=None, model=model, checkpoint_params=n_loaded)
+        target = Target(config=cfg, objective=None, model=model, checkpoint_params=n_loaded)
+        precision.apply(target)  # [run] amp_level: the model at the trained precision
+        return target
     objective = _call_factory(cfg.objective.factory, cfg.objective.kwargs, "objective", base)
     if cfg.end_to_end and cfg.objective.checkpoint:
         n_loaded = load_checkpoint_strict(objective, cfg.objective.checkpoint, "objective")
     objective.set_train(False)
-    return Target(config=cfg, objective=objective, model=model, checkpoint_params=n_loaded)
+    target = Target(config=cfg, objective=objective, model=model, checkpoint_params=n_loaded)
+    precision.apply(target)  # [run] amp_level: model (and objective) at the trained precision
+    return target

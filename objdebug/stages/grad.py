@@ -374,6 +374,10 @@ class FiniteDifferences(Check):
     stage = "grad"
 
     def skip_reason(self, ctx: Context) -> str | None:
+        from objdebug.engine import precision
+
+        if precision.enabled(ctx.config):  # [run] amp_level: rounding swamps the differences
+            return precision.FD_SKIP
         return _no_params(ctx)
 
     def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:

@@ -27,7 +27,7 @@ import numpy as np
 
 from objdebug.context import Context
 from objdebug.findings import Check, Condition, Verdict, listing
-from objdebug.settings import Settings
+from objdebug.settings import Settings as Section  # (a check below is named Settings)
 from objdebug.preference import EXPECTED_LOGPS, ZERO_POINT, no_preference_reason, session
 
 _LISTED = 8
@@ -68,7 +68,7 @@ class ZeroPoint(PreferenceCheck):
 
     name = "zero-point"
 
-    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
+    def measure(self, ctx: Context, th: Section) -> dict[str, Any]:
         s = session(ctx)
         kind = s.spec.loss_type
         beta, gamma = s.setting("beta"), s.setting("gamma")
@@ -147,7 +147,7 @@ class Symmetry(PreferenceCheck):
 
     name = "symmetry"
 
-    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
+    def measure(self, ctx: Context, th: Section) -> dict[str, Any]:
         s = session(ctx)
         eps = float(th["margin_epsilon"])
         points = []
@@ -227,7 +227,7 @@ class Direction(PreferenceCheck):
 
     name = "direction"
 
-    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
+    def measure(self, ctx: Context, th: Section) -> dict[str, Any]:
         import mindspore as ms
 
         s = session(ctx)
@@ -311,7 +311,7 @@ class Masking(PreferenceCheck):
 
     name = "masking"
 
-    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
+    def measure(self, ctx: Context, th: Section) -> dict[str, Any]:
         s = session(ctx)
         pid = s.label_pad_id
         g = _gradient(ctx)
@@ -368,7 +368,7 @@ class EmptyPairs(PreferenceCheck):
 
     name = "empty-pairs"
 
-    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
+    def measure(self, ctx: Context, th: Section) -> dict[str, Any]:
         s = session(ctx)
         pid = s.label_pad_id
         empty, bad_batches = [], []
@@ -411,7 +411,7 @@ class Length(PreferenceCheck):
 
     name = "length"
 
-    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
+    def measure(self, ctx: Context, th: Section) -> dict[str, Any]:
         from objdebug.stats import correlations
 
         s = session(ctx)
@@ -468,7 +468,7 @@ class Settings(PreferenceCheck):
 
     name = "settings"
 
-    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
+    def measure(self, ctx: Context, th: Section) -> dict[str, Any]:
         s = session(ctx)
         named = set(th["settings"])
         # float kwargs, and the named settings even when written as integers (beta = 1); other
@@ -539,7 +539,7 @@ class Agreement(PreferenceCheck):
 
     name = "agreement"
 
-    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
+    def measure(self, ctx: Context, th: Section) -> dict[str, Any]:
         from scipy import stats as st
 
         s = session(ctx)

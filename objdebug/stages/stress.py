@@ -14,10 +14,12 @@ from objdebug.stages.stress_cases.long_inputs import LongInputs
 from objdebug.stages.stress_cases.long_objective import LongObjective
 from objdebug.stages.stress_cases.over_smoothing import OverSmoothing
 from objdebug.stages.stress_cases.padding_invariance import PaddingInvariance
-from objdebug.stages.stress_cases.precision import ExtremeLogits, LowPrecision
+from objdebug.stages.stress_cases.precision import (ExtremeLogits, LossScaleGradient, LowPrecision,
+                                                     TrainedPrecision)
 
 
 def checks() -> list[Check]:
     # Cheap cases first; long inputs last (they hold the most memory).
     return [AllPadding(), PaddingInvariance(), RandomIds(), OutOfRangeIds(), ExtremeLogits(),
-            LowPrecision(), Determinism(), OverSmoothing(), LongObjective(), LongInputs()]
+            LowPrecision(), Determinism(), OverSmoothing(), LongObjective(), LongInputs(),
+            TrainedPrecision(), LossScaleGradient()]  # [run] amp_level / loss_scale (skipped at O0)

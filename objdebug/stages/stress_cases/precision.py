@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from objdebug.context import Context
+from objdebug.engine.data import filled_rows
 from objdebug.engine.datasets import text_samples
 from objdebug.findings import Check, Condition, Verdict
 from objdebug.settings import Settings
@@ -32,8 +33,8 @@ def logits_batch(ctx: Context) -> tuple[np.ndarray, np.ndarray]:
     """The model's float32 logits [batch_size, T, V] on real samples, and their labels."""
     def build():
         rows = text_samples(ctx, ctx.engine.batch_size)
-        rows = rows + [rows[0]] * (ctx.engine.batch_size - len(rows))  # fill with copies
-        ids, labels = packed(ctx, rows, ctx.engine.bucket(max(s.length for s in rows)))
+        ids, labels = packed(ctx, filled_rows(rows, ctx.engine.batch_size),
+                             ctx.engine.bucket(max(s.length for s in rows)))
         return ctx.engine.logits(ids).astype(np.float32), labels
     return ctx.provide(logits_batch, build)
 
@@ -168,3 +169,219 @@ class LowPrecision(Check):
 
         names = th["low_precision_dtypes"]
         return [Condition("OBJ509", f"{n}_matches_float32", judge_dtype(n)) for n in names]
+
+
+# --------------------------------------------------------------------------- trained precision
+# [run] amp_level / amp_objective / loss_scale (objdebug/engine/precision.py): the target as
+# trained against a float32 twin of itself (same factories and checkpoint, amp_level "O0").
+_AMP_FORWARD = "precision.forward.trained"
+_FP32_FORWARD = "precision.forward.float32"
+_AMP_GRAD = "precision.grad.trained"
+_FP32_GRAD = "precision.grad.float32"
+
+
+def _float32_target(ctx: Context):
+    from objdebug.engine import precision
+
+    return ctx.provide(_float32_target, lambda: precision.float32_twin(ctx.target))
+
+
+def _precision_batch(ctx: Context) -> tuple[np.ndarray, np.ndarray]:
+    """batch_size real rows (filled with copies), packed at their length bucket: the rows of
+    `logits_batch` (OBJ508/OBJ509), so the model's logits come from the same graph."""
+    def build():
+        rows = text_samples(ctx, ctx.engine.batch_size)
+        return packed(ctx, filled_rows(rows, ctx.engine.batch_size),
+                      ctx.engine.bucket(max(s.length for s in rows)))
+    return ctx.provide(_precision_batch, build)
+
+
+def _forward(ctx: Context, target, name: str, ids: np.ndarray, labels: np.ndarray) -> float:
+    import mindspore as ms
+
+    from objdebug.engine.cells import BatchObjective
+
+    cell = ctx.engine.cell(name, lambda: BatchObjective(target))
+    total, _ = ctx.engine.call(name, cell, ms.Tensor(ids, ms.int32), ms.Tensor(labels, ms.int32))
+    return float(total.asnumpy())
+
+
+def _locate(ctx: Context, ids: np.ndarray, labels: np.ndarray, logits_finite: bool) -> dict[str, Any] | None:
+    """The first non-finite intermediate of the user's code at the trained precision (PyNative
+    replay): in the model when its logits are not finite, else in the objective on those logits."""
+    import mindspore as ms
+
+    from objdebug.engine import precision
+    from objdebug.engine.cells import call_on_logits
+
+    target = ctx.target
+    x, y = ms.Tensor(ids, ms.int32), ms.Tensor(labels, ms.int32)
+    if target.model is None:
+        return precision.first_nonfinite(target.objective, x, y)
+    if not logits_finite:
+        return precision.first_nonfinite(target.model, x)
+    logits = target.model(x)
+    flat = ctx.config.objective.call == "flat"
+    return precision.first_nonfinite(lambda: call_on_logits(target.objective, flat, logits, y))
+
+
+class TrainedPrecision(Check):
+    """OBJ514: the objective at the trained precision ([run] amp_level) vs float32."""
+
+    name = "trained-precision"
+    stage = "stress"
+
+    def skip_reason(self, ctx: Context) -> str | None:
+        from objdebug.engine import precision
+
+        if not precision.enabled(ctx.config):
+            return ("run.amp_level is 'O0': the target runs in float32; set [run] amp_level (and "
+                    "amp_objective) as the model is trained to compare that precision with float32")
+        return None
+
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
+        from objdebug.engine import precision
+
+        ids, labels = _precision_batch(ctx)
+        fp32 = _float32_target(ctx)
+        out: dict[str, Any] = {"precision": precision.label(ctx.config), "shape": list(ids.shape),
+                               "objective_converted": precision.describe(ctx.config)["objective_converted"],
+                               "loss": _forward(ctx, ctx.target, _AMP_FORWARD, ids, labels),
+                               "fp32_loss": _forward(ctx, fp32, _FP32_FORWARD, ids, labels)}
+        out["rel_diff"] = rel_diff(out["loss"], out["fp32_loss"])
+        logits_finite = True
+        if ctx.target.model is not None:  # the rows of OBJ508's batch: the model.forward graph is shared
+            logits = logits_batch(ctx)[0]
+            finite = np.isfinite(logits)
+            logits_finite = bool(finite.all())
+            out["logits"] = {"nonfinite": int((~finite).sum()),
+                             "max_abs": float(np.abs(logits[finite]).max()) if finite.any() else None}
+        if not math.isfinite(out["loss"]):
+            out["first_nonfinite"] = _locate(ctx, ids, labels, logits_finite)
+            out["where"] = "model" if not logits_finite else "objective"
+        return out
+
+    def conditions(self, th: dict[str, Any]) -> list[Condition]:
+        from objdebug.engine.precision import where_text
+
+        tol = float(th["amp_loss_rtol"])
+        atol = float(th["amp_loss_atol"])
+
+        def judge(v):
+            lg = v.get("logits")
+            logits = ((f"; logits {lg['nonfinite']} non-finite" if lg["nonfinite"] else
+                       f"; logits finite, max |x| {lg['max_abs']:.3g}")) if lg else ""
+            msg = (f"loss at {v['precision']} {v['loss']:.6g} vs float32 {v['fp32_loss']:.6g} "
+                   f"(rel {v['rel_diff']:.2g}) on {v['shape']}{logits}")
+            if not math.isfinite(v["loss"]):
+                path = ("the model's forward overflows at this precision" if v.get("where") == "model"
+                        else "the logits are finite: the overflow is in the objective's path")
+                also = " (float32 too)" if not math.isfinite(v["fp32_loss"]) else " where float32 is finite"
+                return Verdict.FAIL, (f"{msg}: NaN/Inf at {v['precision']}{also}; {path}; "
+                                      f"{where_text(v.get('first_nonfinite'))}"), v["rel_diff"]
+            # both: a near-zero loss (memorized rows) has a large relative but no real difference
+            if v["rel_diff"] > tol and abs(v["loss"] - v["fp32_loss"]) > atol:
+                return Verdict.WARN, msg + f"; above rel {tol:g} and abs {atol:g}", v["rel_diff"]
+            return Verdict.PASS, msg + f"; within rel {tol:g} or abs {atol:g}", v["rel_diff"]
+
+        return [Condition("OBJ514", "trained_precision_matches_float32", judge)]
+
+
+def _build_scaled_grad(target, scale: float):
+    import mindspore as ms
+    from mindspore import nn, ops
+
+    from objdebug.engine.cells import BatchObjective
+
+    class ScaledLossAndGrad(nn.Cell):
+        """Gradients of scale * loss (a training step's static loss scale), in the graph."""
+
+        def __init__(self):
+            super().__init__(auto_prefix=False)  # keep the user's parameter names
+            self.params = ms.ParameterTuple(target.trainable_params())
+            self.inner = BatchObjective(target)
+            self.scale = scale
+            self.grad_fn = ms.value_and_grad(self.scaled, None, self.params)
+
+        def scaled(self, input_ids, labels):
+            total, _ = self.inner(input_ids, labels)
+            return total * self.scale
+
+        def construct(self, input_ids, labels):
+            loss, grads = self.grad_fn(input_ids, labels)
+            out = []
+            for g in grads:  # a plain loop: graph mode's support for generator expressions varies
+                out.append(ops.cast(g, ms.float32))
+            return loss, tuple(out)
+
+    return ScaledLossAndGrad()
+
+
+def _grads(ctx: Context, target, name: str, scale: float, ids, labels) -> tuple[float, dict[str, np.ndarray]]:
+    import mindspore as ms
+
+    cell = ctx.engine.cell(name, lambda: _build_scaled_grad(target, scale))
+    loss, grads = ctx.engine.call(name, cell, ms.Tensor(ids, ms.int32), ms.Tensor(labels, ms.int32))
+    names = [p.name for p in cell.params]
+    return float(loss.asnumpy()), {n: g.asnumpy().astype(np.float64) for n, g in zip(names, grads)}
+
+
+class LossScaleGradient(Check):
+    """OBJ515: gradients of loss_scale * loss at the trained precision, unscaled, vs float32."""
+
+    name = "loss-scale-gradient"
+    stage = "stress"
+
+    def skip_reason(self, ctx: Context) -> str | None:
+        from objdebug.engine import precision
+
+        if not precision.enabled(ctx.config) and ctx.config.run.loss_scale is None:
+            return ("run.amp_level is 'O0' and no run.loss_scale: the gradients are float32, as "
+                    "the grad stage measures them")
+        return None
+
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
+        from objdebug.engine import precision
+
+        scale = ctx.config.run.loss_scale or 1.0
+        ids, labels = _precision_batch(ctx)
+        loss, scaled = _grads(ctx, ctx.target, _AMP_GRAD, scale, ids, labels)
+        fp32_loss, ref = _grads(ctx, _float32_target(ctx), _FP32_GRAD, 1.0, ids, labels)
+        common = [n for n in ref if n in scaled]
+        g = np.concatenate([scaled[n].ravel() for n in common]) / scale
+        r = np.concatenate([ref[n].ravel() for n in common])
+        finite = np.isfinite(g)
+        bad_params = [n for n in common if not np.isfinite(scaled[n]).all()]
+        out = {"precision": precision.label(ctx.config), "loss_scale": scale, "scaled_loss": loss,
+               "fp32_loss": fp32_loss, "n_params": len(common), "nonfinite_params": len(bad_params),
+               "first_nonfinite_param": bad_params[0] if bad_params else None,
+               "nonfinite_elements": int((~finite).sum()),
+               "fp32_finite": bool(np.isfinite(r).all()), "grad_norm": float(np.linalg.norm(r)),
+               # elements float32 sees but the trained precision flushed to zero (loss scale too small)
+               "underflow_fraction": float(((g == 0) & (r != 0)).sum() / max(int((r != 0).sum()), 1))}
+        if finite.all():
+            out["rel_diff"] = float(np.linalg.norm(g - r) / max(np.linalg.norm(r), 1e-30))
+            out["cosine"] = float(g @ r / max(np.linalg.norm(g) * np.linalg.norm(r), 1e-30))
+        return out
+
+    def conditions(self, th: dict[str, Any]) -> list[Condition]:
+        tol = float(th["amp_grad_rtol"])
+
+        def judge(v):
+            head = (f"gradient of {v['loss_scale']:g} x loss at {v['precision']} (scaled loss "
+                    f"{v['scaled_loss']:.6g}), unscaled, vs float32 (loss {v['fp32_loss']:.6g}, |g| "
+                    f"{v['grad_norm']:.4g})")
+            if v["nonfinite_params"]:
+                also = "" if v["fp32_finite"] else " (float32 too)"
+                why = ("the loss itself is NaN/Inf at this precision (see OBJ514)"
+                       if not math.isfinite(v["scaled_loss"]) else "the scaled backward overflows")
+                return Verdict.FAIL, (f"{head}: {v['nonfinite_elements']} NaN/Inf elements in "
+                                      f"{v['nonfinite_params']} of {v['n_params']} parameters{also}, first "
+                                      f"{v['first_nonfinite_param']}: {why}"), None
+            msg = (f"{head}: relative L2 difference {v['rel_diff']:.3g}, cosine {v['cosine']:.6f}, "
+                   f"{100 * v['underflow_fraction']:.2g}% of elements flushed to 0")
+            if v["rel_diff"] > tol:
+                return Verdict.WARN, msg + f"; above {tol:g}", v["rel_diff"]
+            return Verdict.PASS, msg + f"; within {tol:g}", v["rel_diff"]
+
+        return [Condition("OBJ515", "unscaled_gradient_matches_float32", judge)]

@@ -1,0 +1,384 @@
+"""`objdebug init`: write a commented objdebug.toml for a model factory and an objective factory.
+
+It builds the user's Cells (and loads the checkpoint strictly), runs the contract probe
+(objdebug/contract.py) in graph mode, and fills in what it can measure or read: the vocabulary (the
+logits' width), the longest input that runs, the calling form (flat, else sequence), the
+objective's `ignore_index` as `label_pad_id`, the padding id the data most likely uses, whether the
+model's construct takes a mask, and BOS/EOS from a tokenizer.json. Everything it could not decide
+is printed, and assumed values are marked in the file. It never overwrites a config (exit 2).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from objdebug.errors import EXIT_CHECK_FAILED, EXIT_OK, InputError
+
+PROBE_LENGTHS = (128, 512, 2048)   # input lengths tried when the model names no position table
+_MASK_WORDS = ("mask",)
+
+
+@dataclass
+class Findings:
+    """What init wrote: values with the comment that says where each came from."""
+
+    values: dict[str, dict[str, tuple[Any, str]]] = field(default_factory=dict)
+    undecided: list[str] = field(default_factory=list)
+    comments: dict[str, list[str]] = field(default_factory=dict)  # section -> extra comment lines
+    probe_error: str | None = None
+    max_note: str = ""                 # what the length probe found, for the summary
+
+    def set(self, section: str, key: str, value: Any, why: str = "") -> None:
+        self.values.setdefault(section, {})[key] = (value, why)
+
+    def get(self, section: str, key: str, default: Any = None) -> Any:
+        return self.values.get(section, {}).get(key, (default, ""))[0]
+
+
+# --------------------------------------------------------------------------- small readers
+def _inline_table(text: str) -> dict[str, Any]:
+    """`--model-kwargs "{ vocab_size = 192 }"` (a TOML inline table) -> dict."""
+    import tomllib
+
+    try:
+        value = tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"For '--model-kwargs', the value must be a TOML inline table such as "
+                         f"'{{ vocab_size = 256 }}', but got {text!r} ({exc}).") from None
+    if not isinstance(value, dict):
+        raise InputError(f"For '--model-kwargs', the value must be a TOML inline table, but got {text!r}.")
+    return value
+
+
+def _toml(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{k} = {_toml(v)}" for k, v in value.items()) + " }" if value else "{}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    return repr(value)
+
+
+def factory_defaults(factory) -> dict[str, Any]:
+    """The factory's keyword defaults that TOML can write (None and objects left out)."""
+    target = factory.__init__ if inspect.isclass(factory) else factory
+    try:
+        params = inspect.signature(target).parameters.values()
+    except (TypeError, ValueError):
+        return {}
+    return {p.name: p.default for p in params if p.default is not p.empty
+            and isinstance(p.default, (bool, int, float, str)) and p.name != "self"}
+
+
+def construct_inputs(model) -> list[str]:
+    """The names of the model's construct arguments (the wrapped Cell's under amp)."""
+    cell = getattr(model, "_backbone", model)
+    try:
+        params = inspect.signature(cell.construct).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    return [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+
+
+def data_kind(path: Path) -> str:
+    """'align' / 'scores' / 'preference' / 'text' from the first row's fields."""
+    if path.suffix.lower() not in (".jsonl", ".json", ".ndjson"):
+        return "text"
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            if line.strip():
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise InputError(f"For '--data', the first row is not JSON: {exc.msg}",
+                                     source=str(path)) from None
+                keys = set(row) if isinstance(row, dict) else set()
+                if keys & {"good", "good_ids"}:
+                    return "align"
+                if keys & {"chosen", "chosen_ids"}:
+                    return "preference"
+                if "score" in keys:
+                    return "scores"
+                if keys & {"text", "text_ids"}:
+                    return "text"
+                raise InputError(f"For '--data', cannot tell what the rows are (fields {sorted(keys)}); "
+                                 f"expected align (good/bad), scores (response/score), preference "
+                                 f"(chosen/rejected) or text rows", source=str(path))
+    raise InputError("For '--data', the file has no rows", source=str(path))
+
+
+def _data_ids(paths: dict[str, Path], tokenizer) -> tuple[list[list[int]], list[list[int]]]:
+    """(token lists of text fields encoded with the tokenizer, lists given as *_ids)."""
+    texts, given = [], []
+    for kind, path in paths.items():
+        if kind == "text" and path.suffix.lower() not in (".jsonl", ".json", ".ndjson"):
+            texts += [tokenizer.encode(line) for line in path.read_text(encoding="utf-8").splitlines()
+                      if line.strip()]
+            continue
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            for key, value in row.items():
+                if key.endswith("_ids") and isinstance(value, list):
+                    given.append([int(v) for v in value if isinstance(v, int)])
+                elif isinstance(value, str) and key in ("prompt", "good", "medium", "bad", "response",
+                                                        "chosen", "rejected", "text"):
+                    texts.append(tokenizer.encode(value))
+    return texts, given
+
+
+def padding_id(found: Findings, specials: dict[str, int], texts, given, vocab: int | None) -> None:
+    """The padding id the data most likely uses: the tokenizer's <pad>; else the id that ends
+    `*_ids` rows in runs; else the smallest id that never occurs in the data (0 for text)."""
+    if "pad" in specials:
+        found.set("data", "pad_id", specials["pad"], "the tokenizer's pad token")
+        return
+    tails = Counter(ids[-1] for ids in given if len(ids) >= 2 and ids[-1] == ids[-2])
+    if tails:
+        pad, n = tails.most_common(1)[0]
+        found.set("data", "pad_id", pad, f"ends {n} of the data's *_ids rows in a run")
+        return
+    used = {i for ids in texts + given for i in ids}
+    pad = next(i for i in range(max(used | {0}) + 2) if i not in used)
+    why = ("never occurs in the data's tokens" if used else "assumed: no data given")
+    found.set("data", "pad_id", pad, why)
+    if not used:
+        found.undecided.append(f"data.pad_id: no data to read; {pad} assumed (pass --data FILE)")
+    if vocab is not None and pad >= vocab:
+        found.undecided.append(f"data.pad_id: every id below the vocabulary occurs in the data; "
+                               f"set the padding id your pipeline uses")
+
+
+# --------------------------------------------------------------------------- probes
+def _probe_contract(cfg, target) -> tuple[dict[str, Any] | None, str | None]:
+    """contract.check_target with call = flat, then sequence -> (info, error of the last try)."""
+    from objdebug import contract
+    from objdebug.engine.core import Engine
+
+    error = None
+    for call in ("flat", "sequence"):
+        cfg.objective.call = call
+        engine = Engine(target, batch_size=2)
+        try:
+            contract.check_target(target, engine)
+            return {**target.info["contract"], "call": call, "engine": engine}, None
+        except InputError as exc:
+            error = str(exc)
+    cfg.objective.call = "flat"
+    return None, error
+
+
+def _longest_input(target, engine, found: Findings, max_length: int) -> None:
+    """The longest input that runs: the model's position table when it names one (checked), else
+    forward passes at PROBE_LENGTHS up to `max_length`, batch 1, stopping at the first failure."""
+    import numpy as np
+
+    from objdebug.contract import max_positions
+
+    named = max_positions(target)
+    lengths = [named] if named else [n for n in PROBE_LENGTHS if n <= max_length]
+    ran = None
+    for n in lengths:
+        try:
+            engine.logits(np.zeros((1, n), np.int32))
+            ran = n
+        except Exception as exc:  # the model refuses this length: the one before is the limit
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:120]
+            if named:
+                found.undecided.append(f"data.max_length: the model names {named} positions but fails "
+                                       f"there ({first}); set the longest input it takes")
+            elif ran:
+                found.set("data", "max_length", ran, f"runs at {ran} tokens, fails at {n}")
+                found.max_note = f"{ran} (fails at {n})"
+            else:
+                found.undecided.append(f"data.max_length: fails already at {n} tokens ({first})")
+            return
+    if named:
+        found.max_note = f"{named} (the model's position table; runs)"
+        found.comments.setdefault("data", []).append(
+            f"max_length = {named}   # the model's position table (read from the model; runs)")
+    else:
+        found.max_note = f"not set: the model ran at every length tried, up to {ran} tokens"
+        found.comments.setdefault("data", []).append(
+            f"max_length: not set - the model ran at {ran} tokens, the longest tried "
+            f"(--max-probe-length); set it if longer inputs cannot run")
+
+
+# --------------------------------------------------------------------------- writing
+_HEADER = """\
+# objdebug.toml written by `objdebug init`. Values marked "assumed" were not measured: check them.
+# Every key is documented in docs/config.md; `objdebug run` validates this file (exit 2 on a typo).
+"""
+
+
+def render(found: Findings) -> str:
+    order = {"model": ["factory", "kwargs", "checkpoint", "inputs"],
+             "objective": ["factory", "kwargs", "call"],
+             "data": ["tokenizer", "bos_id", "eos_id", "pad_id", "label_pad_id", "shift", "vocab_size",
+                      "max_length", "align", "scores", "preference", "text"],
+             "run": ["device", "mode", "seed"]}
+    out = [_HEADER]
+    for section, keys in order.items():
+        values = found.values.get(section, {})
+        if not values and not found.comments.get(section):
+            continue
+        out.append(f"[{section}]")
+        for key in keys + sorted(set(values) - set(keys)):
+            if key in values:
+                value, why = values[key]
+                out.append(f"{key} = {_toml(value)}" + (f"   # {why}" if why else ""))
+        out += [f"# {line}" for line in found.comments.get(section, [])]
+        out.append("")
+    return "\n".join(out)
+
+
+def _rel(path: Path, base: Path) -> str:
+    """Relative to the config's folder (how config paths are read), unless that climbs out of
+    the tree by more than one level: then absolute."""
+    rel = os.path.relpath(path.resolve(), base)
+    return str(path.resolve()) if rel.startswith(os.path.join("..", "..")) else rel
+
+
+# --------------------------------------------------------------------------- the command
+def init_config(model: str, objective: str, checkpoint: str | None = None, data: list[str] | None = None,
+                tokenizer: str | None = None, output: str = "objdebug.toml", device: str = "CPU",
+                max_probe_length: int = 2048, model_kwargs: str | None = None, echo=print) -> int:
+    """Write `output`; returns the exit code (0 written and probed, 1 written but the probe failed)."""
+    from objdebug.config import Config, DataSpec, ModelSpec, ObjectiveSpec, RunSpec, load_config
+    from objdebug.engine import runtime
+    from objdebug.engine.data import make_tokenizer
+    from objdebug.engine.target import import_factory, load_target
+
+    out = Path(output).resolve()
+    if out.exists():
+        raise InputError(f"For '--output', '{output}' already exists; objdebug init never overwrites "
+                         f"a config: remove it or pass --output OTHER.toml")
+    if not out.parent.is_dir():
+        raise InputError(f"For '--output', the folder '{out.parent}' does not exist")
+    for flag, spec in (("--model", model), ("--objective", objective)):
+        if ":" not in spec:
+            raise InputError(f"For '{flag}', the value must be 'module:callable', but got '{spec}'.")
+    base = Path.cwd()
+    files = [Path(p).resolve() for p in (data or [])]
+    for p in files + ([Path(checkpoint)] if checkpoint else []):
+        if not Path(p).is_file():
+            raise InputError("file not found", source=str(p))
+    kinds: dict[str, Path] = {}
+    for p in files:
+        kind = data_kind(p)
+        if kind in kinds:
+            raise InputError(f"For '--data', two {kind} files: {kinds[kind]} and {p}; pass one of each kind")
+        kinds[kind] = p
+    tok = make_tokenizer(tokenizer or "bytes", str(base))
+
+    found = Findings()
+    given = _inline_table(model_kwargs) if model_kwargs else {}
+    model_kwargs = {**factory_defaults(import_factory(model, "model", str(base))), **given}
+    objective_defaults = factory_defaults(import_factory(objective, "objective", str(base)))
+    found.set("model", "factory", model)
+    found.set("model", "kwargs", model_kwargs, "--model-kwargs over the factory's defaults" if given
+              else "the factory's defaults: the architecture of the checkpoint")
+    if checkpoint:
+        found.set("model", "checkpoint", _rel(Path(checkpoint), out.parent), "loaded strictly: every name and shape matches")
+    found.set("objective", "factory", objective)
+
+    cfg = Config(objective=ObjectiveSpec(factory=objective), model=ModelSpec(
+        factory=model, kwargs=model_kwargs, checkpoint=str(Path(checkpoint).resolve()) if checkpoint else None),
+        data=DataSpec(), run=RunSpec(device=device), source=str(out), base_dir=str(base))
+    runtime.setup(device, "graph", 0)
+    with runtime.scratch_dir():
+        target = load_target(cfg)  # InputError (exit 2): import, factory or checkpoint problems
+        info, error = _probe_contract(cfg, target)
+        ignore = getattr(target.objective, "ignore_index", objective_defaults.get("ignore_index"))
+        kwargs = {"ignore_index": ignore} if isinstance(ignore, int) and not isinstance(ignore, bool) else {}
+        found.set("objective", "kwargs", kwargs, "" if kwargs else "assumed: no ignore_index found")
+        if info is None:
+            found.probe_error = error
+            found.set("objective", "call", "flat", "assumed: the contract probe failed")
+            vocab = None
+        else:
+            found.set("objective", "call", info["call"], "the contract probe ran this calling form")
+            vocab = info.get("vocab")
+            _longest_input(target, info["engine"], found, max_probe_length)
+        inputs = construct_inputs(target.model)
+
+    if tokenizer:
+        found.set("data", "tokenizer", _rel(Path(tokenizer), out.parent) if tokenizer != "bytes" else "bytes")
+    else:
+        found.set("data", "tokenizer", "bytes", "assumed: UTF-8 bytes (pass --tokenizer tokenizer.json)")
+    specials = tok.special_ids() if hasattr(tok, "special_ids") else {}
+    for key in ("bos", "eos"):
+        if key in specials:
+            found.set("data", f"{key}_id", specials[key], "from the tokenizer; delete if the model was "
+                                                          "trained without it")
+    if tokenizer and tokenizer != "bytes" and "bos" not in specials:
+        found.undecided.append("data.bos_id / eos_id: the tokenizer names none; set them if the model "
+                               "was trained with them")
+    texts, given = _data_ids(kinds, tok)
+    padding_id(found, specials, texts, given, vocab)
+    if kwargs:
+        found.set("data", "label_pad_id", kwargs["ignore_index"], "the objective's ignore_index")
+    else:
+        found.set("data", "label_pad_id", -100, "assumed: the objective has no ignore_index attribute")
+        found.undecided.append("data.label_pad_id: the objective has no `ignore_index`; -100 assumed: "
+                               "set the label your data pipeline writes on prompt and padding")
+    found.set("data", "shift", True, "assumed: labels are the next token (false if the model shifts itself)")
+    found.undecided.append("data.shift: true assumed (position t predicts token t+1); false if the "
+                           "model shifts the labels itself")
+    if vocab is not None:
+        found.set("data", "vocab_size", vocab, "the model's logits width (contract probe)")
+        if tok.vocab_size > vocab:
+            found.undecided.append(f"data.tokenizer: {tok.vocab_size} tokens but the model has {vocab}: "
+                                   f"not the model's tokenizer?")
+    for kind, path in kinds.items():
+        found.set("data", kind, _rel(path, out.parent))
+    if not kinds:
+        found.undecided.append("data.align / scores / text: no --data file; add at least one")
+    masks = [n for n in inputs[1:] if any(w in n for w in _MASK_WORDS)]
+    if masks:
+        if "inputs" in ModelSpec.__dataclass_fields__:
+            found.set("model", "inputs", inputs, "the model's construct arguments")
+        else:
+            found.undecided.append(f"model inputs: the model's construct takes {inputs}; objdebug passes "
+                                   f"input_ids only")
+    elif len(inputs) > 1:
+        found.comments.setdefault("model", []).append(
+            f"construct takes {inputs}: no mask argument; objdebug passes input_ids only")
+    found.set("run", "device", device)
+    found.set("run", "mode", "graph")
+    found.set("run", "seed", 0)
+
+    out.write_text(render(found), encoding="utf-8")
+    load_config(out)  # what init writes must load: a failure here is objdebug's bug
+    _report(found, out, masks, inputs, echo)
+    return EXIT_OK if found.probe_error is None else EXIT_CHECK_FAILED
+
+
+def _report(found: Findings, out: Path, masks: list[str], inputs: list[str], echo) -> None:
+    echo(f"wrote {out}")
+    detected = [("vocabulary", found.get("data", "vocab_size")),
+                ("calling form", found.get("objective", "call")),
+                ("label_pad_id (objective's ignore_index)", found.get("objective", "kwargs", {}).get("ignore_index")),
+                ("pad_id", f"{found.get('data', 'pad_id')} ({found.values['data']['pad_id'][1]})"),
+                ("max_length", found.max_note or None),
+                ("takes a mask", f"yes ({', '.join(masks)})" if masks else f"no (construct takes {inputs})"),
+                ("bos_id / eos_id", f"{found.get('data', 'bos_id')} / {found.get('data', 'eos_id')}"
+                 if found.get("data", "bos_id") is not None or found.get("data", "eos_id") is not None
+                 else "none (the tokenizer names none)")]
+    for name, value in detected:
+        if value is not None:
+            echo(f"  detected {name}: {value}")
+    if found.probe_error:
+        echo(f"  contract probe FAILED: {found.probe_error}")
+    for line in found.undecided:
+        echo(f"  not decided: {line}")

@@ -1,0 +1,65 @@
+"""`objdebug init` (issue 14): the demo's factories give back a config equivalent to the shipped one,
+with the vocabulary, calling form, label_pad_id and pad_id detected; never overwrites a config."""
+
+from typer.testing import CliRunner
+
+from objdebug.cli import app
+from objdebug.config import DEMO_CONFIG, load_config
+
+from .conftest import FIXTURES, cli_exit_2, messages
+
+DEMO = DEMO_CONFIG.parent
+
+
+def _init(*args):
+    return CliRunner().invoke(app, ["init", "--model", "objdebug.demo.model:build_model",
+                                    "--objective", "objdebug.losses:MaskedCrossEntropy", *map(str, args)])
+
+
+def test_init_on_the_demo_factories_reproduces_the_shipped_config(tmp_path):
+    out = tmp_path / "objdebug.toml"
+    res = _init("--checkpoint", DEMO / "demo.ckpt", "--data", DEMO / "align.jsonl", "--data",
+                DEMO / "scores.jsonl", "--data", DEMO / "preference.jsonl", "--max-probe-length", "128",
+                "--output", out)
+    assert res.exit_code == 0, res.output
+    for needle in ("detected vocabulary: 256", "detected calling form: flat",
+                   "detected label_pad_id (objective's ignore_index): -100", "detected pad_id: 0",
+                   "takes a mask: no", "not decided: data.shift"):
+        assert needle in res.output, res.output
+    text = out.read_text()
+    assert text.count("# ") > 5  # commented: where each value came from
+    made, shipped = load_config(out), load_config(DEMO_CONFIG)
+    for section, keys in {"model": ("factory", "kwargs", "checkpoint"),
+                          "objective": ("factory", "kwargs", "call"),
+                          "data": ("tokenizer", "pad_id", "label_pad_id", "shift", "align", "scores",
+                                   "preference", "max_length", "bos_id", "eos_id"),
+                          "run": ("device", "mode", "seed")}.items():
+        for key in keys:
+            assert getattr(getattr(made, section), key) == getattr(getattr(shipped, section), key), (section, key)
+    assert made.data.vocab_size == 256  # measured, where the shipped config lets the engine measure it
+
+
+def test_init_reads_bos_and_eos_from_a_tokenizer(tmp_path):
+    out = tmp_path / "o.toml"
+    res = _init("--checkpoint", FIXTURES / "tokenizer" / "bos_model.ckpt", "--model-kwargs",
+                "{ vocab_size = 192, d_model = 32, n_layers = 1, n_heads = 2 }", "--tokenizer",
+                FIXTURES / "tokenizer" / "tokenizer.json", "--max-probe-length", "128", "--output", out)
+    assert res.exit_code == 0, res.output
+    cfg = load_config(out)
+    assert (cfg.data.bos_id, cfg.data.eos_id, cfg.data.pad_id, cfg.data.vocab_size) == (2, 3, 0, 192)
+    assert "not decided: data.align / scores / text: no --data file" in res.output
+
+
+def test_init_never_overwrites_a_config(tmp_path):
+    out = tmp_path / "objdebug.toml"
+    out.write_text("# mine\n")
+    cli_exit_2(["init", "--model", "objdebug.demo.model:build_model", "--objective",
+                "objdebug.losses:MaskedCrossEntropy", "--output", out],
+               "already exists", "never overwrites", unchanged=[out])
+
+
+def test_init_bad_factory_spec_is_exit_2(tmp_path):
+    cli_exit_2(["init", "--model", "objdebug.demo.model.build_model", "--objective",
+                "objdebug.losses:MaskedCrossEntropy", "--output", tmp_path / "x.toml"],
+               "For '--model', the value must be 'module:callable'")
+    assert not (tmp_path / "x.toml").exists() and messages("") == []
