@@ -119,9 +119,10 @@ def test_malformed_log_names_the_line(tmp_path, text, line):
 
 def test_layer_of_is_one_definition_for_grad_stage_and_monitor():
     from objdebug import naming
+    from objdebug.monitor import quantities
 
-    assert monitor.layer_of is naming.layer_of
-    assert monitor.layer_of("model.layers.11.mlp.w") == "model.layers.11"  # was 'model' here
+    assert quantities.layer_of is naming.layer_of
+    assert quantities.layer_of("model.layers.11.mlp.w") == "model.layers.11"  # was 'model' here
     s = monitor.grad_stats(["model.layers.0.w", "model.layers.1.w"], [np.ones((2, 2))] * 2)
     assert set(s["layers"]) == {"model.layers.0", "model.layers.1"}
 
