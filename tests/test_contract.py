@@ -108,7 +108,8 @@ def test_model_returning_a_tuple(tiny_target):
     cli_exit_2(["align", "-c", tiny_target / "objdebug.toml",
             "--set", "model.factory='fixtures.contract_targets:build_tuple_model'",
             "--set", "model.checkpoint=''"],
-           "For 'model.factory', the model must return float logits [B, T, V] = [8, 32, V]",
+           # the probe runs at the first real batch's shape (bucket 64 for the tiny target's rows)
+           "For 'model.factory', the model must return float logits [B, T, V] = [8, 64, V]",
            "but got a tuple of 2")
 
 
