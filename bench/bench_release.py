@@ -12,7 +12,8 @@ align` against a bare MindSpore script, measured side by side in one run. Not ru
   same without stress; then this tree warm: the no-stress run again with the compile cache of the
   cold run (the cache on by default in `.objdebug_cache/` of the working directory when the CLI
   has `--no-cache`, else `--compile-cache DIR`, found from `run --help`). Targets: with stress
-  cold <= 0.6x the previous release, without stress cold <= 0.6x, warm <= 0.25x its cold.
+  cold <= 0.6x the previous release, without stress cold <= 0.6x, warm <= 0.25x the previous
+  release's cold.
 - align: a generated 40-row target (good / medium / bad answers of 20-200 byte tokens, from the
   demo's rows, the demo model and tokenizer: byte tokens, sinusoidal positions, no length limit)
   through `objdebug align` against a bare script that loads the same model, checkpoint and
