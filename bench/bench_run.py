@@ -264,8 +264,9 @@ def worker_bare(spec: dict) -> dict:
             continue
         cell = cells.setdefault(name, build())  # one Cell per objdebug graph name
         inputs = [tensor(d, s, "labels" if i == 1 else "ids") for i, (d, s) in enumerate(args[:use])]
-        bad = [ms.Tensor(np.full(a.shape, vocab, np.int32)) if a.dtype == ms.int32 else a
-               for a in inputs[:1]] + inputs[1:]  # ids == vocab: the model's Gather raises
+        # ids == vocab: the model's Gather raises; on logits (the label probes), labels == vocab
+        k = 0 if inputs[0].dtype == ms.int32 else 1
+        bad = inputs[:k] + [ms.Tensor(np.full(inputs[k].shape, vocab, np.int32))] + inputs[k + 1:]
         start = time.perf_counter()
         for k in range(item["calls"]):
             try:

@@ -1,11 +1,15 @@
-"""The target contract, probed on one small batch before the stages; graph-compile errors in one line.
+"""The target contract, probed on one batch before the stages; graph-compile errors in one line.
 
 Every stage assumes that the model returns logits float[B, T, V] and that the objective returns a
 scalar loss, or a tuple (total, component, ...) whose components are named in
 `objective.components`. A target that breaks this would make every check ERROR with MindSpore's
-40-80 line messages; `probe()` runs the user's model and objective once in graph mode on a
-[batch, 32] batch and raises an InputError (exit 2) that says what the contract expects and what
-came back. A graph that MindSpore cannot compile is reported as one line that names the user's
+40-80 line messages; `probe()` runs the user's model and objective once in graph mode and raises
+an InputError (exit 2) that says what the contract expects and what came back.
+
+The probe adds no `model.forward` compile of its own: it runs at the shape of the first real
+batch ([batch_size, length bucket of the first batch_size data rows], the gradient batch's shape,
+`probe_length()`), so the graph it compiles is the one the stages call with real rows, and the
+vocabulary it learns is the last dimension of those logits. A graph that MindSpore cannot compile is reported as one line that names the user's
 file:line (`compile_error()`); MindSpore's full text is kept for --debug.
 """
 
@@ -241,14 +245,52 @@ def _check_objective(out, components: list[str], form: str) -> None:
                      f"but got {_describe(out)}{hint}.")
 
 
-def probe(target, engine) -> dict[str, Any]:
-    """Run model and objective once on a [batch, 32] batch; InputError when the contract is broken."""
+def _first_rows_length(target, n: int) -> int | None:
+    """Tokens (prompt + answer) of the longest of the first `n` data rows, in the order the stages
+    take them (align 'good', scores 'response', then data.text; see datasets.text_samples), read
+    with the tokenizer alone: the model's vocabulary is what the probe is about to learn."""
+    from objdebug.engine.data import Encoder, make_tokenizer, read_jsonl
+
+    cfg = target.config
+    d = cfg.data
+    enc = Encoder(tokenizer=make_tokenizer(d.tokenizer, cfg.base_dir), vocab_size=1 << 62)
+    lengths: list[int] = []
+    for path, what, answer in ((d.align, "align", "good"), (d.scores, "scores", "response")):
+        if path and len(lengths) < n:
+            for lineno, row in read_jsonl(path, what)[:n - len(lengths)]:
+                prompt = enc.field(row, "prompt", lineno, required=False) or []
+                lengths.append(len(prompt) + len(enc.field(row, answer, lineno)))
+    if d.text and len(lengths) < n:
+        from objdebug.engine.datasets import _text_documents
+
+        for lineno, row in _text_documents(d.text)[:n - len(lengths)]:
+            lengths.append(min(len(enc.field(row, "text", lineno)), d.text_max_tokens))
+    return max(lengths) if lengths else None
+
+
+def probe_length(target, engine) -> int:
+    """The probe's length: the bucket of the first real batch, so the stages reuse its graph.
+
+    The smallest bucket when the data cannot tell (no rows, a row longer than the model takes, an
+    unreadable file: the stages name those errors, file:line, after the probe)."""
+    try:
+        longest = _first_rows_length(target, engine.batch_size)
+    except Exception:  # the data's own errors are reported where the data is loaded
+        longest = None
+    if not longest or (engine.max_length and longest > engine.max_length):
+        return engine.bucket(1)
+    return engine.bucket(longest)
+
+
+def probe(target, engine, length: int | None = None) -> dict[str, Any]:
+    """Run model and objective once on a [batch, length] batch (default: `probe_length`);
+    InputError when the contract is broken."""
     import mindspore as ms
 
     from objdebug.engine.cells import RawObjective
 
     cfg = target.config
-    batch, length = engine.batch_size, engine.bucket(1)
+    batch, length = engine.batch_size, length or probe_length(target, engine)
     ids = np.zeros((batch, length), np.int32)       # token 0: in every vocabulary
     labels = np.zeros((batch, length), np.int32)    # class 0 everywhere: valid, nothing masked
     info: dict[str, Any] = {"batch": batch, "length": length}

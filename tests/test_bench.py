@@ -76,3 +76,46 @@ def test_full_benchmark_objdebug_within_target(tmp_path):
     assert res["bare"]["calls_done"] == sum(c["calls"] for c in res["objdebug"]["calls"])
     assert not res["bare"]["skipped"]
     assert res["overhead"] <= 0.25, res["ratio"]
+
+
+# --------------------------------------------------------------------------- bench_release.py
+@pytest.fixture(scope="module")
+def release_bench():
+    spec = importlib.util.spec_from_file_location("bench_release", ROOT / "bench" / "bench_release.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_release_align_data_is_40_rows_of_3_answers_up_to_200_tokens(release_bench, tmp_path):
+    rows = [json.loads(x) for x in release_bench.make_align(tmp_path).read_text().splitlines()]
+    assert len(rows) == 40 and len({r["id"] for r in rows}) == 40
+    sizes = [len(r[k].encode()) for r in rows for k in ("good", "medium", "bad")]
+    assert max(sizes) == 200 and min(sizes) >= 20 and len(set(sizes)) > 10  # varied lengths
+
+
+def test_release_render_states_ratios_against_targets(release_bench):
+    run = {"wall_s": 10.0, "compiles": 3, "compile_s": 5.0, "cache": "off", "timings": {"total": 9.0}}
+    runs = {k: dict(run, name=k) for k in ("prev_stress", "cur_stress", "prev_nostress",
+                                           "cur_nostress", "cur_nostress_warm")}
+    text = release_bench.render({
+        "release": {"prev": "6abc76d", "runs": runs,
+                    "ratios": {"stress_cold": 0.5, "cold": 0.7, "warm": 0.2}},
+        "align": {"objdebug": dict(run, name="align"), "ratio": 1.1,
+                  "bare": {"wall_s": 9.0, "answers": 120, "length": 221}}})
+    assert "0.50x | <= 0.6x ok" in text and "0.70x | <= 0.6x MISSED" in text
+    assert "0.20x | <= 0.25x ok" in text and "ratio 1.10x (target <= 1.25x: ok)" in text
+
+
+@pytest.mark.slow
+def test_release_benchmark_meets_issue_10_targets(tmp_path):
+    """The whole comparison (~10 min on 2 cores): the previous release side by side."""
+    import subprocess
+
+    out = tmp_path / "release.json"
+    subprocess.run([sys.executable, str(ROOT / "bench" / "bench_release.py"), "--out", str(out)],
+                   check=True, timeout=3600)
+    res = json.loads(out.read_text())
+    ratios = res["release"]["ratios"]
+    assert ratios["stress_cold"] <= 0.6 and ratios["cold"] <= 0.6 and ratios["warm"] <= 0.25
+    assert res["align"]["ratio"] <= 1.25

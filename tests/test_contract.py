@@ -103,6 +103,24 @@ def test_max_positions_from_config_or_model(tiny_target):
     assert contract.max_positions(target) == 20
 
 
+def test_probe_length_is_the_first_real_batch_bucket(tiny_target):
+    """The probe's model.forward runs at the gradient batch's shape (first batch_size rows' bucket),
+    so the stages reuse its graph; the smallest bucket when a row is longer than the model takes."""
+    from objdebug.config import load_config
+    from objdebug.engine.core import Engine
+    from objdebug.engine.target import load_target
+
+    rows = [json.loads(x) for x in (tiny_target / "align.jsonl").read_text().splitlines()]
+    longest = max(len((r["prompt"] + r["good"]).encode()) for r in rows[:8])  # byte tokens
+    engine = Engine(load_target(load_config(tiny_target / "objdebug.toml")), batch_size=8)
+    assert contract.probe_length(engine.target, engine) == engine.bucket(longest) > engine.bucket(1)
+    engine.max_length = longest - 1  # the data errors are named later, where the rows are loaded
+    assert contract.probe_length(engine.target, engine) == engine.bucket(1)
+    (tiny_target / "align.jsonl").write_text("not json\n")
+    engine.max_length = None
+    assert contract.probe_length(engine.target, engine) == engine.bucket(1)
+
+
 # --------------------------------------------------------------------------- real runs
 def test_model_returning_a_tuple(tiny_target):
     # a tuple is scored by its first element (issue 14, tests/test_model_inputs.py); an index

@@ -28,7 +28,7 @@ from objdebug.engine.target import load_target
 from .conftest import TARGETS
 from .conftest import settings
 from objdebug.stages.stress_cases._common import token_stream
-from objdebug.stages.stress_cases.garbage_ids import random_batch
+from objdebug.stages.stress_cases.garbage_ids import label_batch, random_batch
 from objdebug.stages.stress_cases.precision import logits_batch
 
 PROFILE = TARGETS / "stress_common" / "profile.toml"
@@ -204,11 +204,12 @@ def test_out_of_range_label_minus_one_scored_as_last_class_is_a_note(ms_ce):
     p = res.value["probes"]
     assert p["label 256"]["rejected"] and not p["label -1"]["rejected"] and p["label -1"]["wraps"]
     assert "(wrapped)" in f.message
-    # reference: nn.CrossEntropyLoss scores label -1 as class V-1
-    ids, labels = ms_ce.ctx.provided(random_batch)
-    bad = labels[:1].copy()
+    # reference: nn.CrossEntropyLoss scores label -1 as class V-1 (the label probes' batch: the
+    # objective alone on the model's logits of one random row)
+    ids, labels, _ = ms_ce.ctx.provided(label_batch)
+    bad = labels.copy()
     bad[0, res.value["position"]] = 255
-    ref = _ce64(ms_ce.ctx.engine.logits(np.repeat(ids[:1], 4, 0))[:1], bad, ignore=-100)[0]
+    ref = _ce64(ms_ce.ctx.engine.logits(np.repeat(ids, 4, 0))[:1], bad, ignore=-100)[0]
     assert p["label -1"]["value"] == pytest.approx(ref, rel=1e-5)
 
 

@@ -3,9 +3,9 @@
 Random ids are unpredictable: a sound objective gives a finite loss near or above log(V) (an
 untrained model sits at log(V), a trained one above it).
 
-Out-of-range ids: four probes, each one position of one row of a valid random batch (batch 1, a
-graph per probe): input id V, input id -1, label V, label -1 (skipped when -1 is the
-label_pad_id). Three outcomes, judged apart:
+Out-of-range ids: four probes, each one position of one row of a valid random batch (batch 1):
+input id V, input id -1, label V, label -1 (skipped when -1 is the label_pad_id). Three outcomes,
+judged apart:
 
 - rejected with an error: PASS (the healthy outcome);
 - a NaN/Inf loss: FAIL (a bad id poisons the whole batch, and the step after it);
@@ -15,6 +15,19 @@ label_pad_id). Three outcomes, judged apart:
   `gather_elements` cross-entropy score label -1 as class V-1, and every standard embedding
   (nn.Embedding, ops.gather) reads row V-1 for input id -1. The label the data pipeline actually
   writes is checked by OBJ105; a note here says the objective would not catch a wrong one.
+
+What the probes cost (docs/performance.md): a MindSpore call that raises returns after a fixed
+3 s on CPU (a hard-coded wait in the graph scheduler's error path) and its graph cannot be called
+again, so every rejected probe costs one raising call and the next probe a fresh graph; raising
+calls in parallel threads mix up their error messages (MindSpore keeps one pending error per
+process), so they run one at a time. One raising call can establish one rejection only (the first
+failing kernel stops the graph), so the calls that raise are already the fewest. What is cut is the
+rest: the -1 probe of each path runs before the V probe (-1 is the one a standard MindSpore model
+accepts, and a graph that did not raise serves the next probe), and in the split form the label
+probes run the objective alone on the logits of the model's own `model.forward` graph (the shape
+the contract probe compiled, so no model graph is added): a fresh objective-only graph compiles
+in about a third of the time of a fresh model + objective graph. Labels reach only the objective,
+so the label facts are the same.
 """
 
 from __future__ import annotations
@@ -29,7 +42,7 @@ from objdebug.engine.data import Sample
 from objdebug.findings import Check, Condition, Verdict
 from objdebug.settings import Settings
 from objdebug.stages.stress_cases._common import (POISONED, error_line, forward_loss, loss_and_grad,
-                                                  packed, short_length)
+                                                  objective_on_logits, packed, short_length)
 
 _PROBE_POSITION = 5
 _NO_VOCAB = ("the vocabulary size is unknown (the end-to-end form does not expose logits): set "
@@ -54,6 +67,26 @@ def random_batch(ctx: Context) -> tuple[np.ndarray, np.ndarray]:
                 for i in range(ctx.engine.batch_size)]
         return packed(ctx, rows, length)
     return ctx.provide(random_batch, build)
+
+
+def label_batch(ctx: Context) -> tuple[np.ndarray, np.ndarray, Any]:
+    """(ids [1, T], labels [1, T], the model's logits [1, T, V] as a Tensor) of one random row at
+    the length of the model.forward graph that the contract probe compiled: the label probes'
+    input (split form only)."""
+    def build():
+        import mindspore as ms
+
+        th = ctx.profile.section("stress")
+        b = ctx.engine.batch_size
+        length = int(ctx.target.info.get("contract", {}).get("length") or ctx.engine.bucket(1))
+        rng = np.random.default_rng(int(th["seed"]))
+        rows = [Sample(id=f"label-probe-{i}", prompt=[],
+                       response=[int(t) for t in rng.integers(0, ctx.engine.vocab_size(), length)])
+                for i in range(b)]
+        ids, labels = packed(ctx, rows, length)
+        logits = ctx.engine.logits(ids)[:1]
+        return ids[:1], labels[:1], ms.Tensor(logits)
+    return ctx.provide(label_batch, build)
 
 
 class RandomIds(Check):
@@ -100,11 +133,11 @@ class OutOfRangeIds(Check):
     def skip_reason(self, ctx: Context) -> str | None:
         return _vocab_skip(ctx)
 
-    def _probe(self, ctx: Context, name: str, ids: np.ndarray, labels: np.ndarray,
+    def _probe(self, run, name: str, ids: np.ndarray, labels: np.ndarray,
                bad_ids: np.ndarray, bad_labels: np.ndarray) -> dict[str, Any]:
-        valid = forward_loss(ctx, name, ids, labels)  # the graph works: an error below is the probe's
+        valid = run(name, ids, labels)  # the graph works: an error below is the probe's
         try:
-            value = forward_loss(ctx, name, bad_ids, bad_labels)
+            value = run(name, bad_ids, bad_labels)
         except Exception as exc:  # rejection is the healthy outcome
             if POISONED in str(exc).lower():
                 raise
@@ -112,31 +145,50 @@ class OutOfRangeIds(Check):
                     "error": f"{type(exc).__name__}: {error_line(exc)[:200]}"}
         return {"rejected": False, "valid_loss": valid, "value": value}
 
-    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
-        ids, labels = random_batch(ctx)
-        ids, labels = ids[:1], labels[:1]  # batch 1: small probe graphs
+    def _path(self, ctx: Context, path: str, run, ids: np.ndarray, labels: np.ndarray,
+              probes: dict[str, Any]) -> None:
+        """The probes of one path (input or label) on the batch (ids, labels); `run(name, ids,
+        labels)` -> loss through the graph `name`."""
         vocab = ctx.engine.vocab_size()
         p, pad = _PROBE_POSITION, ctx.config.data.label_pad_id
-        probes: dict[str, Any] = {}
         graph = 0  # a graph that raised refuses every later call: the next probe gets a fresh one
-        for path, bad in (("input", vocab), ("input", -1), ("label", vocab), ("label", -1)):
+        for bad in (-1, vocab):  # -1 first: the one a standard model accepts keeps its graph
             key = f"{path} {bad}"
             if path == "label" and bad == pad:
                 probes[key] = {"skipped": "-1 is the label_pad_id"}
                 continue
             i, l = ids.copy(), labels.copy()
             (i if path == "input" else l)[0, p] = bad
-            probes[key] = r = self._probe(ctx, f"stress.probe.{graph}", ids, labels, i, l)
+            name = f"stress.probe.{path}.{graph}"
+            probes[key] = r = self._probe(run, name, ids, labels, i, l)
             if not r["rejected"] and bad < 0 and math.isfinite(r["value"]):
                 # what was -1 read as? Gather's wrap-around reads it as V-1: the same graph, which
                 # did not raise, scores the batch with V-1 in its place
                 (i if path == "input" else l)[0, p] = bad + vocab
-                r["wrapped_value"] = forward_loss(ctx, f"stress.probe.{graph}", i, l)
+                r["wrapped_value"] = run(name, i, l)
                 r["wraps"] = bool(abs(r["wrapped_value"] - r["value"]) <= 1e-6 * max(abs(r["value"]), 1.0))
             graph += int(r["rejected"])
-        valid = next((r["valid_loss"] for r in probes.values() if "valid_loss" in r), float("nan"))
-        return {"vocab": vocab, "valid_loss": valid, "position": p, "shape": list(ids.shape),
-                "probes": probes}
+
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
+        ids, labels = random_batch(ctx)
+        ids, labels = ids[:1], labels[:1]  # batch 1: small probe graphs
+        vocab = ctx.engine.vocab_size()
+        # the report's order: V before -1 (the probes run -1 first, see the module docstring)
+        probes: dict[str, Any] = {f"{path} {bad}": None for path in ("input", "label")
+                                  for bad in (vocab, -1)}
+        self._path(ctx, "input", lambda name, i, l: forward_loss(ctx, name, i, l), ids, labels, probes)
+        label_ids, label_labels = ids, labels
+        run = lambda name, i, l: forward_loss(ctx, name, i, l)  # noqa: E731  (end-to-end form)
+        if ctx.target.model is not None:  # labels reach only the objective: score it on logits
+            label_ids, label_labels, logits = label_batch(ctx)
+            run = lambda name, i, l: objective_on_logits(ctx, logits, l, name=name)  # noqa: E731
+        self._path(ctx, "label", run, label_ids, label_labels, probes)
+        valid = {path: next((r["valid_loss"] for k, r in probes.items()
+                             if k.startswith(path) and "valid_loss" in r), float("nan"))
+                 for path in ("input", "label")}
+        return {"vocab": vocab, "valid_loss": valid["input"], "label_valid_loss": valid["label"],
+                "position": _PROBE_POSITION, "shape": list(ids.shape),
+                "label_shape": list(label_labels.shape), "probes": probes}
 
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
         def judge_path(path: str, setting: str):
@@ -159,8 +211,9 @@ class OutOfRangeIds(Check):
                                    "(wrapped)" if r.get("wraps") else "")
                         parts.append(f"{k}: accepted, loss {r['value']:.4g}{read_as}")
                         silent.append(k)
+                valid = v.get(f"{path}_valid_loss", v["valid_loss"])  # the batch of this path
                 msg = (f"{path} ids out of [0, {v['vocab']}) at one position (valid loss "
-                       f"{v['valid_loss']:.4g}): " + "; ".join(parts))
+                       f"{valid:.4g}): " + "; ".join(parts))
                 if nonfinite:
                     return Verdict.FAIL, msg + f"; NaN/Inf instead of an error for {', '.join(nonfinite)}", \
                         float(len(nonfinite) + len(silent))

@@ -1,0 +1,322 @@
+"""Benchmark for issue 10's "Done when": this tree against the previous release, and `objdebug
+align` against a bare MindSpore script, measured side by side in one run. Not run in CI.
+
+    .venv/bin/python bench/bench_release.py                    # everything, ~8-12 min on 2 cores
+    .venv/bin/python bench/bench_release.py --only align       # the align comparison, ~1 min
+    .venv/bin/python bench/bench_release.py --only release --repeat 2 --out /tmp/release.json
+
+- release: the previous release (git commit `--prev`, default 6abc76d, exported with `git archive`
+  from `--repo` into a temp dir) and this tree, one fresh CLI process per side and run, each in its
+  own empty working directory (cold: no compile cache, no MindSpore droppings):
+  `objdebug run --demo --stages align,grad,decompose,correlate,stress` (default profile) and the
+  same without stress; then this tree warm: the no-stress run again with the compile cache of the
+  cold run (the cache on by default in `.objdebug_cache/` of the working directory when the CLI
+  has `--no-cache`, else `--compile-cache DIR`, found from `run --help`). Targets: with stress
+  cold <= 0.6x the previous release, without stress cold <= 0.6x, warm <= 0.25x the previous
+  release's cold.
+- align: a generated 40-row target (good / medium / bad answers of 20-200 byte tokens, from the
+  demo's rows, the demo model and tokenizer: byte tokens, sinusoidal positions, no length limit)
+  through `objdebug align` against a bare script that loads the same model, checkpoint and
+  objective and computes the same per-answer losses (the 120 answers and the all-masked batch)
+  with the fewest graphs: one per-sample graph, at one shape [8, longest row]. Target <= 1.25x.
+
+Times are the whole process (interpreter start, imports, loading, compiles): what a user waits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+STAGES = "align,grad,decompose,correlate,stress"
+NO_STRESS = "align,grad,decompose,correlate"
+TARGETS = {"stress_cold": 0.6, "cold": 0.6, "warm": 0.25, "align": 1.25}
+
+
+# --------------------------------------------------------------------------- sides
+def export_release(repo: Path, commit: str, into: Path) -> Path:
+    """The tree of `commit`, as `git archive` writes it (no .git, no build outputs)."""
+    into.mkdir(parents=True, exist_ok=True)
+    archive = subprocess.run(["git", "-C", str(repo), "archive", commit], capture_output=True,
+                             check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    return into
+
+
+def _env(tree: Path) -> dict[str, str]:
+    env = dict(os.environ, PYTHONPATH=str(tree), GLOG_v="3")
+    for var in ("MS_COMPILER_CACHE_ENABLE", "MS_COMPILER_CACHE_PATH"):
+        env.pop(var, None)
+    return env
+
+
+def cache_args(tree: Path) -> tuple[list[str], list[str]]:
+    """(args for a cold run that fills a cache, args for the warm run) for this CLI: a default cache
+    in the working directory when `run --help` offers --no-cache, else --compile-cache DIR
+    (DIR relative to the working directory, so cold and warm share it)."""
+    help_text = subprocess.run([sys.executable, "-m", "objdebug.cli", "run", "--help"],
+                               capture_output=True, text=True, env=dict(_env(tree), COLUMNS="200"),
+                               cwd=tempfile.gettempdir()).stdout
+    if "--no-cache" in help_text:
+        return [], []
+    if "--compile-cache" in help_text:
+        return ["--compile-cache", "bench-cache"], ["--compile-cache", "bench-cache"]
+    raise SystemExit("this objdebug has no compile cache option")
+
+
+def _child_cpu() -> float:
+    """User + system CPU seconds of the finished child processes: less sensitive than the wall
+    time to other jobs on a shared machine (but blind to waits, e.g. the 3 s of a raising call)."""
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def run_cli(tree: Path, cwd: Path, args: list[str], name: str, timeout: float = 3600) -> dict:
+    """One `python -m objdebug.cli ...` process in `cwd`; wall time of the whole process."""
+    cwd.mkdir(parents=True, exist_ok=True)
+    report = cwd / f"{name}.json"
+    cmd = [sys.executable, "-m", "objdebug.cli", *args, "-q", "--json", str(report)]
+    start, cpu0 = time.perf_counter(), _child_cpu()
+    proc = subprocess.run(cmd, cwd=cwd, env=_env(tree), capture_output=True, text=True,
+                          timeout=timeout)
+    wall, cpu = time.perf_counter() - start, _child_cpu() - cpu0
+    if proc.returncode not in (0, 1):
+        raise SystemExit(f"{name}: exit {proc.returncode}: {(proc.stderr or proc.stdout).strip()[-1500:]}")
+    data = json.loads(report.read_text())
+    cache = (data.get("extra") or {}).get("compile_cache") or {}
+    return {"name": name, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "exit_code": proc.returncode,
+            "compiles": data["compiles"]["count"], "compile_s": round(data["compiles"]["seconds"], 2),
+            "timings": {k: round(v, 2) for k, v in data["timings"].items()},
+            "cache": cache.get("status", "off"), "hits": cache.get("hits"),
+            "summary": data.get("summary")}
+
+
+def release(repo: Path, commit: str, work: Path, repeat: int = 1) -> dict:
+    prev = export_release(repo, commit, work / "prev")
+    cold_args, warm_args = cache_args(ROOT)
+    tries: dict[str, list[dict]] = {}
+    for k in range(repeat):
+        # interleaved, so a load change on the shared machine hits both sides alike
+        for stages, tag in ((STAGES, "stress"), (NO_STRESS, "nostress")):
+            for side, tree, extra in (("prev", prev, []),
+                                      ("cur", ROOT, cold_args if tag == "nostress" else [])):
+                name = f"{side}_{tag}"
+                r = run_cli(tree, work / f"{name}.{k}", ["run", "--demo", "--stages", stages, *extra],
+                            name)
+                tries.setdefault(name, []).append(r)
+                print(_row(r), flush=True)
+        # warm: the same working directory (and cache) as this round's cold no-stress run
+        r = run_cli(ROOT, work / f"cur_nostress.{k}", ["run", "--demo", "--stages", NO_STRESS,
+                                                        *warm_args], "cur_nostress_warm")
+        tries.setdefault("cur_nostress_warm", []).append(r)
+        print(_row(r), flush=True)
+    runs = {name: min(rs, key=lambda r: r["wall_s"]) for name, rs in tries.items()}  # least disturbed
+    pairs = {"stress_cold": ("prev_stress", "cur_stress"), "cold": ("prev_nostress", "cur_nostress"),
+             "warm": ("prev_nostress", "cur_nostress_warm")}
+    ratios = {k: runs[c]["wall_s"] / runs[p]["wall_s"] for k, (p, c) in pairs.items()}
+    cpu_ratios = {k: runs[c]["cpu_s"] / runs[p]["cpu_s"] for k, (p, c) in pairs.items()}
+    return {"prev": commit, "repeat": repeat, "runs": runs, "ratios": ratios,
+            "cpu_ratios": cpu_ratios, "tries": tries}
+
+
+# --------------------------------------------------------------------------- align comparison
+def _stretch(text: str, n: int) -> str:
+    """`text` repeated (space-separated) and cut to exactly n bytes (byte tokenizer: n tokens)."""
+    out = text
+    while len(out.encode()) < n:
+        out += " " + text
+    return out.encode()[:n].decode("utf-8", "ignore")
+
+
+def make_align(folder: Path, rows: int = 40, longest: int = 200) -> Path:
+    """`rows` align rows from the demo's, answers stretched to 20..longest tokens (varied lengths)."""
+    demo = [json.loads(x) for x in (ROOT / "objdebug" / "demo" / "align.jsonl").read_text().splitlines()
+            if x.strip()]
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "align.jsonl"
+    with open(path, "w", encoding="utf-8") as fh:
+        for i in range(rows):
+            src = demo[i % len(demo)]
+            n = 20 + (i * 37) % (longest - 19)  # 20..longest, spread over the rows
+            if i == 0:
+                n = longest
+            row = {"id": f"b{i:03d}", "prompt": src["prompt"]}
+            for kind in ("good", "medium", "bad"):
+                row[kind] = _stretch(src[kind], n)
+            fh.write(json.dumps(row) + "\n")
+    return path
+
+
+BARE_ALIGN = r'''
+import json, sys, time
+t0 = time.perf_counter()
+import numpy as np
+import mindspore as ms
+from mindspore import nn, ops
+from objdebug.config import load_config
+from objdebug.engine.target import import_factory
+
+ms.set_device("CPU")
+ms.set_context(mode=ms.GRAPH_MODE)
+cfg = load_config(demo=True)  # only to find the same factories, kwargs and checkpoint
+model = import_factory(cfg.model.factory, "model", cfg.base_dir)(**cfg.model.kwargs)
+ms.load_param_into_net(model, ms.load_checkpoint(cfg.model.checkpoint))
+model.set_train(False)
+objective = import_factory(cfg.objective.factory, "objective", cfg.base_dir)(**cfg.objective.kwargs)
+B, PAD, LPAD = 8, cfg.data.pad_id, cfg.data.label_pad_id
+
+class PerSample(nn.Cell):  # the objective once per row: each answer's own loss
+    def __init__(self):
+        super().__init__(auto_prefix=False)
+        self.model, self.objective = model, objective
+    def construct(self, ids, labels):
+        logits = self.model(ids)
+        return ops.stack([self.objective(logits[b], labels[b]) for b in range(B)])
+
+seqs = []
+for line in open(sys.argv[1], encoding="utf-8"):
+    row = json.loads(line)
+    p = list(row["prompt"].encode())
+    for kind in ("good", "medium", "bad"):
+        seqs.append((p, list(row[kind].encode())))
+T = max(len(p) + len(r) for p, r in seqs)
+ids = np.full((len(seqs), T), PAD, np.int32)
+labels = np.full((len(seqs), T), LPAD, np.int32)
+for i, (p, r) in enumerate(seqs):
+    s = p + r
+    ids[i, :len(s)] = s
+    for t in range(len(p) - 1, len(s) - 1):
+        labels[i, t] = s[t + 1]
+cell = PerSample()
+losses = []
+for start in range(0, len(seqs), B):
+    chunk_ids, chunk_labels = ids[start:start + B], labels[start:start + B]
+    fill = B - len(chunk_ids)
+    if fill:
+        chunk_ids = np.concatenate([chunk_ids, np.repeat(chunk_ids[:1], fill, 0)])
+        chunk_labels = np.concatenate([chunk_labels, np.repeat(chunk_labels[:1], fill, 0)])
+    out = cell(ms.Tensor(chunk_ids), ms.Tensor(chunk_labels)).asnumpy()
+    losses += list(out[:B - fill])
+masked = cell(ms.Tensor(np.full((B, T), PAD, np.int32)), ms.Tensor(np.full((B, T), LPAD, np.int32)))
+masked.asnumpy()
+print(json.dumps({"answers": len(losses), "length": T, "graphs": 1,
+                  "wall_s": time.perf_counter() - t0}))
+'''
+
+
+def align_compare(work: Path, repeat: int = 1) -> dict:
+    data = make_align(work / "align-data")
+    args = ["align", "--demo", "--set", f"data.align='{data}'"]
+    if "--no-cache" in _help(ROOT):
+        args.append("--no-cache")  # cold, like the bare script
+    cwd = work / "align-bare"
+    cwd.mkdir(parents=True, exist_ok=True)
+    script = cwd / "bare_align.py"
+    script.write_text(BARE_ALIGN)
+    ods, bares = [], []
+    for k in range(repeat):  # interleaved; the fastest try of each side counts
+        ods.append(run_cli(ROOT, work / f"align-objdebug.{k}", args, "align"))
+        start, cpu0 = time.perf_counter(), _child_cpu()
+        proc = subprocess.run([sys.executable, str(script), str(data)], cwd=cwd, env=_env(ROOT),
+                              capture_output=True, text=True, timeout=1800)
+        wall, cpu = time.perf_counter() - start, _child_cpu() - cpu0
+        if proc.returncode:
+            raise SystemExit(f"bare align: exit {proc.returncode}: {proc.stderr.strip()[-1500:]}")
+        bare = json.loads([x for x in proc.stdout.splitlines() if x.startswith("{")][-1])
+        bare.update(name="bare align", wall_s=round(wall, 2), cpu_s=round(cpu, 2), compiles=1)
+        bares.append(bare)
+    od, bare = min(ods, key=lambda r: r["wall_s"]), min(bares, key=lambda r: r["wall_s"])
+    return {"objdebug": od, "bare": bare, "ratio": od["wall_s"] / bare["wall_s"],
+            "cpu_ratio": od["cpu_s"] / bare["cpu_s"], "repeat": repeat}
+
+
+def _help(tree: Path) -> str:
+    return subprocess.run([sys.executable, "-m", "objdebug.cli", "align", "--help"], capture_output=True,
+                          text=True, env=dict(_env(tree), COLUMNS="200")).stdout
+
+
+# --------------------------------------------------------------------------- report
+def _row(r: dict) -> str:
+    return (f"  {r['name']:<20} {r['wall_s']:>8.1f} s  compiles {r['compiles']:>3} "
+            f"({r['compile_s']:.1f} s)  cache {r['cache']}"
+            + (f" ({r['hits']} hits)" if r.get("hits") is not None else ""))
+
+
+def render(res: dict) -> str:
+    out = []
+    rel = res.get("release")
+    if rel:
+        runs, ratios = rel["runs"], rel["ratios"]
+        out.append(f"previous release {rel['prev']} vs this tree (demo, default profile; whole process, s)")
+        cpu = rel.get("cpu_ratios", {})
+        out.append("| run | previous (cold) | this tree | ratio | target | CPU-time ratio |")
+        out.append("|---|---|---|---|---|---|")
+        for label, prev, cur, key in (
+                (f"--stages {STAGES}, cold", "prev_stress", "cur_stress", "stress_cold"),
+                (f"--stages {NO_STRESS}, cold", "prev_nostress", "cur_nostress", "cold"),
+                (f"--stages {NO_STRESS}, warm cache", "prev_nostress", "cur_nostress_warm", "warm")):
+            ok = "ok" if ratios[key] <= TARGETS[key] else "MISSED"
+            cpu_ratio = f"{cpu[key]:.2f}x" if key in cpu else ""
+            out.append(f"| {label} | {runs[prev]['wall_s']:.1f} | {runs[cur]['wall_s']:.1f} | "
+                       f"{ratios[key]:.2f}x | <= {TARGETS[key]}x {ok} | {cpu_ratio} |")
+        out.append("")
+        out.append(f"(fastest of {rel.get('repeat', 1)} interleaved tries per run; whole process)")
+        out.append("| run | wall s | CPU s | compiles | compile s | cache | stage seconds |")
+        out.append("|---|---|---|---|---|---|---|")
+        for r in runs.values():
+            stages = ", ".join(f"{k} {v:.1f}" for k, v in r["timings"].items())
+            out.append(f"| {r['name']} | {r['wall_s']:.1f} | {r.get('cpu_s', float('nan')):.1f} | "
+                       f"{r['compiles']} | {r['compile_s']:.1f} | {r['cache']} | {stages} |")
+        out.append("")
+    al = res.get("align")
+    if al:
+        od, bare = al["objdebug"], al["bare"]
+        ok = "ok" if al["ratio"] <= TARGETS["align"] else "MISSED"
+        out.append(f"objdebug align vs bare MindSpore (40 rows x 3 answers, up to 200 tokens; "
+                   f"whole process, s)")
+        out.append("| side | wall s | CPU s | compiles |")
+        out.append("|---|---|---|---|")
+        out.append(f"| objdebug align | {od['wall_s']:.1f} | {od.get('cpu_s', float('nan')):.1f} | "
+                   f"{od['compiles']} ({od['compile_s']:.1f} s) |")
+        out.append(f"| bare script ({bare['answers']} answers + masked batch, one [8,{bare['length']}] "
+                   f"graph) | {bare['wall_s']:.1f} | {bare.get('cpu_s', float('nan')):.1f} | 1 |")
+        cpu_ratio = f"; CPU-time ratio {al['cpu_ratio']:.2f}x" if "cpu_ratio" in al else ""
+        out.append(f"ratio {al['ratio']:.2f}x (target <= {TARGETS['align']}x: {ok}){cpu_ratio}")
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", default="release,align", help="parts: release,align")
+    ap.add_argument("--prev", default="6abc76d", help="the previous release's git commit")
+    ap.add_argument("--repo", type=Path, default=ROOT, help="a git repository that has --prev")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="interleaved tries per run, the fastest counts (a shared machine)")
+    ap.add_argument("--out", type=Path, help="write the results JSON here")
+    args = ap.parse_args(argv)
+    parts = set(args.only.split(","))
+    res: dict = {"started": time.strftime("%Y-%m-%dT%H:%M:%S"), "cpus": os.cpu_count()}
+    with tempfile.TemporaryDirectory(prefix="objdebug-bench-release-") as tmp:
+        if "align" in parts:
+            res["align"] = align_compare(Path(tmp), args.repeat)
+            print(render({"align": res["align"]}), flush=True)
+        if "release" in parts:
+            res["release"] = release(args.repo, args.prev, Path(tmp), args.repeat)
+    print()
+    print(render(res))
+    if args.out:
+        args.out.write_text(json.dumps(res, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
