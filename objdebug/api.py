@@ -216,6 +216,7 @@ def _run_stages(cfg, result, profile, chosen, select, ignore, options, out_dir, 
                            refuse="not with --workers (one cache per process)" if world.distributed else "")
         cache.attach(engine)
         with cache:  # writes the cache's manifest after a clean run only
+            engine.check = "contract"
             contract.check_target(target, engine)  # the contract on one small batch: exit 2 if broken
             result.target = target.describe()  # again: the probe may add notes (model_inputs)
             for stage in chosen:
@@ -228,13 +229,16 @@ def _run_stages(cfg, result, profile, chosen, select, ignore, options, out_dir, 
                 for check in stage_checks(stage):
                     if not check.enabled(thresholds):
                         continue  # switched off by the profile: no result at all
+                    engine.check = check.name  # its compiles and graph uses are charged to it
                     res = skipped(check, skip) if skip else check.run(ctx, thresholds)
                     res.findings = [f for f in res.findings if code_selected(f.code, select, ignore)]
                     result.results.append(res)
+                engine.check = ""
                 result.timings[stage] = time.perf_counter() - t
                 progress.stage_end(StageSummary.of(stage, result.results[first_result:],
                                                    result.timings[stage],
                                                    engine.compiles.records[first_compile:]))
+        engine.check = "model-state"
         _report_model_state(ctx, result, select, ignore)
         result.extra.update(ctx.report_extra)
         if cache.status != "off":

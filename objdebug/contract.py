@@ -224,8 +224,8 @@ def _scalar(x) -> bool:
 
 
 def _check_objective(out, components: list[str], form: str) -> None:
-    expected = (f"a scalar loss, or a tuple (total, component, ...) with the components named in "
-                f"objective.components")
+    expected = ("a scalar loss, or a tuple (total, component, ...) with the components named in "
+                "objective.components")
     if isinstance(out, (tuple, list)):
         if not out or not all(_scalar(o) for o in out):
             raise InputError(f"For 'objective.factory', the objective ({form}) must return "

@@ -155,8 +155,8 @@ def padding_id(found: Findings, specials: dict[str, int], texts, given, vocab: i
     if not used:
         found.undecided.append(f"data.pad_id: no data to read; {pad} assumed (pass --data FILE)")
     if vocab is not None and pad >= vocab:
-        found.undecided.append(f"data.pad_id: every id below the vocabulary occurs in the data; "
-                               f"set the padding id your pipeline uses")
+        found.undecided.append("data.pad_id: every id below the vocabulary occurs in the data; "
+                               "set the padding id your pipeline uses")
 
 
 # --------------------------------------------------------------------------- probes

@@ -28,7 +28,6 @@ max_entropy): near a uniform softmax r, s and e are almost collinear and a free 
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np

@@ -10,7 +10,7 @@ import pytest
 from objdebug import api
 from objdebug.engine import runtime
 from objdebug.config import load_config
-from objdebug.engine.data import build_labels, pack
+from objdebug.engine.data import pack
 from objdebug.engine.core import Engine
 from objdebug.engine.target import load_target
 
@@ -108,6 +108,23 @@ def test_aggregates_and_verdicts_are_consistent(tiny_runs):
     assert sig.verdict.value in ("PASS", "WARN", "FAIL", "INFO")  # INFO: judged, the random model excuses it (OBJ004)
     codes = [f.code for f in res.findings]
     assert codes == ["OBJ101", "OBJ102", "OBJ103", "OBJ104"]
+
+
+def test_compile_budget_is_reported_per_check(tiny_runs):
+    """Every compile is charged to the check (or the contract probe) whose call made it, with the
+    graphs each check used: the align stage adds one graph (the per-sample objective) to the
+    probe's two, and nothing compiles twice."""
+    _, result, _, _ = tiny_runs
+    comp = result.compiles
+    by_check = comp["by_check"]
+    assert sum(c["count"] for c in by_check.values()) == comp["count"]
+    assert [g.split()[0] for g in by_check["contract"]["compiled"]] == ["model.forward", "contract.objective"]
+    assert [g.split()[0] for g in by_check["alignment"]["compiled"]] == ["objective.per_sample"]
+    assert "objective.per_sample" in by_check["alignment"]["uses"]
+    for c in by_check.values():  # what a check compiled, it also used
+        assert {g.split()[0] for g in c["compiled"]} <= set(c["uses"])
+    graphs = [(g["graph"], g["shapes"]) for g in comp["graphs"]]
+    assert len(graphs) == len(set(graphs))
 
 
 def test_gap_conditions_from_profile():

@@ -10,11 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from .conftest import messages, cli_exit_2
+from .conftest import cli_exit_2
 from typer.testing import CliRunner
 
 from objdebug import contract
-from objdebug.cli import app
 from objdebug.errors import InputError
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -7,10 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import messages, cli_exit_2
+from .conftest import cli_exit_2
 from typer.testing import CliRunner
 
-from objdebug.cli import app
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "tests" / "golden" / "synthetic.json"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import messages, cli_exit_2, digest
+from .conftest import cli_exit_2
 from typer.testing import CliRunner
 
 from objdebug.cli import app

@@ -320,7 +320,6 @@ def test_long_inputs_skip_when_memory_would_not_fit(healthy):
 
 
 def test_long_inputs_calibrate_memory_from_measured_peaks(healthy):
-    from objdebug.stages.stress_cases import memory
 
     v = healthy.run("long-inputs").value
     cal = v["calibration"]

@@ -33,11 +33,27 @@ class CompileRecord:
     shapes: str
     seconds: float  # first call: compile + one run
     stage: str
+    check: str = ""  # the check (or pipeline step: contract, model-state) whose call compiled it
 
 
 @dataclass
 class CompileLog:
     records: list[CompileRecord] = field(default_factory=list)
+    uses: dict[str, set[str]] = field(default_factory=dict)  # check -> every graph it called
+
+    def by_check(self) -> dict[str, dict[str, Any]]:
+        """The compile budget per check: the graphs it compiled (count, seconds) and every graph
+        it used, compiled by whom ever came first (a check that adds no graph reuses others')."""
+        out: dict[str, dict[str, Any]] = {}
+        for check, graphs in self.uses.items():
+            out[check] = {"count": 0, "seconds": 0.0, "compiled": [], "uses": sorted(graphs)}
+        for r in self.records:
+            c = out.setdefault(r.check or r.stage, {"count": 0, "seconds": 0.0, "compiled": [],
+                                                    "uses": []})
+            c["count"] += 1
+            c["seconds"] = round(c["seconds"] + r.seconds, 3)
+            c["compiled"].append(f"{r.graph} {shapes_text(r.shapes)}".rstrip())
+        return out
 
     @property
     def count(self) -> int:
@@ -57,7 +73,7 @@ class CompileLog:
 
     def to_dict(self) -> dict[str, Any]:
         return {"count": self.count, "seconds": round(self.seconds, 3), "by_stage": self.by_stage(),
-                "graphs": [asdict(r) for r in self.records]}
+                "by_check": self.by_check(), "graphs": [asdict(r) for r in self.records]}
 
 
 class CompileListener(Protocol):
@@ -77,6 +93,7 @@ class Engine:
         self.padding = Padding.of(target.config)
         self.compiles = CompileLog()
         self.stage = "setup"
+        self.check = ""  # the check now running (api.run sets it): compiles and uses are charged to it
         self.progress = progress or Progress()  # no display unless the caller passes one
         self._cells: dict[str, Any] = {}
         self._seen: set[tuple[str, str]] = set()
@@ -102,6 +119,7 @@ class Engine:
         sig = ",".join(f"{getattr(a, 'dtype', type(a).__name__)}{list(getattr(a, 'shape', ()))}"
                        for a in args)
         key = (name, sig)
+        self.compiles.uses.setdefault(self.check or self.stage, set()).add(name)
         if key in self._seen:
             return fn(*args)
         shapes = shapes_text(sig)
@@ -117,7 +135,8 @@ class Engine:
             for listener in self._listeners:
                 listener.after_compile(name, sig, seconds)
         self._seen.add(key)
-        self.compiles.records.append(CompileRecord(name, sig, time.perf_counter() - start, self.stage))
+        self.compiles.records.append(CompileRecord(name, sig, time.perf_counter() - start, self.stage,
+                                                   self.check))
         return out
 
     def called(self, name: str) -> bool:

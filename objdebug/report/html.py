@@ -167,7 +167,11 @@ def render(report: dict[str, Any], figures: list[Drawn] | None = None) -> str:
                  + (f"; {escape(cache)}" if cache else "") + "</p>"
                  + _table(["stage", "count", "seconds"],
                           [[escape(k), escape(_fmt(v.get("count"))), escape(_fmt(v.get("seconds")))]
-                           for k, v in comp.get("by_stage", {}).items()]))
+                           for k, v in comp.get("by_stage", {}).items()])
+                 + (_table(["check", "compiles", "seconds", "graphs used"],
+                           [[escape(k), escape(_fmt(v.get("count", 0))), escape(_fmt(v.get("seconds", 0.0))),
+                             escape(", ".join(v.get("uses", [])))]
+                            for k, v in comp["by_check"].items()]) if comp.get("by_check") else ""))
     parts.append("<h3>Target</h3>" + _kv(target))
     parts.append("<h3>Profile</h3><pre>" + escape(json.dumps(report.get("profile", {}), indent=2)) + "</pre>")
     parts.append("<h3>Config</h3><pre>" + escape(json.dumps(cfg, indent=2)) + "</pre>")

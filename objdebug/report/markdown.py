@@ -110,6 +110,11 @@ def render(report: dict[str, Any], figures: list[Drawn] | None = None) -> str:
     if compile_cache_line(report):
         lines.append(f"{_text(compile_cache_line(report))}.")
     lines.append("")
+    if comp.get("by_check"):
+        lines += _table(["check", "compiles", "seconds", "graphs used"],
+                        [[k, v.get("count", 0), v.get("seconds", 0), ", ".join(v.get("uses", []))]
+                         for k, v in comp["by_check"].items()])
+        lines.append("")
     for title, obj in (("Profile", report.get("profile", {})), ("Config", cfg),
                        ("Options", report.get("options") or None),
                        ("Baseline", report.get("extra", {}).get("baseline"))):

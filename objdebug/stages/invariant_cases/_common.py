@@ -8,7 +8,6 @@ already computed there with the same compiled forward. Every objective evaluatio
 
 from __future__ import annotations
 
-from typing import Any
 
 import numpy as np
 

@@ -21,8 +21,7 @@ import numpy as np
 from objdebug.context import Context
 from objdebug.findings import Check, Condition, Verdict
 from objdebug.settings import Settings
-from objdebug.stages.invariant_cases._common import (base, batch, logits, probe, settings,
-                                                     skip_end_to_end)
+from objdebug.stages.invariant_cases._common import (base, batch, logits, probe, skip_end_to_end)
 
 
 def shifted_labels(labels: np.ndarray, d: int, pad: int) -> np.ndarray:

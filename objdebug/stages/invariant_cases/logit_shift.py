@@ -34,8 +34,8 @@ import numpy as np
 from objdebug.context import Context
 from objdebug.findings import Check, Condition, Verdict
 from objdebug.settings import Settings
-from objdebug.stages.invariant_cases._common import (F32_EPS, base, batch, fmt, logits, probe, scored,
-                                                     settings, skip_end_to_end)
+from objdebug.stages.invariant_cases._common import (F32_EPS, base, batch, fmt, logits, probe,
+                                                     scored, skip_end_to_end)
 
 
 def position_weights(ctx: Context) -> np.ndarray:

@@ -25,7 +25,7 @@ from objdebug.engine.data import build_labels
 from objdebug.engine.datasets import text_samples
 from objdebug.findings import Check, Condition, Verdict, listing
 from objdebug.settings import Settings
-from objdebug.stages.invariant_cases._common import (batch, fmt, logits, micro_batches, probe, settings,
+from objdebug.stages.invariant_cases._common import (batch, fmt, logits, micro_batches, probe,
                                                      skip_end_to_end)
 
 

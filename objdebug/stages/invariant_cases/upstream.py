@@ -23,7 +23,7 @@ from objdebug.context import Context
 from objdebug.findings import Check, Condition, Verdict
 from objdebug.settings import Settings
 from objdebug.stages.invariant_cases._common import (base, batch, fmt, logits, micro_batches,
-                                                     micro_probes, probe, rel, settings, skip_end_to_end)
+                                                     micro_probes, probe, rel, skip_end_to_end)
 
 
 def l2_rel(g: np.ndarray, ref: np.ndarray) -> float:

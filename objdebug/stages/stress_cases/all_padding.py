@@ -13,7 +13,6 @@ from typing import Any
 import numpy as np
 
 from objdebug.context import Context
-from objdebug.engine.model_inputs import padding_batch
 from objdebug.findings import Check, Condition, Verdict
 from objdebug.settings import Settings
 from objdebug.stages.stress_cases._common import loss_and_grad, short_length
