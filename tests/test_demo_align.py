@@ -48,9 +48,10 @@ def test_demo_losses_match_numpy_reference(demo_runs):
     for cfg, result in demo_runs[0:2], demo_runs[2:4]:
         runtime.setup("CPU", "graph", 0)
         target = load_target(cfg)
-        rows = align_rows(Context(config=cfg, target=target, engine=Engine(target),
-                                  profile=load_profile()))
-        ref = reference_losses(cfg, rows[:6])
+        engine = Engine(target)
+        rows = align_rows(Context(config=cfg, target=target, engine=engine,
+                                  profile=load_profile()))  # plans the buckets, as the run did
+        ref = reference_losses(cfg, rows[:6], engine)
         for row in _rows(result)[:6]:
             for kind in ("good", "medium", "bad"):
                 assert row[kind] == pytest.approx(ref[(row["id"], kind)], rel=1e-4, abs=1e-5)

@@ -123,10 +123,11 @@ def test_checkpoint_is_trained_and_the_model_is_causal(graph_mode):
 
 # --------------------------------------------------------------------------- the CI gate (subprocess)
 def test_masked_ce_passes_the_ci_gate_on_grad_decompose_stress(tmp_path):
-    """The ci-gate profile, with its long-input lengths (OBJ501 may SKIP one that would not fit
-    this machine; that is not a failure), and 8 random FD directions as in the full profile (the
-    old OBJ206 warned on this target with them: 0.014)."""
-    rc, data, out = _gate(tmp_path, "llama_ce", "grad,decompose,stress", str(LLAMA / "ci-gate-fd8.toml"))
+    """The ci-gate profile with 8 random FD directions as in the full profile (the old OBJ206 warned
+    on this target with them: 0.014), long inputs at 512 tokens (the 2048-token run is the slow
+    test below: ~70 s and 13 GiB on this model)."""
+    rc, data, out = _gate(tmp_path, "llama_ce", "grad,decompose,stress",
+                          str(LLAMA / "ci-gate-fd8-short.toml"))
     findings = _assert_clean(rc, data, out)
     codes = {f["code"]: f for f in findings}
     assert codes["OBJ206"]["verdict"] == "PASS" and codes["OBJ206"]["value"] < 2e-3
@@ -138,8 +139,17 @@ def test_masked_ce_passes_the_ci_gate_on_grad_decompose_stress(tmp_path):
     assert codes["OBJ507"]["verdict"] == "INFO" and "(wrapped)" in codes["OBJ507"]["message"]
     assert codes["OBJ506"]["fix"] and codes["OBJ507"]["fix"]
     assert data["summary"]["INFO"] >= 2 and data["summary"]["WARN"] == data["summary"]["FAIL"] == 0
-    # long inputs: T=2048 either ran with its measured peak beside the calibrated prediction, or
-    # was skipped because the calibrated prediction (not a guess) does not fit this machine
+    assert codes["OBJ501"]["verdict"] == "PASS" and codes["OBJ513"]["verdict"] == "PASS"
+
+
+@pytest.mark.slow
+def test_masked_ce_long_inputs_under_the_ci_gate(tmp_path):
+    """The ci-gate's own long inputs: T=2048 either ran with its measured peak beside the calibrated
+    prediction, or was skipped because the calibrated prediction (not a guess) does not fit this
+    machine; never a failure."""
+    rc, data, out = _gate(tmp_path, "llama_ce", "stress", str(LLAMA / "ci-gate-fd8.toml"))
+    findings = _assert_clean(rc, data, out)
+    codes = {f["code"]: f for f in findings}
     long = next(r["value"] for r in data["results"] if r["check"] == "long-inputs")
     row = long["lengths"]["2048"]
     assert row["estimate_from"] == "calibration", row
