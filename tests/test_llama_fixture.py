@@ -122,18 +122,27 @@ def test_checkpoint_is_trained_and_the_model_is_causal(graph_mode):
 
 
 # --------------------------------------------------------------------------- the CI gate (subprocess)
-def test_masked_ce_passes_the_ci_gate_on_grad_decompose_stress(tmp_path):
+def test_masked_ce_passes_the_ci_gate_on_grad_and_decompose(tmp_path):
     """The ci-gate profile with 8 random FD directions as in the full profile (the old OBJ206 warned
-    on this target with them: 0.014), long inputs at 512 tokens (the 2048-token run is the slow
-    test below: ~70 s and 13 GiB on this model)."""
-    rc, data, out = _gate(tmp_path, "llama_ce", "grad,decompose,stress",
-                          str(LLAMA / "ci-gate-fd8-short.toml"))
+    on this target with them: 0.014). The stress stage on this model is the slow test below (~60 s:
+    one forward + backward graph per length on a 4-layer model); the healthy-objective stress claim
+    runs fast on the demo and the nn.CrossEntropyLoss fixtures (tests/test_stress.py)."""
+    rc, data, out = _gate(tmp_path, "llama_ce", "grad,decompose", str(LLAMA / "ci-gate-fd8.toml"))
     findings = _assert_clean(rc, data, out)
     codes = {f["code"]: f for f in findings}
     assert codes["OBJ206"]["verdict"] == "PASS" and codes["OBJ206"]["value"] < 2e-3
     fd = next(r["value"] for r in data["results"] if r["check"] == "finite-differences")
     assert fd["n_directions"] == 9 and fd["directions"][0]["direction"] == "gradient"
-    # MindSpore's nature, not a bug: label -1 scored as V-1 and input id -1 read as 511 are notes
+    assert data["summary"]["WARN"] == data["summary"]["FAIL"] == 0
+
+
+@pytest.mark.slow
+def test_masked_ce_passes_the_ci_gate_on_stress(tmp_path):
+    """The stress stage under ci-gate with long inputs at 512 tokens: MindSpore's nature (label -1
+    scored as V-1, input id -1 read as 511) is a note, never a failure."""
+    rc, data, out = _gate(tmp_path, "llama_ce", "stress", str(LLAMA / "ci-gate-fd8-short.toml"))
+    findings = _assert_clean(rc, data, out)
+    codes = {f["code"]: f for f in findings}
     assert codes["OBJ506"]["verdict"] == "INFO" and "label -1: accepted" in codes["OBJ506"]["message"]
     assert "label 512: rejected" in codes["OBJ506"]["message"]
     assert codes["OBJ507"]["verdict"] == "INFO" and "(wrapped)" in codes["OBJ507"]["message"]
@@ -162,7 +171,7 @@ def test_masked_ce_long_inputs_under_the_ci_gate(tmp_path):
 
 
 @pytest.mark.parametrize("target", [
-    # 20-30 s each; in CI the masked CE runs the whole gate on this model, the composite is covered by
+    # 20-30 s each; in CI the masked CE runs grad and decompose on this model, the composite is covered by
     # decompose_healthy (OBJ305) and label smoothing by tests/test_pitfalls.py's likelihood fit
     pytest.param("llama_smooth", marks=pytest.mark.slow),
     pytest.param("llama_entropy", marks=pytest.mark.slow)])
