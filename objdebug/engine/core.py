@@ -135,8 +135,7 @@ class Engine:
             for listener in self._listeners:
                 listener.after_compile(name, sig, seconds)
         self._seen.add(key)
-        self.compiles.records.append(CompileRecord(name, sig, time.perf_counter() - start, self.stage,
-                                                   self.check))
+        self.compiles.records.append(CompileRecord(name, sig, seconds, self.stage, self.check))
         return out
 
     def called(self, name: str) -> bool:
