@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -83,6 +84,18 @@ def _samples_of(row: dict[str, Any]) -> list[Sample]:
     return list(row["samples"].values()) if "samples" in row else [row["sample"]]
 
 
+def _with_ids(lines, path) -> Iterator[tuple[int, dict[str, Any], str]]:
+    """(line, row, id) of each row: the row's `id`, or `line<N>`; an id used twice is an error
+    naming the file and the second line."""
+    seen: set[str] = set()
+    for lineno, raw in lines:
+        rid = str(raw.get("id", f"line{lineno}"))
+        if rid in seen:
+            raise InputError(f"duplicate id '{rid}'", source=str(path), line=lineno)
+        seen.add(rid)
+        yield lineno, raw, rid
+
+
 def align_rows(ctx: Context) -> list[dict[str, Any]]:
     """Rows of {id, line, samples: {kind: Sample}, synthetic: [kinds]} from data.align."""
     def build() -> list[dict[str, Any]]:
@@ -90,12 +103,8 @@ def align_rows(ctx: Context) -> list[dict[str, Any]]:
         enc = replace(encoder(ctx), source=str(path))  # errors name this file
         synthesize = ctx.options.synthesize
         rng = np.random.default_rng(ctx.profile.section("align")["seed"])
-        rows, seen = [], set()
-        for lineno, raw in read_jsonl(path, "align"):
-            rid = str(raw.get("id", f"line{lineno}"))
-            if rid in seen:
-                raise InputError(f"duplicate id '{rid}'", source=str(path), line=lineno)
-            seen.add(rid)
+        rows = []
+        for lineno, raw, rid in _with_ids(read_jsonl(path, "align"), path):
             prompt = enc.field(raw, "prompt", lineno)
             answers = {k: enc.field(raw, k, lineno, required=(k == "good")) for k in KINDS}
             if not answers["good"]:
@@ -131,12 +140,8 @@ def score_rows(ctx: Context) -> list[dict[str, Any]]:
     def build() -> list[dict[str, Any]]:
         path = ctx.config.data.scores
         enc = replace(encoder(ctx), source=str(path))
-        rows, seen = [], set()
-        for lineno, raw in read_jsonl(path, "scores"):
-            rid = str(raw.get("id", f"line{lineno}"))
-            if rid in seen:
-                raise InputError(f"duplicate id '{rid}'", source=str(path), line=lineno)
-            seen.add(rid)
+        rows = []
+        for lineno, raw, rid in _with_ids(read_jsonl(path, "scores"), path):
             prompt = enc.field(raw, "prompt", lineno, required=False) or []
             response = enc.field(raw, "response", lineno)
             if not response:
@@ -187,12 +192,8 @@ def text_rows(ctx: Context) -> list[Sample]:
         path = ctx.config.data.text
         enc = replace(encoder(ctx), source=str(path))
         limit = ctx.config.data.text_max_tokens
-        out, seen = [], set()
-        for lineno, raw in _text_documents(path):
-            rid = str(raw.get("id", f"line{lineno}"))
-            if rid in seen:
-                raise InputError(f"duplicate id '{rid}'", source=str(path), line=lineno)
-            seen.add(rid)
+        out = []
+        for lineno, raw, rid in _with_ids(_text_documents(path), path):
             ids = enc.field(raw, "text", lineno)
             if len(ids) < 2:  # nothing to predict: a document needs a next token
                 raise InputError(f"field 'text' has {len(ids)} token(s); a document needs at least 2",
@@ -252,12 +253,8 @@ def preference_rows(ctx: Context) -> list[dict[str, Any]]:
     def build() -> list[dict[str, Any]]:
         path = ctx.config.data.preference
         enc = replace(encoder(ctx), source=str(path))
-        rows, seen = [], set()
-        for lineno, raw in read_jsonl(path, "preference"):
-            rid = str(raw.get("id", f"line{lineno}"))
-            if rid in seen:
-                raise InputError(f"duplicate id '{rid}'", source=str(path), line=lineno)
-            seen.add(rid)
+        rows = []
+        for lineno, raw, rid in _with_ids(read_jsonl(path, "preference"), path):
             prompt = enc.field(raw, "prompt", lineno, required=False) or []
             chosen = enc.field(raw, "chosen", lineno)
             rejected = enc.field(raw, "rejected", lineno)
