@@ -114,6 +114,33 @@ def test_gradient_stats_match_numpy(tiny):
             assert not np.isfinite(s["max_abs"][i]) and not np.isfinite(s["sq_norm"][i])
 
 
+def test_engine_gradient_stats_count_nonfinite_only_when_a_norm_is_not_finite(tiny):
+    """One `gradient.stats` graph per parameter set (whatever the batch length); the graph that
+    counts NaN/Inf elements runs only for a gradient whose squared norm is not finite, and both
+    paths give numpy's numbers."""
+    import mindspore as ms
+
+    from objdebug.engine.gradients import STATS, STATS_NONFINITE
+
+    engine = tiny.engine
+    rng = np.random.default_rng(1)
+    healthy = [rng.normal(size=(5, 4)).astype(np.float32), np.zeros(3, np.float32)]
+    s = engine.gradient_stats([ms.Tensor(g) for g in healthy])
+    assert s["nonfinite"].tolist() == [0, 0] and s["zeros"].tolist() == [0, 3]
+    np.testing.assert_allclose(s["finite_sq"], [(healthy[0].astype(np.float64) ** 2).sum(), 0.0], rtol=1e-6)
+    assert [r.graph for r in engine.compiles.records].count(STATS) == 1
+    assert not engine.called(STATS_NONFINITE)
+    sick = [healthy[0].copy(), np.array([1.0, np.nan, 2.0], np.float32)]
+    sick[0][0, 0] = np.inf
+    s = engine.gradient_stats([ms.Tensor(g) for g in sick])
+    assert s["nonfinite"].tolist() == [1, 1]
+    assert s["finite_sq"][1] == pytest.approx(5.0)
+    np.testing.assert_allclose(s["finite_sq"][0], (np.where(np.isfinite(sick[0]), sick[0], 0).astype(np.float64) ** 2).sum(),
+                               rtol=1e-6)
+    graphs = [r.graph for r in engine.compiles.records]
+    assert graphs.count(STATS) == 1 and graphs.count(STATS_NONFINITE) == 1  # same shapes: no recompile
+
+
 def test_obj202_and_the_monitor_read_the_same_gradients(tiny):
     """OBJ202 (grad stage) and OBJ603's monitor statistics on ONE forward + backward: the same
     per-parameter norms and the same all-parameter max/mean (the monitor judges it over matrices,
@@ -155,7 +182,9 @@ def test_buckets_by_cost_leave_per_sample_results_unchanged(tiny):
     assert {ladder.bucket(s.length) for s in samples} == {32, 64, 128}
     a, b = ladder.evaluate(samples), planned.evaluate(samples)
     np.testing.assert_allclose(b, a, rtol=2e-6, atol=1e-7)
-    assert planned.compiles.count == 1 and ladder.compiles.count == 3
+    per_sample = [[r.shapes for r in e.compiles.records if r.graph == "objective.per_sample"]
+                  for e in (planned, ladder)]
+    assert len(per_sample[0]) == 1 and len(per_sample[1]) == 3  # one objective graph per bucket
     # every stage asks the engine: each row's padded length is the planned one
     assert {planned.bucket(s.length) for s in samples} == {128}
     assert {b.length for b in planned.batches(samples)} == {128}

@@ -14,6 +14,7 @@ every first call of a (graph, shapes) pair before and after it runs (the compile
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -114,10 +115,13 @@ class Engine:
         seconds)` after (also when it raised) every first call of a (graph, input signature)."""
         self._listeners.append(listener)
 
-    def call(self, name: str, fn: Callable, *args: Any) -> Any:
-        """Call a compiled function; the first call per (name, input shapes) is logged as a compile."""
-        sig = ",".join(f"{getattr(a, 'dtype', type(a).__name__)}{list(getattr(a, 'shape', ()))}"
-                       for a in args)
+    def call(self, name: str, fn: Callable, *args: Any, signature: str | None = None) -> Any:
+        """Call a compiled function; the first call per (name, input shapes) is logged as a compile.
+
+        `signature`: what names the compile when the argument shapes would be a long list (the
+        gradient statistics take one tensor per parameter); it must change where they change."""
+        sig = signature or ",".join(f"{getattr(a, 'dtype', type(a).__name__)}{list(getattr(a, 'shape', ()))}"
+                                    for a in args)
         key = (name, sig)
         self.compiles.uses.setdefault(self.check or self.stage, set()).add(name)
         if key in self._seen:
@@ -181,6 +185,22 @@ class Engine:
             out.append(Batch(ids, labels, rows, size - len(rows), list(idx)))
         return out
 
+    def gradient_stats(self, grads: Sequence[Any]) -> dict[str, np.ndarray]:
+        """Per-parameter statistics of a gradient tuple (sq_norm, max_abs, zeros, nonfinite,
+        finite_sq -> float64[P]; `objdebug.engine.gradients.complete_stats`), in one graph per set
+        of parameter shapes: every forward + backward graph of the run (each input length) shares
+        it, and a second one runs only for a gradient with NaN/Inf in it."""
+        from objdebug.engine.gradients import (STATS, STATS_NONFINITE, GradientNorms, GradientStats,
+                                               complete_stats)
+
+        full = ",".join(f"{g.dtype}{list(g.shape)}" for g in grads)
+        elements = sum(int(np.prod(g.shape)) for g in grads)
+        # '[P, elements]' in the compile table; the digest tells parameter sets apart (the cache's key)
+        signature = f"Tensors[{len(grads)}, {elements}]#{hashlib.sha1(full.encode()).hexdigest()[:12]}"
+        norms = self.call(STATS, self.cell(STATS, GradientNorms), *grads, signature=signature)
+        return complete_stats(norms, lambda: self.call(
+            STATS_NONFINITE, self.cell(STATS_NONFINITE, GradientStats), *grads, signature=signature))
+
     # ------------------------------------------------------------------ vocabulary
     def vocab_size(self) -> int | None:
         """Model vocabulary: from the config, else the logits' last dimension (split form)."""
@@ -201,14 +221,22 @@ class Engine:
         return out.asnumpy()
 
     def per_sample_raw(self, input_ids: np.ndarray, labels: np.ndarray) -> np.ndarray:
-        """The objective on each row of a [batch_size, T] batch -> float64[B, K] (K = total + components)."""
+        """The objective on each row of a [batch_size, T] batch -> float64[B, K] (K = total + components).
+
+        Split form: two graphs, the shared `model.forward` (the contract probe's, the model
+        state's, the logit checks') and the objective alone per row on its logits, which stay
+        MindSpore Tensors between the two; end-to-end: one graph on the ids."""
         import mindspore as ms
 
         from objdebug.engine.cells import PerSampleObjective
 
-        cell = self.cell("objective.per_sample", lambda: PerSampleObjective(self.target, self.batch_size))
-        out = self.call("objective.per_sample", cell, ms.Tensor(input_ids, ms.int32),
-                        ms.Tensor(labels, ms.int32))
+        split = self.target.model is not None
+        cell = self.cell("objective.per_sample",
+                         lambda: PerSampleObjective(self.target, self.batch_size, on_logits=split))
+        x = ms.Tensor(input_ids, ms.int32)
+        if split:
+            x = self.call("model.forward", self.target.model, x)
+        out = self.call("objective.per_sample", cell, x, ms.Tensor(labels, ms.int32))
         return out.asnumpy().astype(np.float64)
 
     def evaluate(self, samples: list[Sample], label: str = "") -> np.ndarray:

@@ -1,32 +1,40 @@
 """Compiled gradient machinery: the user's objective, its parameter and logit gradients.
 
-Two graphs, each built once per engine through `engine.cell` and called through `engine.call`
-so every compile is counted. Both call the objective on a whole batch exactly as the user does
-(flat / sequence / end-to-end) and return `(total, outputs)`, so
+Three graphs, each built once per engine through `engine.cell` and called through `engine.call`
+so every compile is counted. The first two call the objective on a whole batch exactly as the
+user does (flat / sequence / end-to-end) and return `(total, outputs)`, so
 `value_and_grad(..., has_aux=True)` differentiates the total only.
 
-- `grad.param_probe` (input_ids, labels, directions) runs one forward + backward and reduces the
-  gradients inside the graph to small tensors per parameter (squared L2 norm, max |g|, exact
-  zeros, non-finite count) and to the directional derivatives g.d along the given directions, so
-  a large model never copies its gradients to the host unless asked (the gradients themselves are
-  returned as Tensors, read only for the finite differences along the gradient direction). The
-  same graph gives the loss for the finite-difference evaluations: no extra compile.
+- `grad.param_probe` (input_ids, labels) runs one forward + backward and returns the outputs and
+  the gradients (Tensors, left on the device). The same graph gives the loss for the
+  finite-difference evaluations: no extra compile.
+- `gradient.stats` (*grads) reduces a gradient tuple to small tensors per parameter (squared L2
+  norm, max |g|, exact zeros; and, only when a squared norm is not finite, a second graph
+  `gradient.stats.nonfinite` counts the NaN/Inf elements and the finite squared norm), so a large
+  model never copies its gradients to the host unless asked. It is a graph of its own, not part
+  of each forward + backward graph: its shapes are the parameters', the same at every input
+  length, so it compiles once per run while the stress stage compiles a forward + backward graph
+  per length (each ~1.4 s cheaper on the demo model without the reductions of its 28 parameters).
+  The directional derivatives g.d of the finite differences are taken on the host, in float64,
+  from the gradients the gradient-direction check reads anyway (`ParamGradients.gdot`).
 - `grad.logit_probe` (logits, labels) differentiates the objective w.r.t. the logits and returns
   the squared gradient norm per position [B, T], for padding leakage and scale sensitivity, and
   the gradient itself [B, T, V] (the size of the logits, which are on the host already) for the
   likelihood-shape comparison (OBJ208): one graph for all three checks.
 
-The one family of in-graph gradient reductions: `GradientStats` reduces a gradient tuple to
-per-parameter statistics, `ObjectiveGradient` differentiates any forward Cell and reduces in the
-same graph. The grad stage, decompose, the stress cases and the training monitor all use them,
-and `max_mean_ratio` on the host, so OBJ202 and OBJ603 read the same numbers off the same
-gradients.
+The one family of gradient reductions: `ObjectiveGradient` differentiates any forward Cell,
+`GradientNorms` / `GradientStats` reduce its gradient tuple to per-parameter statistics
+(`complete_stats`; `Engine.gradient_stats` for the stages, `reduce_gradients` for the training
+monitor). The grad stage, decompose, the
+stress cases and the monitor all use them, and `max_mean_ratio` on the host, so OBJ202 and
+OBJ603 read the same numbers off the same gradients.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import cached_property
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,13 +48,27 @@ from objdebug.naming import layer_of  # noqa: F401  (re-exported: objdebug.engin
 
 PARAM_PROBE = "grad.param_probe"
 LOGIT_PROBE = "grad.logit_probe"
+STATS = "gradient.stats"
+STATS_NONFINITE = "gradient.stats.nonfinite"
+
+
+def gradient_norms(grads):
+    """The per-parameter reduction every gradient gets -> float32[P] each: squared L2 norm, max
+    |g| and exact zeros. A finite squared norm proves every element finite (a NaN or Inf element
+    makes its square and the sum NaN / Inf), so a healthy gradient needs nothing more."""
+    sq, mx, zeros = [], [], []
+    for g in grads:
+        g32 = ops.cast(g, ms.float32)
+        sq.append((g32 * g32).sum())
+        mx.append(ops.abs(g32).max())
+        zeros.append(ops.cast(g32 == 0, ms.float32).sum())
+    return ops.stack(sq), ops.stack(mx), ops.stack(zeros)
 
 
 def gradient_stats(grads):
-    """The one per-parameter reduction of a gradient tuple -> float32[P] each: squared L2 norm,
-    max |g|, exact zeros, NaN/Inf elements, and the squared L2 norm over the finite elements only
-    (what a monitor plots when a few overflow). Traced into every gradient graph through
-    `GradientStats` (`ObjectiveGradient`, the training monitor's `reduce_gradients`)."""
+    """`gradient_norms` and, for a gradient with a non-finite squared norm, NaN/Inf elements and
+    the squared L2 norm over the finite elements only (what a monitor plots when a few overflow)
+    -> five float32[P]."""
     sq, mx, zeros, bad, finite_sq = [], [], [], [], []
     for g in grads:
         g32 = ops.cast(g, ms.float32)
@@ -60,20 +82,51 @@ def gradient_stats(grads):
     return ops.stack(sq), ops.stack(mx), ops.stack(zeros), ops.stack(bad), ops.stack(finite_sq)
 
 
-class GradientStats(nn.Cell):
-    """`gradient_stats` inside a graph: (*grads) -> its five float32[P] tensors.
+class GradientNorms(nn.Cell):
+    """`gradient_norms` as a graph: (*grads) -> three float32[P] tensors.
 
     The gradients are separate arguments (not one tuple, which MindSpore would fold in as a
-    constant and recompile on every call); inside another Cell's graph it is called as
-    `self.stats(*grads)`.
+    constant and recompile on every call). Its input shapes are the parameters': one compile
+    serves every batch shape of the forward + backward graphs that produced the gradients. It
+    has 3 of `GradientStats`' 5 reductions per parameter, and compiles in ~60% of its time
+    (demo model, 28 parameters: 0.9 s vs 1.5 s).
     """
+
+    def construct(self, *grads):
+        return gradient_norms(grads)
+
+
+class GradientStats(nn.Cell):
+    """`gradient_stats` as a graph: (*grads) -> five float32[P] tensors; run only for gradients
+    whose squared norm is not finite (`complete_stats`)."""
 
     def construct(self, *grads):
         return gradient_stats(grads)
 
 
+STAT_NAMES = ("sq_norm", "max_abs", "zeros", "nonfinite", "finite_sq")
+
+
+def stats_on_host(stats) -> dict[str, np.ndarray]:
+    """GradientStats' (or GradientNorms') outputs (Tensors) -> float64 arrays by name."""
+    return {k: o.asnumpy().astype(np.float64) for k, o in zip(STAT_NAMES, stats)}
+
+
+def complete_stats(norms, full: Any) -> dict[str, np.ndarray]:
+    """The five statistics from `GradientNorms`' outputs: every squared norm finite means no
+    NaN/Inf element (nonfinite 0, finite_sq = sq_norm, the very same sums); otherwise `full()`,
+    the `GradientStats` outputs, counts them."""
+    out = stats_on_host(norms)
+    if np.isfinite(out["sq_norm"]).all():
+        out["nonfinite"] = np.zeros_like(out["sq_norm"])
+        out["finite_sq"] = out["sq_norm"].copy()
+        return out
+    return stats_on_host(full())
+
+
 class ObjectiveGradient(nn.Cell):
-    """(*inputs) -> (value, GradientStats of the gradients, gradients) of `forward` w.r.t. `params`.
+    """(*inputs) -> (value, gradients) of `forward` w.r.t. `params`; reduce the gradients with
+    `GradientStats` (`Engine.gradient_stats`, `reduce_gradients`).
 
     has_aux: `forward` returns (total, aux...) and only the total is differentiated (the value
     returned is the whole tuple); without it, the single output.
@@ -84,52 +137,30 @@ class ObjectiveGradient(nn.Cell):
         self.forward = forward
         self.weights = ms.ParameterTuple(params)
         self.grad_fn = ms.value_and_grad(self.forward, None, self.weights, has_aux=has_aux)
-        self.stats = GradientStats()
 
     def construct(self, *inputs):
-        value, grads = self.grad_fn(*inputs)
-        return value, self.stats(*grads), grads
+        return self.grad_fn(*inputs)
 
 
 def _build_param_probe(target, params):
-    class ParamProbe(nn.Cell):
-        """(input_ids, labels, directions) -> (outputs, sq_norm, max_abs, zeros, nonfinite, g.d, grads)."""
-
-        def __init__(self, loss, weights):
-            super().__init__(auto_prefix=False)
-            self.gradient = ObjectiveGradient(loss, weights)
-
-        def construct(self, input_ids, labels, *directions):
-            (_, outputs), (sq, mx, zeros, bad, _), grads = self.gradient(input_ids, labels)
-            gdot = ops.zeros((directions[0].shape[0],), ms.float32)
-            for g, d in zip(grads, directions):
-                n = d.shape[0]
-                gdot = gdot + (d * ops.expand_dims(ops.cast(g, ms.float32), 0)).reshape((n, -1)).sum(1)
-            return outputs, sq, mx, zeros, bad, gdot, grads
-
-    return ParamProbe(BatchObjective(target), params)
+    """(input_ids, labels) -> ((total, outputs), grads): the batch total's forward + backward."""
+    return ObjectiveGradient(BatchObjective(target), params)
 
 
 _REDUCER: dict[str, Any] = {}
 
 
 def reduce_gradients(grads) -> dict[str, np.ndarray]:
-    """`GradientStats` of gradients computed elsewhere (a training loop's `value_and_grad`,
-    Tensors or arrays) -> float64 arrays by name. One compiled graph per process and set of
-    gradient shapes (~1-2 s once on CPU), then ~10 ms a call for the demo model; op by op it
-    would dispatch 6 kernels per parameter on every call (~6 ms per parameter), and on the host
-    it would copy every gradient off the device."""
-    cell = _REDUCER.setdefault("cell", GradientStats())
+    """The gradient statistics of gradients computed elsewhere (a training loop's
+    `value_and_grad`, Tensors or arrays) -> float64 arrays by name: `GradientNorms`, and
+    `GradientStats` only when a squared norm is not finite (`complete_stats`). One compiled
+    graph per process and set of gradient shapes (~1 s once on CPU), then ~10 ms a call for the
+    demo model; op by op it would dispatch 3-6 kernels per parameter on every call, and on the
+    host it would copy every gradient off the device."""
+    norms = _REDUCER.setdefault("norms", GradientNorms())
     tensors = [g if isinstance(g, ms.Tensor) else ms.Tensor(np.asarray(g)) for g in grads]
-    return stats_on_host(cell(*tensors))
-
-
-STAT_NAMES = ("sq_norm", "max_abs", "zeros", "nonfinite", "finite_sq")
-
-
-def stats_on_host(stats) -> dict[str, np.ndarray]:
-    """GradientStats' outputs (Tensors) -> float64 arrays by name."""
-    return {k: o.asnumpy().astype(np.float64) for k, o in zip(STAT_NAMES, stats)}
+    return complete_stats(norms(*tensors),
+                          lambda: _REDUCER.setdefault("stats", GradientStats())(*tensors))
 
 
 def max_mean_ratio(norms: np.ndarray, over: list[int] | None = None) -> tuple[float, int, float]:
@@ -175,12 +206,23 @@ class ParamGradients:
     max_abs: np.ndarray        # float64[P]
     zeros: np.ndarray          # int64[P] exact zeros
     nonfinite: np.ndarray      # int64[P] NaN / Inf elements
-    gdot: np.ndarray           # float64[n_directions]: g . d
     grads: tuple = ()          # the gradients as MindSpore Tensors (left on the device until read)
+    directions: list[np.ndarray] | None = None  # [n, *shape] per parameter: what `gdot` projects on
 
     @property
     def loss(self) -> float:
         return float(self.outputs[0])
+
+    @cached_property
+    def gdot(self) -> np.ndarray:
+        """float64[n_directions]: g . d_k for each direction, on the host in float64 (the
+        gradients are read once, when asked: the finite-difference check reads them anyway)."""
+        if self.directions is None:
+            return np.zeros(0)
+        host = [g.asnumpy().astype(np.float64) for g in self.grads]
+        n = self.directions[0].shape[0] if self.directions else 0
+        return np.array([sum(float((g * d[k].astype(np.float64)).sum())
+                             for g, d in zip(host, self.directions)) for k in range(n)])
 
     @property
     def norms(self) -> np.ndarray:
@@ -198,7 +240,6 @@ class GradientProbe:
         self.params = list(self.target.trainable_params())
         self.names = [p.name for p in self.params]
         self.sizes = np.array([int(p.size) for p in self.params], dtype=np.int64)
-        self._probe_dirs: list[np.ndarray] | None = None
 
     # ------------------------------------------------------------------ parameters
     def _need_params(self) -> list:
@@ -207,9 +248,6 @@ class GradientProbe:
                              "but got none.")
         return self.params
 
-    def zero_directions(self, n: int = 1) -> list[np.ndarray]:
-        return [np.zeros((n, *p.shape), np.float32) for p in self._need_params()]
-
     def random_directions(self, n: int, seed: int) -> list[np.ndarray]:
         """n directions in parameter space, each of unit L2 norm over all parameters (seeded)."""
         rng = np.random.default_rng(seed)
@@ -217,26 +255,23 @@ class GradientProbe:
         total = np.sqrt(sum((d.astype(np.float64).reshape(n, -1) ** 2).sum(1) for d in dirs))
         return [(d / total.reshape((n,) + (1,) * (d.ndim - 1))).astype(np.float32) for d in dirs]
 
-    def parameters(self, batch: Batch, directions: list[np.ndarray] | None = None) -> ParamGradients:
-        """One forward + backward of the batch total; statistics reduced inside the graph."""
+    def _forward_backward(self, batch: Batch):
+        """((total, outputs), grads) of the batch total: the `grad.param_probe` graph."""
         self._need_params()
-        directions = directions if directions is not None else self.zero_directions()
         cell = self.engine.cell(PARAM_PROBE, lambda: _build_param_probe(self.target, self.params))
-        # one Tensor argument per parameter: a tuple argument would be folded in as a constant
-        # and recompile on every call
-        dirs = [ms.Tensor(d, ms.float32) for d in directions]
+        return self.engine.call(PARAM_PROBE, cell, ms.Tensor(batch.input_ids, ms.int32),
+                                ms.Tensor(batch.labels, ms.int32))
 
-        def probe(input_ids, labels, first):  # the compile log keys on ids, labels, directions[0]
-            return cell(input_ids, labels, first, *dirs[1:])
-
-        out = self.engine.call(PARAM_PROBE, probe, ms.Tensor(batch.input_ids, ms.int32),
-                               ms.Tensor(batch.labels, ms.int32), dirs[0])
-        self._probe_dirs = directions  # the shapes this graph was called with (see loss_at)
-        *stats, grads = out
-        outputs, sq, mx, zeros, bad, gdot = (o.asnumpy().astype(np.float64) for o in stats)
-        return ParamGradients(names=self.names, sizes=self.sizes, outputs=outputs, sq_norm=sq,
-                              max_abs=mx, zeros=zeros.astype(np.int64), nonfinite=bad.astype(np.int64),
-                              gdot=gdot, grads=tuple(grads))
+    def parameters(self, batch: Batch, directions: list[np.ndarray] | None = None) -> ParamGradients:
+        """One forward + backward of the batch total; per-parameter statistics reduced in graph
+        (`Engine.gradient_stats`). `directions`: what `ParamGradients.gdot` projects on."""
+        (_, outputs), grads = self._forward_backward(batch)
+        stats = self.engine.gradient_stats(grads)
+        return ParamGradients(names=self.names, sizes=self.sizes,
+                              outputs=outputs.asnumpy().astype(np.float64), sq_norm=stats["sq_norm"],
+                              max_abs=stats["max_abs"], zeros=stats["zeros"].astype(np.int64),
+                              nonfinite=stats["nonfinite"].astype(np.int64), grads=tuple(grads),
+                              directions=directions)
 
     def gradient_direction(self, g: ParamGradients) -> list[np.ndarray]:
         """The normalized gradient g/|g| as one direction ([1, *shape] per parameter).
@@ -264,13 +299,11 @@ class GradientProbe:
 
     def loss_at(self, batch: Batch, directions: list[np.ndarray], step: float, k: int,
                 saved: list[np.ndarray] | None = None) -> float:
-        """The batch total at theta + step * d_k.
+        """The batch total at theta + step * d_k, from the probe graph (no extra compile).
 
         `saved`: theta from an enclosing `saved_parameters()`, which restores the parameters once
         at its end, so a whole finite-difference measurement copies them to the host once.
-        Without it, this call saves and restores them itself. `directions` may hold any number of
-        directions: the loss comes from the probe graph called with the direction shapes it was
-        last called with, so moving along the gradient direction does not recompile it.
+        Without it, this call saves and restores them itself.
         """
         if saved is None:
             with self.saved_parameters() as theta:
@@ -278,7 +311,8 @@ class GradientProbe:
         for p, theta, d in zip(self.params, saved, directions):
             moved = (theta.astype(np.float64) + step * d[k].astype(np.float64)).astype(theta.dtype)
             p.set_data(ms.Tensor(moved))
-        return self.parameters(batch, self._probe_dirs if self._probe_dirs is not None else directions).loss
+        (total, _), _ = self._forward_backward(batch)
+        return float(total.asnumpy())
 
     def parameter_norm(self, saved: list[np.ndarray] | None = None) -> float:
         """L2 norm over all parameters (of `saved` when given: no copy from the device)."""

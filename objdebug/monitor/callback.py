@@ -164,8 +164,8 @@ class TrainingMonitor:
 
 
 def _grad_cell(net: Any, params: list, has_aux: bool):
-    """value_and_grad of the loss network with the gradient statistics reduced in the same graph
-    (the engine's gradient family): (value, statistics, gradients)."""
+    """value_and_grad of the loss network (the engine's gradient family): (value, gradients);
+    `reduce_gradients` reduces them in its own graph, compiled once per parameter set."""
     from objdebug.engine.gradients import ObjectiveGradient
 
     return ObjectiveGradient(net, params, has_aux=has_aux)
@@ -211,7 +211,7 @@ class _MonitorCallbackMixin:
     def _gradients(self, cb: Any) -> tuple[Any, list, Any, dict[str, np.ndarray]]:
         import mindspore as ms
 
-        from objdebug.engine.gradients import stats_on_host
+        from objdebug.engine.gradients import reduce_gradients
 
         if self._grad is None:
             self._net = self.loss_net or getattr(cb.train_network, "network", cb.train_network)
@@ -220,7 +220,7 @@ class _MonitorCallbackMixin:
             self._grad = _grad_cell(self._net, self._params, self._aux)
         inputs = cb.train_dataset_element
         inputs = [x if isinstance(x, ms.Tensor) else ms.Tensor(x) for x in inputs]
-        value, stats, grads = self._grad(*inputs)
+        value, grads = self._grad(*inputs)
         if isinstance(value, tuple) and not self._aux:
             # (loss, ...) with no components named: without has_aux, value_and_grad would
             # differentiate the SUM of the outputs; the loss is the first output only
@@ -229,9 +229,9 @@ class _MonitorCallbackMixin:
                      "components=[...] to log them)", len(value))
             self._aux = True
             self._grad = _grad_cell(self._net, self._params, True)
-            value, stats, grads = self._grad(*inputs)
+            value, grads = self._grad(*inputs)
         comps = value[1:] if isinstance(value, tuple) else None
-        return grads, self._params, comps, stats_on_host(stats)
+        return grads, self._params, comps, reduce_gradients(grads)
 
     def on_train_step_end(self, run_context: Any) -> None:
         cb = run_context.original_args()

@@ -17,7 +17,7 @@ def grad_stats(names: Sequence[str], grads: Sequence[Any], stats: dict[str, np.n
     """Global norm, per-layer norms, NaN/Inf count, all-zero params, max/mean per-parameter norm
     (over weight matrices when there are two or more; over all parameters in `max_mean_ratio_all`).
 
-    The per-parameter reductions are the grad stage's (`objdebug.engine.gradients.GradientStats`,
+    The per-parameter reductions are the grad stage's (`objdebug.engine.gradients.complete_stats`,
     in graph, float32), `stats` when the gradient graph computed them already; a parameter's norm
     is taken over its finite elements (NaN/Inf are counted apart), so the ratio is OBJ202's
     `max_mean_ratio` on the same gradients (over all parameters: `max_mean_ratio_all`)."""

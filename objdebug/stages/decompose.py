@@ -94,8 +94,8 @@ def _reconstruction(total: np.ndarray, comps: np.ndarray) -> dict[str, Any]:
 
 
 def _build_weighted_grad(ctx: Context):
-    """One Cell: (input_ids, labels, w) -> ((sum_i w_i c_i, components), statistics, grads wrt
-    model params): the engine's gradient family (`ObjectiveGradient`) on a weighted total."""
+    """One Cell: (input_ids, labels, w) -> ((sum_i w_i c_i, components), grads wrt model params):
+    the engine's gradient family (`ObjectiveGradient`) on a weighted total."""
     from mindspore import nn
 
     from objdebug.engine.cells import BatchObjective
@@ -138,8 +138,8 @@ def component_gradients(ctx: Context, n_components: int, batches) -> dict[str, A
         for k in range(n_components):
             w = np.zeros(n_components, np.float32)
             w[k] = 1.0
-            (_, comps), _, grads = ctx.engine.call(GRAPH_NAME, cell, ms.Tensor(ids, ms.int32),
-                                                   ms.Tensor(labels, ms.int32), ms.Tensor(w))
+            (_, comps), grads = ctx.engine.call(GRAPH_NAME, cell, ms.Tensor(ids, ms.int32),
+                                                ms.Tensor(labels, ms.int32), ms.Tensor(w))
             values[k, b] = float(comps.asnumpy()[k])
             for acc, g in zip(sums[k], grads):
                 acc += g.asnumpy().astype(np.float64)

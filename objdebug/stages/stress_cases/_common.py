@@ -4,8 +4,9 @@ Two graphs over the shared Cells of `objdebug.engine.cells`, both built once per
 `engine.cell` and called through `engine.call` so every (graph, shape) compile is counted:
 
 - `loss_and_grad`: the user's model + objective under the engine's gradient family
-  (`objdebug.engine.gradients.ObjectiveGradient`) -> loss, per-parameter squared gradient norms,
-  per-parameter non-finite counts and the gradients themselves. Batch 1
+  (`objdebug.engine.gradients.ObjectiveGradient`) -> loss and the gradients, reduced by the
+  engine's one statistics graph (`Engine.gradient_stats`: compiled once, not once per length) to
+  per-parameter squared norms and non-finite counts. Batch 1
   for long inputs, padding invariance and the all-padding batch, so they share a few shapes.
 - `objective_on_logits`: the objective alone, fed logits directly (scaled, fp16, bf16); one
   graph per dtype (`OBJECTIVE_ON_LOGITS.<dtype>`), so a dtype whose kernel raises cannot poison
@@ -45,10 +46,10 @@ def loss_and_grad(ctx: Context, ids: np.ndarray, labels: np.ndarray) -> dict[str
     import mindspore as ms
 
     cell = ctx.engine.cell(LOSS_AND_GRAD, lambda: _build_loss_and_grad(ctx))
-    (loss, _), (sq, _, _, bad, _), grads = ctx.engine.call(LOSS_AND_GRAD, cell, ms.Tensor(ids, ms.int32),
-                                                           ms.Tensor(labels, ms.int32))
-    sq = sq.asnumpy().astype(np.float64)
-    bad = bad.asnumpy()
+    (loss, _), grads = ctx.engine.call(LOSS_AND_GRAD, cell, ms.Tensor(ids, ms.int32),
+                                       ms.Tensor(labels, ms.int32))
+    stats = ctx.engine.gradient_stats(grads)
+    sq, bad = stats["sq_norm"], stats["nonfinite"]
     return {"loss": float(loss.asnumpy()), "grad_norm": float(np.sqrt(sq.sum())),
             "nonfinite_params": int((bad > 0).sum()), "n_params": int(len(bad)),
             "grads": grads}
