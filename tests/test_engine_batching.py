@@ -92,7 +92,18 @@ def tiny():
     os.chdir(old)
 
 
-def test_gradient_stats_match_numpy(tiny):
+@pytest.fixture(params=["host", "graph"])
+def stats_path(request, monkeypatch):
+    """Both ways gradients are reduced: on the host (small gradients, the default on every test
+    target) and in the compiled graph (what a real model's gradients get)."""
+    from objdebug.engine import gradients
+
+    if request.param == "graph":
+        monkeypatch.setattr(gradients, "HOST_STATS_MAX_ELEMENTS", 0)
+    return request.param
+
+
+def test_gradient_stats_match_numpy(tiny, stats_path):
     from objdebug.engine.gradients import reduce_gradients
 
     rng = np.random.default_rng(0)
@@ -114,21 +125,41 @@ def test_gradient_stats_match_numpy(tiny):
             assert not np.isfinite(s["max_abs"][i]) and not np.isfinite(s["sq_norm"][i])
 
 
-def test_engine_gradient_stats_count_nonfinite_only_when_a_norm_is_not_finite(tiny):
+def test_host_and_graph_gradient_stats_agree_on_a_models_gradients(tiny, monkeypatch):
+    """The same forward + backward reduced both ways: equal to float32 rounding, zero counts exact."""
+    from objdebug.engine import gradients
+    from objdebug.stages import grad as G
+
+    g = G.param_gradients(tiny)
+    assert gradients.on_host(g.grads)
+    host = tiny.engine.gradient_stats(g.grads)
+    monkeypatch.setattr(gradients, "HOST_STATS_MAX_ELEMENTS", 0)
+    graph = tiny.engine.gradient_stats(g.grads)
+    assert tiny.engine.called(gradients.STATS)
+    for k in ("sq_norm", "max_abs", "finite_sq"):
+        np.testing.assert_allclose(graph[k], host[k], rtol=1e-5, err_msg=k)
+    for k in ("zeros", "nonfinite"):
+        assert graph[k].tolist() == host[k].tolist(), k
+
+
+def test_engine_gradient_stats_count_nonfinite_only_when_a_norm_is_not_finite(tiny, monkeypatch):
     """One `gradient.stats` graph per parameter set (whatever the batch length); the graph that
     counts NaN/Inf elements runs only for a gradient whose squared norm is not finite, and both
     paths give numpy's numbers."""
     import mindspore as ms
 
+    from objdebug.engine import gradients
     from objdebug.engine.gradients import STATS, STATS_NONFINITE
 
+    monkeypatch.setattr(gradients, "HOST_STATS_MAX_ELEMENTS", 0)  # the graph path
     engine = tiny.engine
+    first = len(engine.compiles.records)  # the engine is shared with the tests above
     rng = np.random.default_rng(1)
     healthy = [rng.normal(size=(5, 4)).astype(np.float32), np.zeros(3, np.float32)]
     s = engine.gradient_stats([ms.Tensor(g) for g in healthy])
     assert s["nonfinite"].tolist() == [0, 0] and s["zeros"].tolist() == [0, 3]
     np.testing.assert_allclose(s["finite_sq"], [(healthy[0].astype(np.float64) ** 2).sum(), 0.0], rtol=1e-6)
-    assert [r.graph for r in engine.compiles.records].count(STATS) == 1
+    assert [r.graph for r in engine.compiles.records[first:]].count(STATS) == 1
     assert not engine.called(STATS_NONFINITE)
     sick = [healthy[0].copy(), np.array([1.0, np.nan, 2.0], np.float32)]
     sick[0][0, 0] = np.inf
@@ -137,7 +168,7 @@ def test_engine_gradient_stats_count_nonfinite_only_when_a_norm_is_not_finite(ti
     assert s["finite_sq"][1] == pytest.approx(5.0)
     np.testing.assert_allclose(s["finite_sq"][0], (np.where(np.isfinite(sick[0]), sick[0], 0).astype(np.float64) ** 2).sum(),
                                rtol=1e-6)
-    graphs = [r.graph for r in engine.compiles.records]
+    graphs = [r.graph for r in engine.compiles.records[first:]]
     assert graphs.count(STATS) == 1 and graphs.count(STATS_NONFINITE) == 1  # same shapes: no recompile
 
 

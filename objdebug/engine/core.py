@@ -187,12 +187,15 @@ class Engine:
 
     def gradient_stats(self, grads: Sequence[Any]) -> dict[str, np.ndarray]:
         """Per-parameter statistics of a gradient tuple (sq_norm, max_abs, zeros, nonfinite,
-        finite_sq -> float64[P]; `objdebug.engine.gradients.complete_stats`), in one graph per set
-        of parameter shapes: every forward + backward graph of the run (each input length) shares
+        finite_sq -> float64[P]): on the host in float64 for small gradients
+        (`objdebug.engine.gradients.on_host`), else `complete_stats` in one graph per set of
+        parameter shapes: every forward + backward graph of the run (each input length) shares
         it, and a second one runs only for a gradient with NaN/Inf in it."""
         from objdebug.engine.gradients import (STATS, STATS_NONFINITE, GradientNorms, GradientStats,
-                                               complete_stats)
+                                               complete_stats, host_stats, on_host)
 
+        if on_host(grads):  # small gradients: the copy costs less than compiling the reduction
+            return host_stats(grads)
         full = ",".join(f"{g.dtype}{list(g.shape)}" for g in grads)
         elements = sum(int(np.prod(g.shape)) for g in grads)
         # '[P, elements]' in the compile table; the digest tells parameter sets apart (the cache's key)
