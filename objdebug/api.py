@@ -29,7 +29,8 @@ from objdebug.findings import CheckResult, Verdict
 from objdebug.interrupts import Interrupted, swallowed
 from objdebug.profile import Profile, code_selected, load_profile
 from objdebug.progress import Progress, StageSummary
-from objdebug.stages import STAGES, pipeline_order, skipped, stage_checks, stage_skip_reason
+from objdebug.stages import (STAGES, pipeline_order, scores_rows, skipped, stage_checks,
+                             stage_skip_reason)
 from objdebug.engine.target import load_target
 from objdebug.report.json_report import SCHEMA_VERSION  # noqa: F401  (re-exported)
 
@@ -217,7 +218,9 @@ def _run_stages(cfg, result, profile, chosen, select, ignore, options, out_dir, 
         cache.attach(engine)
         with cache:  # writes the cache's manifest after a clean run only
             engine.check = "contract"
-            contract.check_target(target, engine)  # the contract on one small batch: exit 2 if broken
+            # the contract on one small batch: exit 2 if broken; through the per-sample graph
+            # when a stage will score rows one by one (no graph of the probe's own)
+            contract.check_target(target, engine, per_sample=scores_rows(chosen))
             result.target = target.describe()  # again: the probe may add notes (model_inputs)
             for stage in chosen:
                 engine.stage = stage

@@ -282,9 +282,26 @@ def probe_length(target, engine) -> int:
     return engine.bucket(longest)
 
 
-def probe(target, engine, length: int | None = None) -> dict[str, Any]:
+def _per_sample_outputs(engine, logits, labels) -> tuple[int | None, str]:
+    """The objective through the engine's per-sample graph on the probe logits: (its number of
+    outputs (total + components), "") or (None, the error) when the graph fails; the probe then
+    calls the objective on its own (`RawObjective`) for the message."""
+    try:
+        return int(engine.per_sample_of(logits, labels).shape[-1]), ""
+    except Exception as exc:  # the objective's own result is inspected next, for a clear message
+        return None, f"{type(exc).__name__}: {exc}"
+
+
+def probe(target, engine, length: int | None = None, per_sample: bool = False) -> dict[str, Any]:
     """Run model and objective once on a [batch, length] batch (default: `probe_length`);
-    InputError when the contract is broken."""
+    InputError when the contract is broken.
+
+    per_sample (split form): a stage will score rows one by one, so the objective is checked
+    through that stage's `objective.per_sample` graph, called on the probe's logits at the
+    first batch's shape, instead of a graph of the probe's own. It proves what the probe asks
+    (scalar or (total, components...) with the components the config names); when it fails, or
+    the count differs, the objective's raw result is inspected as without it, so the exit-2
+    message is the same."""
     import mindspore as ms
 
     from objdebug.engine.cells import RawObjective
@@ -303,6 +320,11 @@ def probe(target, engine, length: int | None = None) -> dict[str, Any]:
             if cfg.objective.call in PREFERENCE_CALLS:  # no loss(logits, labels): the preference
                 return info                              # stage probes its own contract
             form = f"call = '{cfg.objective.call}'"
+            k, per_sample_error = (_per_sample_outputs(engine, logits, ms.Tensor(labels, ms.int32))
+                                   if per_sample else (None, ""))
+            if k is not None and k == 1 + len(cfg.objective.components):
+                info["outputs"] = k
+                return info
             cell = RawObjective(target, on_logits=True)
             out = engine.call("contract.objective", cell, logits, ms.Tensor(labels, ms.int32))
         else:
@@ -321,6 +343,15 @@ def probe(target, engine, length: int | None = None) -> dict[str, Any]:
                             f"the full message)", detail=str(exc)) from None
     _check_objective(out, list(cfg.objective.components), form)
     info["outputs"] = len(out) if isinstance(out, (tuple, list)) else 1
+    if per_sample and target.model is not None:
+        # the objective keeps the contract on a batch but its per-sample graph failed (or gave
+        # another number of outputs): every stage that scores rows would fail the same way
+        per_sample_error = per_sample_error or f"{k} outputs per row instead of {info['outputs']}"
+        raise ContractError(f"the objective ({form}) returns {_describe(out)} on a [{batch}, {length}] "
+                            f"probe batch, but fails when objdebug calls it on one row at a time, "
+                            f"as the stages that score rows do: "
+                            f"{_first_line(per_sample_error)} (run with --debug for the full "
+                            f"message)", detail=per_sample_error)
     return info
 
 
@@ -341,11 +372,12 @@ def max_positions(target) -> int | None:
     return None
 
 
-def check_target(target, engine) -> None:
-    """probe() before the stages; records what it saw and the model's longest input on the target."""
+def check_target(target, engine, per_sample: bool = False) -> None:
+    """probe() before the stages (`per_sample`: through the per-sample graph a stage will use);
+    records what it saw and the model's longest input on the target."""
     limit = max_positions(target)
     engine.max_length = limit  # first: the probe batch must fit the position table too
-    info = probe(target, engine)
+    info = probe(target, engine, per_sample=per_sample)
     if engine._vocab is None and "vocab" in info:
         engine._vocab = info["vocab"]
     info["max_length"] = limit

@@ -144,6 +144,30 @@ def test_construct_graph_mode_rejects_names_file_and_line(tiny_target, objective
            f"{FIXTURE}:{line}: graph mode (mindspore.GRAPH_MODE) cannot compile the target: {reason}")
 
 
+def test_objective_that_fails_on_one_row_is_named_before_the_stages(tiny_target):
+    """align scores rows one by one, so the probe checks the objective through that per-sample
+    graph; an objective that works only on a whole batch is exit 2 with both facts, not an ERROR
+    in every check that scores rows."""
+    cli_exit_2(["align", "-c", tiny_target / "objdebug.toml",
+                "--set", "objective.factory='fixtures.contract_targets:WholeBatchCE'",
+                "--set", "objective.kwargs={}"],
+               "returns a tensor of shape [] (Float32) on a [8, ",
+               "but fails when objdebug calls it on one row at a time, as the stages that score rows do",
+               "WholeBatchCE needs the whole batch")
+
+
+@pytest.mark.parametrize("stages, graphs", [
+    ("align", ["model.forward", "objective.per_sample"]),   # the graph align then reuses
+    ("grad", ["model.forward", "contract.objective"]),      # grad scores no rows: the batch call
+])
+def test_the_probe_checks_the_objective_through_the_graph_a_stage_uses(tiny_target, stages, graphs):
+    from objdebug import api
+    from objdebug.config import load_config
+
+    result = api.run(load_config(tiny_target / "objdebug.toml"), stages=[stages])
+    assert [g.split()[0] for g in result.compiles["by_check"]["contract"]["compiled"]] == graphs
+
+
 def test_rows_longer_than_the_position_table(tiny_target):
     """PositionalLM names max_position_embeddings = 24: rows above it are named, file:line."""
     data = tiny_target / "align.jsonl"

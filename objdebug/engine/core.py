@@ -231,16 +231,20 @@ class Engine:
         MindSpore Tensors between the two; end-to-end: one graph on the ids."""
         import mindspore as ms
 
+        x = ms.Tensor(input_ids, ms.int32)
+        if self.target.model is not None:
+            x = self.call("model.forward", self.target.model, x)
+        return self.per_sample_of(x, ms.Tensor(labels, ms.int32)).asnumpy().astype(np.float64)
+
+    def per_sample_of(self, x: Any, labels: Any) -> Any:
+        """The `objective.per_sample` graph on MindSpore Tensors: x is the logits [B, T, V] of
+        `model.forward` (split form) or the input ids (end-to-end) -> float32[B, K]."""
         from objdebug.engine.cells import PerSampleObjective
 
         split = self.target.model is not None
         cell = self.cell("objective.per_sample",
                          lambda: PerSampleObjective(self.target, self.batch_size, on_logits=split))
-        x = ms.Tensor(input_ids, ms.int32)
-        if split:
-            x = self.call("model.forward", self.target.model, x)
-        out = self.call("objective.per_sample", cell, x, ms.Tensor(labels, ms.int32))
-        return out.asnumpy().astype(np.float64)
+        return self.call("objective.per_sample", cell, x, labels)
 
     def evaluate(self, samples: list[Sample], label: str = "") -> np.ndarray:
         """Per-sample objective outputs float64[N, K], in input order; batched per length bucket.

@@ -15,18 +15,28 @@ from dataclasses import dataclass
 class Stage:
     name: str
     summary: str  # the stage command's help
+    scores_rows: bool = False  # scores rows one by one (the engine's per-sample objective graph)
 
 
 REGISTRY: tuple[Stage, ...] = (
-    Stage("align", "Stage 1: loss must order good < medium < bad answers to the same prompt, with a clear gap."),
+    Stage("align", "Stage 1: loss must order good < medium < bad answers to the same prompt, with a clear gap.",
+          scores_rows=True),
     Stage("grad", "Stage 2: gradient health (norms, disconnected/NaN parameters, padding leakage, autodiff vs finite differences)."),
     Stage("invariants", "Stage 6: invariants of a correct objective (label alignment, logit shift, ignored positions, upstream gradient, unused settings, token weighting, side effects, empty rows)."),
-    Stage("decompose", "Stage 3: components of a composite loss: shares, dead terms, scale imbalance, gradient share."),
-    Stage("correlate", "Stage 4: per-sample loss against human quality scores (Pearson with CI, Spearman, Kendall)."),
+    Stage("decompose", "Stage 3: components of a composite loss: shares, dead terms, scale imbalance, gradient share.",
+          scores_rows=True),
+    Stage("correlate", "Stage 4: per-sample loss against human quality scores (Pearson with CI, Spearman, Kendall).",
+          scores_rows=True),
     Stage("preference", "Preference objectives (DPO, IPO, SimPO, hinge) on real pairs: zero point, symmetry, direction, masking, length, settings, agreement."),
-    Stage("stress", "Stage 5: long inputs, all-padding, garbage ids, fp16, padding invariance."),
+    Stage("stress", "Stage 5: long inputs, all-padding, garbage ids, fp16, padding invariance.", scores_rows=True),
 )
 STAGES = tuple(s.name for s in REGISTRY)  # pipeline order
+
+
+def scores_rows(names) -> bool:
+    """Whether any of these stages scores rows one by one (the contract probe then checks the
+    objective through that per-sample graph instead of compiling one of its own)."""
+    return any(s.scores_rows for s in REGISTRY if s.name in names)
 
 
 def pipeline_order(names, setting: str = "--stages", source: str | None = None) -> list[str]:
