@@ -243,7 +243,7 @@ def test_gate_passes_and_writes_every_report(healthy_run):
     res, out = healthy_run
     assert res.exit_code == 0, res.output
     rep = json_report.load(str(out / "r.json"))
-    assert rep["passed"] and rep["compiles"]["by_stage"]["align"]["count"] >= 1
+    assert rep["passed"] and rep["compiles"]["count"] >= 1
     assert rep["compiles"]["count"] == sum(s["count"] for s in rep["compiles"]["by_stage"].values())
     root = ET.parse(out / "r.xml").getroot()
     assert root.get("failures") == "0" and root.get("errors") == "0" and int(root.get("tests")) == 5
