@@ -186,23 +186,19 @@ class Engine:
         return out
 
     def gradient_stats(self, grads: Sequence[Any]) -> dict[str, np.ndarray]:
-        """Per-parameter statistics of a gradient tuple (sq_norm, max_abs, zeros, nonfinite,
-        finite_sq -> float64[P]): on the host in float64 for small gradients
-        (`objdebug.engine.gradients.on_host`), else `complete_stats` in one graph per set of
-        parameter shapes: every forward + backward graph of the run (each input length) shares
-        it, and a second one runs only for a gradient with NaN/Inf in it."""
-        from objdebug.engine.gradients import (STATS, STATS_NONFINITE, GradientNorms, GradientStats,
-                                               complete_stats, host_stats, on_host)
+        """Per-parameter statistics of a gradient tuple (`objdebug.engine.gradients.reduce_gradients`:
+        on the host for small gradients, else one graph per set of parameter shapes that every
+        forward + backward graph of the run shares), its compiles counted here."""
+        from objdebug.engine.gradients import reduce_gradients
 
-        if on_host(grads):  # small gradients: the copy costs less than compiling the reduction
-            return host_stats(grads)
-        full = ",".join(f"{g.dtype}{list(g.shape)}" for g in grads)
-        elements = sum(int(np.prod(g.shape)) for g in grads)
-        # '[P, elements]' in the compile table; the digest tells parameter sets apart (the cache's key)
-        signature = f"Tensors[{len(grads)}, {elements}]#{hashlib.sha1(full.encode()).hexdigest()[:12]}"
-        norms = self.call(STATS, self.cell(STATS, GradientNorms), *grads, signature=signature)
-        return complete_stats(norms, lambda: self.call(
-            STATS_NONFINITE, self.cell(STATS_NONFINITE, GradientStats), *grads, signature=signature))
+        def run(name: str, cell: Any, tensors: list) -> Any:
+            full = ",".join(f"{g.dtype}{list(g.shape)}" for g in tensors)
+            elements = sum(int(np.prod(g.shape)) for g in tensors)
+            # '[P, elements]' in the compile table; the digest tells parameter sets apart (the cache's key)
+            signature = f"Tensors[{len(tensors)}, {elements}]#{hashlib.sha1(full.encode()).hexdigest()[:12]}"
+            return self.call(name, cell, *tensors, signature=signature)
+
+        return reduce_gradients(grads, run)
 
     # ------------------------------------------------------------------ vocabulary
     def vocab_size(self) -> int | None:

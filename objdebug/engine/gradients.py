@@ -11,12 +11,12 @@ user does (flat / sequence / end-to-end) and return `(total, outputs)`, so
 - `gradient.stats` (*grads) reduces a gradient tuple to small tensors per parameter (squared L2
   norm, max |g|, exact zeros; and, only when a squared norm is not finite, a second graph
   `gradient.stats.nonfinite` counts the NaN/Inf elements and the finite squared norm), so a large
-  model never copies its gradients to the host unless asked. Gradients of at most
-  `HOST_STATS_MAX_ELEMENTS` (2^24) elements in all are reduced on the host in float64 instead
-  (`host_stats`): the copy costs less than the compile. It is a graph of its own, not part
-  of each forward + backward graph: its shapes are the parameters', the same at every input
-  length, so it compiles once per run while the stress stage compiles a forward + backward graph
-  per length (each ~1.4 s cheaper on the demo model without the reductions of its 28 parameters).
+  model never copies its gradients to the host. It is a graph of its own, not part of each
+  forward + backward graph: its shapes are the parameters', the same at every input length, so it
+  compiles once per run while the stress stage compiles a forward + backward graph per length
+  (each ~1.4 s cheaper on the demo model without the reductions of its 28 parameters). Gradients
+  of at most `HOST_STATS_MAX_ELEMENTS` (2^24) elements in all are reduced on the host in float64
+  instead (`host_stats`): the copy costs less than the compile.
   The directional derivatives g.d of the finite differences are taken on the host, in float64,
   from the gradients the gradient-direction check reads anyway (`ParamGradients.gdot`).
 - `grad.logit_probe` (logits, labels) differentiates the objective w.r.t. the logits and returns
@@ -25,11 +25,10 @@ user does (flat / sequence / end-to-end) and return `(total, outputs)`, so
   likelihood-shape comparison (OBJ208): one graph for all three checks.
 
 The one family of gradient reductions: `ObjectiveGradient` differentiates any forward Cell,
-`GradientNorms` / `GradientStats` reduce its gradient tuple to per-parameter statistics
-(`complete_stats`; `Engine.gradient_stats` for the stages, `reduce_gradients` for the training
-monitor). The grad stage, decompose, the
-stress cases and the monitor all use them, and `max_mean_ratio` on the host, so OBJ202 and
-OBJ603 read the same numbers off the same gradients.
+`reduce_gradients` reduces its gradient tuple to per-parameter statistics (through
+`Engine.gradient_stats` in the stages, directly in the training monitor). The grad stage,
+decompose, the stress cases and the monitor all use them, and `max_mean_ratio` on the host, so
+OBJ202 and OBJ603 read the same numbers off the same gradients.
 """
 
 from __future__ import annotations
@@ -68,20 +67,17 @@ def gradient_norms(grads):
 
 
 def gradient_stats(grads):
-    """`gradient_norms` and, for a gradient with a non-finite squared norm, NaN/Inf elements and
-    the squared L2 norm over the finite elements only (what a monitor plots when a few overflow)
-    -> five float32[P]."""
-    sq, mx, zeros, bad, finite_sq = [], [], [], [], []
+    """`gradient_norms`, then NaN/Inf elements and the squared L2 norm over the finite elements
+    only (what a monitor plots when a few overflow) -> five float32[P]; needed only for a gradient
+    whose squared norm is not finite."""
+    bad, finite_sq = [], []
     for g in grads:
         g32 = ops.cast(g, ms.float32)
         finite = ops.isfinite(g32)
-        sq.append((g32 * g32).sum())
-        mx.append(ops.abs(g32).max())
-        zeros.append(ops.cast(g32 == 0, ms.float32).sum())
         bad.append(ops.cast(ops.logical_not(finite), ms.float32).sum())
         kept = ops.select(finite, g32, ops.zeros_like(g32))
         finite_sq.append((kept * kept).sum())
-    return ops.stack(sq), ops.stack(mx), ops.stack(zeros), ops.stack(bad), ops.stack(finite_sq)
+    return (*gradient_norms(grads), ops.stack(bad), ops.stack(finite_sq))
 
 
 class GradientNorms(nn.Cell):
@@ -123,7 +119,7 @@ HOST_STATS_MAX_ELEMENTS = 1 << 24
 
 
 def on_host(grads) -> bool:
-    """Whether `reduce_gradients` / `Engine.gradient_stats` reduce these gradients on the host."""
+    """Whether `reduce_gradients` reduces these gradients on the host."""
     return sum(int(np.prod(g.shape)) for g in grads) <= HOST_STATS_MAX_ELEMENTS
 
 
@@ -157,7 +153,7 @@ def complete_stats(norms, full: Any) -> dict[str, np.ndarray]:
 
 class ObjectiveGradient(nn.Cell):
     """(*inputs) -> (value, gradients) of `forward` w.r.t. `params`; reduce the gradients with
-    `GradientStats` (`Engine.gradient_stats`, `reduce_gradients`).
+    `reduce_gradients` (`Engine.gradient_stats`).
 
     has_aux: `forward` returns (total, aux...) and only the total is differentiated (the value
     returned is the whole tuple); without it, the single output.
@@ -178,22 +174,25 @@ def _build_param_probe(target, params):
     return ObjectiveGradient(BatchObjective(target), params)
 
 
-_REDUCER: dict[str, Any] = {}
+_REDUCER: dict[str, Any] = {}  # the reduction Cells, one per process (MindSpore keys graphs on them)
 
 
-def reduce_gradients(grads) -> dict[str, np.ndarray]:
-    """The gradient statistics of gradients computed elsewhere (a training loop's
-    `value_and_grad`, Tensors or arrays) -> float64 arrays by name: on the host for small
-    gradients (`on_host`), else `GradientNorms`, and `GradientStats` only when a squared norm is
-    not finite (`complete_stats`): one compiled graph per process and set of gradient shapes
-    (~1 s once on CPU), then ~10 ms a call; op by op it would dispatch 3-6 kernels per parameter
-    on every call."""
+def reduce_gradients(grads, run: Any = None) -> dict[str, np.ndarray]:
+    """Per-parameter statistics of a gradient tuple (Tensors or arrays; a training loop's, the
+    grad stage's, a stress case's) -> float64[P] arrays by name (`STAT_NAMES`).
+
+    Small gradients (`on_host`) on the host in float64; larger ones in `GradientNorms`, and in
+    `GradientStats` only when a squared norm is not finite (`complete_stats`): one compiled graph
+    per process and set of gradient shapes (~1 s once on CPU), then ~10 ms a call, never a copy.
+    `run(name, cell, tensors)` calls a reduction graph (`Engine.gradient_stats` passes one that
+    counts the compile); default: directly."""
     if on_host(grads):
         return host_stats(grads)
-    norms = _REDUCER.setdefault("norms", GradientNorms())
+    run = run or (lambda name, cell, tensors: cell(*tensors))
     tensors = [g if isinstance(g, ms.Tensor) else ms.Tensor(np.asarray(g)) for g in grads]
-    return complete_stats(norms(*tensors),
-                          lambda: _REDUCER.setdefault("stats", GradientStats())(*tensors))
+    norms = run(STATS, _REDUCER.setdefault(STATS, GradientNorms()), tensors)
+    return complete_stats(norms, lambda: run(STATS_NONFINITE, _REDUCER.setdefault(STATS_NONFINITE, GradientStats()),
+                                             tensors))
 
 
 def max_mean_ratio(norms: np.ndarray, over: list[int] | None = None) -> tuple[float, int, float]:

@@ -84,8 +84,8 @@ class TrainingMonitor:
 
         `components`: a sequence aligned with the names, a dict, or a Tensor of shape [K].
         `grads`/`params`: the gradient tuple of `value_and_grad` and the parameters it was taken for.
-        `stats`: their per-parameter statistics when a gradient graph reduced them already
-        (`objdebug.engine.gradients.stats_on_host`); else they are reduced here.
+        `stats`: their per-parameter statistics when they were reduced already
+        (`objdebug.engine.gradients.reduce_gradients`); else they are reduced here.
         """
         if self.closed:
             raise RuntimeError(f"For 'TrainingMonitor.step', the monitor of '{self.path}' is closed; "
