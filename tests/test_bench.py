@@ -10,12 +10,17 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture(scope="module")
-def bench():
-    spec = importlib.util.spec_from_file_location("bench_run", ROOT / "bench" / "bench_run.py")
+def _bench_module(name: str):
+    """bench/<name>.py, imported by path (bench/ is not a package)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+@pytest.fixture(scope="module")
+def bench():
+    return _bench_module("bench_run")
 
 
 def test_make_data_replicates_rows_with_unique_ids(bench, tmp_path):
@@ -81,10 +86,7 @@ def test_full_benchmark_objdebug_within_target(tmp_path):
 # --------------------------------------------------------------------------- bench_release.py
 @pytest.fixture(scope="module")
 def release_bench():
-    spec = importlib.util.spec_from_file_location("bench_release", ROOT / "bench" / "bench_release.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return _bench_module("bench_release")
 
 
 def test_release_align_data_is_40_rows_of_3_answers_up_to_200_tokens(release_bench, tmp_path):
