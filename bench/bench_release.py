@@ -162,7 +162,7 @@ t0 = time.perf_counter()
 import numpy as np
 import mindspore as ms
 from mindspore import nn, ops
-from objdebug.config import load_config
+from objdebug.core.config import load_config
 from objdebug.engine.target import import_factory
 
 ms.set_device("CPU")

@@ -38,7 +38,7 @@ SIG = re.compile(r"(\w+)\[([\d, ]*)\]")
 # --------------------------------------------------------------------------- profile and data
 def bench_profile(name: str, long_lengths: list[int] | None):
     """The named profile, with stress.long_lengths replaced when given (default: [2048])."""
-    from objdebug.profile import load_profile
+    from objdebug.pipeline.profile import load_profile
 
     profile = load_profile(name)
     if long_lengths is not None:
@@ -214,7 +214,7 @@ def worker_bare(spec: dict) -> dict:
     import mindspore as ms
     import numpy as np
 
-    from objdebug.config import load_config
+    from objdebug.core.config import load_config
     from objdebug.engine.target import import_factory
 
     ms.set_device("CPU")

@@ -2,6 +2,6 @@
 
 __version__ = "0.1.0"
 
-from objdebug.errors import ObjdebugError, InputError  # noqa: E402
+from objdebug.core.errors import ObjdebugError, InputError  # noqa: E402
 
 __all__ = ["__version__", "ObjdebugError", "InputError"]

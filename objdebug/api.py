@@ -11,73 +11,21 @@ comparison with a baseline and the same report files.
 
 from __future__ import annotations
 
-import datetime as _dt
-import time
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-from objdebug import contract, distributed
-from objdebug.engine import runtime
-from objdebug.engine.compile_cache import default_root, open_cache
-from objdebug.config import Config, load_config  # noqa: F401  (re-exported)
-from objdebug.context import Context, RunOptions
+from objdebug.core.config import Config, load_config, parse_override
+from objdebug.core.errors import InputError
+from objdebug.core.progress import Progress
+from objdebug.engine import distributed
+from objdebug.engine.compile_cache import default_root
 from objdebug.engine.data import preflight
-from objdebug.engine.core import Engine
-from objdebug.errors import EXIT_CHECK_FAILED, EXIT_OK
-from objdebug.findings import CheckResult, Verdict
-from objdebug.interrupts import Interrupted, swallowed
-from objdebug.profile import Profile, code_selected, load_profile
-from objdebug.progress import Progress, StageSummary
-from objdebug.stages import (STAGES, pipeline_order, scores_rows, skipped, stage_checks,
-                             stage_skip_reason)
-from objdebug.engine.target import load_target
+from objdebug.pipeline.profile import Profile, load_profile
+from objdebug.pipeline.runner import RunResult, resolve_stages, run_pipeline  # noqa: F401  (re-exported)
 from objdebug.report.json_report import SCHEMA_VERSION  # noqa: F401  (re-exported)
-
-
-@dataclass
-class RunResult:
-    config: Config
-    profile: Profile
-    stages: list[str]
-    results: list[CheckResult] = field(default_factory=list)
-    timings: dict[str, float] = field(default_factory=dict)
-    compiles: dict[str, Any] = field(default_factory=dict)
-    target: dict[str, Any] = field(default_factory=dict)
-    versions: dict[str, str] = field(default_factory=dict)
-    options: dict[str, Any] = field(default_factory=dict)
-    created: str = ""
-    strict: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)  # e.g. baseline comparison, figure paths
-
-    @property
-    def findings(self):
-        return [f for r in self.results for f in r.findings]
-
-    def counts(self) -> dict[str, int]:
-        out = {v.value: 0 for v in Verdict}
-        for f in self.findings:
-            out[f.verdict.value] += 1
-        return out
-
-    @property
-    def exit_code(self) -> int:
-        verdicts = {f.verdict for f in self.findings}
-        if Verdict.FAIL in verdicts:
-            return EXIT_CHECK_FAILED
-        if Verdict.ERROR in verdicts and self.profile.error_fails:
-            return EXIT_CHECK_FAILED
-        if Verdict.WARN in verdicts and (self.strict or self.profile.fail_on_warn):
-            return EXIT_CHECK_FAILED
-        return EXIT_OK
-
-    @property
-    def passed(self) -> bool:
-        return self.exit_code == EXIT_OK
-
-
-def resolve_stages(cfg: Config, profile: Profile, stages: list[str] | None) -> list[str]:
-    return pipeline_order(stages or cfg.run.stages or profile.stages or list(STAGES))
+from objdebug.stages import stage_checks
 
 
 def run(cfg: Config, *, stages: list[str] | None = None, profile: Profile | str | None = None,
@@ -118,10 +66,10 @@ def run(cfg: Config, *, stages: list[str] | None = None, profile: Profile | str 
     # stops on any exception, Ctrl-C included, which goes on to the caller
     with progress.running(chosen):
         progress.stage_start("load")
-        result = _run(cfg, chosen, profile, options, out_dir, strict, select, ignore, debug,
-                      progress, compile_cache)
+        result = run_pipeline(cfg, chosen, profile, options, out_dir, strict, select, ignore,
+                              debug, progress, compile_cache, stage_checks)
     if old is not None:
-        from objdebug import baseline as baseline_mod
+        from objdebug.pipeline import baseline as baseline_mod
 
         baseline_mod.apply(result, old, select=user_select, ignore=user_ignore)
     if out_dir:
@@ -137,7 +85,7 @@ def run(cfg: Config, *, stages: list[str] | None = None, profile: Profile | str 
 def _load_baseline(baseline: str | Path | dict[str, Any] | None) -> dict[str, Any] | None:
     if baseline is None or isinstance(baseline, dict):
         return baseline
-    from objdebug import baseline as baseline_mod
+    from objdebug.pipeline import baseline as baseline_mod
 
     return baseline_mod.load(str(baseline))
 
@@ -172,91 +120,209 @@ def write_reports(result: RunResult | dict[str, Any], *, json: str | Path | None
     return written
 
 
-def _run(cfg: Config, chosen: list[str], profile: Profile, options: dict[str, Any] | None,
-         out_dir: str | None, strict: bool, select: list[str], ignore: list[str], debug: bool,
-         progress: Progress, compile_cache: str | None) -> RunResult:
-    result = RunResult(config=cfg, profile=profile, stages=chosen, options=dict(options or {}),
-                       versions=runtime.versions(), strict=strict,
-                       created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
-    t0 = time.perf_counter()
+# --------------------------------------------------------------------------- one command's work
+# What `objdebug run`, `demo` and the stage commands do, as data in and an outcome out: the CLI
+# parses into a Request, calls `prepare` (every input error before any work) and `execute`.
+def load(config=None, demo: bool = False, sets=None, device=None, mode=None, seed=None,
+         checkpoint=None) -> Config:
+    """The config with the command line's overrides (`--set`, `--device`, ...) over it; an error
+    in an overridden key names the flag that set it."""
+    overrides, origins = {}, {}
+    for text in sets or []:
+        key, value = parse_override(text)
+        overrides[key], origins[key] = value, f"--set {text}"
+    checkpoint_text = checkpoint
+    checkpoint = str(Path(checkpoint).resolve()) if checkpoint is not None else None
+    for key, value, flag in (("run.device", device, "--device"), ("run.mode", mode, "--mode"),
+                             ("run.seed", seed, "--seed"),
+                             ("model.checkpoint", checkpoint, "--checkpoint")):
+        if value is not None:
+            overrides[key] = value
+            origins[key] = f"{flag} {checkpoint_text if flag == '--checkpoint' else value}"
+    return load_config(config, overrides=overrides, demo=demo, origins=origins)
+
+
+OUTPUT_FORMATS = ("text", "github", "gitlab")
+
+
+def output_format(value: str | None) -> str:
+    """--output-format, or what the CI environment implies: GitHub Actions sets GITHUB_ACTIONS=true."""
+    if value is None:
+        return "github" if os.environ.get("GITHUB_ACTIONS") == "true" else "text"
+    if value.lower() not in OUTPUT_FORMATS:
+        raise InputError(f"For '--output-format', the value must be in {list(OUTPUT_FORMATS)}, "
+                         f"but got '{value}'.")
+    return value.lower()
+
+
+def gitlab_path(fmt: str, gitlab_report=None):
+    """Where the GitLab Code Quality report goes, or None."""
+    from objdebug.report import gitlab
+
+    return gitlab_report or (Path(gitlab.DEFAULT_PATH) if fmt == "gitlab" else None)
+
+
+def ci_annotations(report: dict[str, Any], fmt: str) -> str:
+    """The CI annotation lines of a report (GitHub's `::error ...`), one per line; '' for text."""
+    from objdebug.report import github
+
+    return "".join(line + "\n" for line in github.annotations(report)) if fmt == "github" else ""
+
+
+def ci_output(report: dict[str, Any], fmt: str, echo: Callable[[str], None]) -> None:
+    """The CI-native output of a report: GitHub annotations through `echo` + the job summary."""
+    from objdebug.report import github
+
+    if fmt == "github":
+        for line in github.annotations(report):
+            echo(line)
+        github.append_summary(report)
+
+
+@dataclass
+class Request:
+    """One command's options (the CLI's flags, by keyword)."""
+
+    stages: list[str] | None = None
+    config: Path | None = None
+    demo: bool = False
+    set_: list[str] | None = None
+    device: str | None = None
+    mode: str | None = None
+    seed: int | None = None
+    checkpoint: str | None = None
+    profile: str | None = None
+    json_path: Path | None = None
+    out: Path | None = None
+    strict: bool = False
+    debug: bool = False
+    select: list[str] | None = None
+    ignore: list[str] | None = None
+    verbose: bool = False
+    junit: Path | None = None
+    junit_warnings_as_skipped: bool = False
+    html: Path | None = None
+    markdown: Path | None = None
+    baseline: Path | None = None
+    compile_cache: Path | None = None
+    no_cache: bool = False
+    quiet: bool = False
+    output_format_: str | None = None
+    gitlab_report: Path | None = None
+    workers: int | None = None
+    expect_trained: bool = False
+    settings: dict[str, Any] = field(default_factory=dict)  # --synthesize, --batch-size, --samples
+
+    def options(self) -> dict[str, Any]:
+        return {**self.settings, **({"expect_trained": True} if self.expect_trained else {})}
+
+
+@dataclass
+class Prepared:
+    fmt: str
+    config: Config
+    profile: Profile
+    baseline: dict[str, Any] | None
+
+
+def prepare(req: Request) -> Prepared:
+    """Everything that can be wrong before any work: format, config, profile, output paths (none
+    may replace an input or another output, all must be writable), the baseline."""
+    from objdebug.core import outputs
+    from objdebug.pipeline import baseline as baseline_mod
+
+    if req.workers is not None and req.workers < 1:
+        raise InputError(f"For '--workers', the value must be >= 1, but got {req.workers}.")
+    fmt = output_format(req.output_format_)
+    cfg = load(req.config, req.demo, req.set_, req.device, req.mode, req.seed, req.checkpoint)
+    prof = load_profile(req.profile or cfg.run.profile)
+    # a named cache directory is checked like any output; the default one never stops a run
+    named_cache = None if req.no_cache else (req.compile_cache or cfg.run.compile_cache)
+    outputs.check(outputs.outputs(json=req.json_path, junit=req.junit, html=req.html,
+                                  markdown=req.markdown, out=req.out, compile_cache=named_cache,
+                                  gitlab=gitlab_path(fmt, req.gitlab_report)),
+                  outputs.config_inputs(cfg, prof.source, req.baseline))
+    old = baseline_mod.load(str(req.baseline)) if req.baseline else None
+    return Prepared(fmt, cfg, prof, old)
+
+
+def execute(req: Request, progress: Progress, echo: Callable[[str], None], colour: bool = False) -> int:
+    """Run the request's stages, write its reports (all or none; under msrun only rank 0 writes
+    and prints), print the terminal report through `echo`; returns the exit code."""
+    from objdebug.core.interrupts import Interrupted
+    from objdebug.report import json_report, terminal
+
+    p = prepare(req)
+    cache = False if req.no_cache else (str(req.compile_cache.resolve()) if req.compile_cache else True)
+    result = run(p.config, stages=req.stages, profile=p.profile, options=req.options(),
+                 out_dir=str(req.out.resolve()) if req.out else None, strict=req.strict,
+                 select=req.select, ignore=req.ignore, debug=req.debug, progress=progress,
+                 compile_cache=cache, baseline=p.baseline)
+    report = json_report.to_dict(result)
+    leader = distributed.world().leader
+    text = (terminal.final_line(report, colour) if req.quiet
+            else terminal.render(report, colour=colour, verbose=req.verbose).rstrip("\n"))
+    written = None
     try:
-        _run_stages(cfg, result, profile, chosen, select, ignore, options, out_dir, debug, progress,
-                    compile_cache)
-    except (Interrupted, Exception) as exc:  # say where the run stopped: the CLI prints it
-        if not isinstance(exc, Interrupted):
-            if swallowed() is None:
-                raise
-            exc = swallowed()  # a signal that the user's code or MindSpore turned into an error
-        done = [s for s in chosen if s in result.timings]
-        exc.after = done[-1] if done else None
-        exc.during = next((s for s in chosen if s not in result.timings), None) \
-            if result.timings.get("load") is not None else "load"
-        raise exc from None
-    result.timings["total"] = time.perf_counter() - t0
-    return result
+        if leader:  # the run's report files: all replaced, or none
+            written = write_reports(report, json=req.json_path, junit=req.junit,
+                                    junit_warnings_as_skipped=req.junit_warnings_as_skipped,
+                                    html=req.html, markdown=req.markdown,
+                                    gitlab=gitlab_path(p.fmt, req.gitlab_report))
+        distributed.record_exit(result.exit_code, report_text=text + "\n" +
+                                ci_annotations(report, p.fmt) if leader else None)
+        if leader:
+            echo(text)
+            ci_output(report, p.fmt, echo)
+    except Interrupted as exc:
+        exc.after, exc.during = (result.stages or ["setup"])[-1], "report writing"
+        exc.reports_written = bool(written and written.committed)
+        raise
+    return result.exit_code
 
 
-def _run_stages(cfg, result, profile, chosen, select, ignore, options, out_dir, debug, progress,
-                compile_cache) -> None:
-    runtime.setup(cfg.run.device, cfg.run.mode, cfg.run.seed)
-    world = distributed.world()  # rank 0 of 1 unless started by msrun (`--workers N`)
-    if world.distributed:
-        result.extra["workers"] = world.size
-    with runtime.scratch_dir():
-        t = time.perf_counter()
-        target = load_target(cfg)
-        result.timings["load"] = time.perf_counter() - t
-        result.target = target.describe()
-        engine = Engine(target, batch_size=profile.section("engine")["batch_size"],
-                        progress=progress)
-        ctx = Context(config=cfg, target=target, engine=engine, profile=profile,
-                      options=RunOptions.of(options), out_dir=out_dir, debug=debug)
-        # msrun workers would share one directory (and MindSpore writes one folder per rank)
-        cache = open_cache(compile_cache, cfg, profile, chosen, dict(options or {}),
-                           engine.batch_size,
-                           refuse="not with --workers (one cache per process)" if world.distributed else "")
-        cache.attach(engine)
-        with cache:  # writes the cache's manifest after a clean run only
-            engine.check = "contract"
-            # the contract on one small batch: exit 2 if broken; through the per-sample graph
-            # when a stage will score rows one by one (no graph of the probe's own)
-            contract.check_target(target, engine, per_sample=scores_rows(chosen))
-            result.target = target.describe()  # again: the probe may add notes (model_inputs)
-            for stage in chosen:
-                engine.stage = stage
-                progress.stage_start(stage)
-                t = time.perf_counter()
-                first_result, first_compile = len(result.results), engine.compiles.count
-                thresholds = profile.section(stage)
-                skip = stage_skip_reason(cfg, stage)
-                for check in stage_checks(stage):
-                    if not check.enabled(thresholds):
-                        continue  # switched off by the profile: no result at all
-                    engine.check = check.name  # its compiles and graph uses are charged to it
-                    res = skipped(check, skip) if skip else check.run(ctx, thresholds)
-                    res.findings = [f for f in res.findings if code_selected(f.code, select, ignore)]
-                    result.results.append(res)
-                engine.check = ""
-                result.timings[stage] = time.perf_counter() - t
-                progress.stage_end(StageSummary.of(stage, result.results[first_result:],
-                                                   result.timings[stage],
-                                                   engine.compiles.records[first_compile:]))
-        engine.check = "model-state"
-        _report_model_state(ctx, result, select, ignore)
-        result.extra.update(ctx.report_extra)
-        if cache.status != "off":
-            result.extra["compile_cache"] = cache.summary()
-    result.compiles = engine.compiles.to_dict()
+def render(result_json: Path, *, html=None, markdown=None, junit=None,
+           junit_warnings_as_skipped: bool = False, verbose: bool = False,
+           output_format_: str | None = None, gitlab_report=None,
+           echo: Callable[[str], None] = print, colour: bool = False) -> None:
+    """`objdebug render`: a saved JSON report re-rendered (terminal, and the report files)."""
+    from objdebug.core import outputs
+    from objdebug.report import json_report, terminal
+
+    fmt = output_format(output_format_)
+    outputs.check(outputs.outputs(junit=junit, html=html, markdown=markdown,
+                                  gitlab=gitlab_path(fmt, gitlab_report)),
+                  [("the report being rendered", outputs.resolve(result_json))])
+    report = json_report.load(str(result_json), renderable=True)
+    write_reports(report, junit=junit, junit_warnings_as_skipped=junit_warnings_as_skipped,
+                  html=html, markdown=markdown, gitlab=gitlab_path(fmt, gitlab_report))
+    echo(terminal.render(report, colour=colour, verbose=verbose).removesuffix("\n"))
+    ci_output(report, fmt, echo)
 
 
-def _report_model_state(ctx: Context, result: RunResult, select: list[str], ignore: list[str]) -> None:
-    """The model-state measurement (OBJ004), when a check made it: first in the results, and its
-    numbers in the report's target, so every report shows it at the top."""
-    from objdebug import model_state
+def explain(code: str) -> str:
+    """`objdebug explain CODE`: the rule's page; an unknown code is an input error."""
+    from objdebug.rules import all_rules, render_rule
 
-    res = model_state.result(ctx)
-    if res is None:
-        return
-    result.target["model_state"] = model_state.summary(res.value)
-    res.findings = [f for f in res.findings if code_selected(f.code, select, ignore)]
-    result.results.insert(0, res)
+    rule = all_rules().get(code.upper())
+    if rule is None:
+        raise InputError(f"For 'explain', the code must be one of {sorted(all_rules())}, but got '{code}'.")
+    return render_rule(rule)
+
+
+def rules_table() -> str:
+    """`objdebug rules`: every code, its stage, name and summary."""
+    from tabulate import tabulate
+
+    from objdebug.rules import all_rules
+
+    rows = [[r.code, r.stage, r.name, r.summary] for r in all_rules().values()]
+    return tabulate(rows, headers=["code", "stage", "name", "summary"], tablefmt="simple")
+
+
+def monitor_log(log: str | Path, colour: bool = False) -> tuple[str, int]:
+    """`objdebug monitor-log`: a training-monitor log rendered with its verdicts, and its exit code."""
+    from objdebug import monitor
+
+    rep = monitor.report(str(log))
+    return monitor.render_report(rep, colour=colour), rep["exit_code"]

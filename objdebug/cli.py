@@ -1,291 +1,117 @@
-"""The `objdebug` command: parse, call the library, render, map to exit codes.
-
-Exit codes: 0 all checks pass, 1 a check failed, 2 usage/config/input error, 3 internal error.
-"""
+"""The `objdebug` command: parse, call the library (objdebug.api), print, map to exit codes:
+0 all checks pass, 1 a check failed, 2 usage/config/input error, 3 internal error."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import os
 import sys
-import traceback
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
-_USER_GLOG = os.environ.get("GLOG_v")  # a user's own MindSpore log level is kept
-os.environ.setdefault("GLOG_v", "3")
+import typer
 
-import typer  # noqa: E402
+from objdebug.core.errors import EXIT_INPUT_ERROR
 
-from objdebug.errors import EXIT_INPUT_ERROR, EXIT_INTERNAL_ERROR, InputError  # noqa: E402
+_USER_GLOG = os.environ.get("GLOG_v")  # a user's own MindSpore log level is kept (read, not set)
 
-app = typer.Typer(
-    name="objdebug",
-    help="Diagnose a MindSpore training objective: align, grad, invariants, decompose, correlate, preference, stress.",
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    no_args_is_help=True,
-)
-
-ConfigOpt = Annotated[Optional[Path], typer.Option("--config", "-c", help="objdebug.toml (default: ./objdebug.toml or pyproject.toml [tool.objdebug]).")]
-DemoOpt = Annotated[bool, typer.Option("--demo", help="Use the bundled demo target.")]
-SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="Override a config key: section.key=value (repeatable).")]
-DeviceOpt = Annotated[Optional[str], typer.Option("--device", help="CPU, GPU or Ascend (overrides run.device).")]
-ModeOpt = Annotated[Optional[str], typer.Option("--mode", help="graph (default) or pynative.")]
-SeedOpt = Annotated[Optional[int], typer.Option("--seed", help="Overrides run.seed.")]
-CkptOpt = Annotated[Optional[str], typer.Option("--checkpoint", help="Overrides model.checkpoint.")]
-ProfileOpt = Annotated[Optional[str], typer.Option("--profile", "-p", help="Profile name in checks/ or a .toml path.")]
-JsonOpt = Annotated[Optional[Path], typer.Option("--json", help="Write the JSON report here (atomically).")]
-OutOpt = Annotated[Optional[Path], typer.Option("--out", help="Directory for figures and artefacts.")]
-StrictOpt = Annotated[bool, typer.Option("--strict", help="Warnings fail the run (exit 1).")]
-DebugOpt = Annotated[bool, typer.Option("--debug", help="Show tracebacks.")]
-SelectOpt = Annotated[Optional[list[str]], typer.Option("--select", help="Keep only findings whose code starts with this (repeatable).")]
-IgnoreOpt = Annotated[Optional[list[str]], typer.Option("--ignore", help="Drop findings whose code starts with this (repeatable).")]
-VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Show passing findings in detail too.")]
-SynthOpt = Annotated[bool, typer.Option("--synthesize", help="align: generate medium/bad counterparts for rows with only 'good'.")]
-BatchOpt = Annotated[Optional[int], typer.Option("--batch-size", help="grad: rows per gradient batch.")]
-SamplesOpt = Annotated[Optional[int], typer.Option("--samples", help="grad/decompose: how many data rows to use.")]
-JunitOpt = Annotated[Optional[Path], typer.Option("--junit", help="Write a JUnit XML report here (one testsuite per stage).")]
-JunitSkipOpt = Annotated[bool, typer.Option("--junit-warnings-as-skipped", help="JUnit: report WARN findings as skipped instead of failures.")]
-HtmlOpt = Annotated[Optional[Path], typer.Option("--html", help="Write a self-contained HTML report (DIR/index.html, figures inlined).")]
-MarkdownOpt = Annotated[Optional[Path], typer.Option("--markdown", help="Write a Markdown report (DIR/report.md) with PNG figures beside it.")]
-CacheOpt = Annotated[Optional[Path], typer.Option("--compile-cache", help="MindSpore compile cache in this directory instead of ./.objdebug_cache (one sub-folder per target, profile and shape set; checked graph by graph). Speeds up a repeated run.")]
-NoCacheOpt = Annotated[bool, typer.Option("--no-cache", help="No compile cache: neither read nor write .objdebug_cache/ (or --compile-cache, run.compile_cache); also OBJDEBUG_NO_CACHE=1.")]
-QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Print only the final verdict line (no progress display, no table).")]
-FormatOpt = Annotated[Optional[str], typer.Option("--output-format", help="text, github or gitlab (default: github under GitHub Actions, else text). github: annotations on stdout + the Markdown report appended to $GITHUB_STEP_SUMMARY; gitlab: a Code Quality JSON report (--gitlab-report).")]
-GitlabOpt = Annotated[Optional[Path], typer.Option("--gitlab-report", help="Write a GitLab Code Quality JSON report here (default with --output-format gitlab: gl-code-quality-report.json).")]
-WorkersOpt = Annotated[Optional[int], typer.Option("--workers", help="Run N workers through MindSpore's msrun on this machine; rows are sharded, results combined with collectives (docs/distributed.md).")]
-ExpectTrainedOpt = Annotated[bool, typer.Option("--expect-trained", help="The model is trained: never treat it as untrained (quality checks are judged even at loss ~ log V; see OBJ004).")]
-BaselineOpt = Annotated[Optional[Path], typer.Option("--baseline", help="An earlier JSON report: regressions against it are findings (OBJ0xx).")]
+app = typer.Typer(name="objdebug", add_completion=False, pretty_exceptions_enable=False,
+                  no_args_is_help=True, help="Diagnose a MindSpore training objective: align, grad, "
+                  "invariants, decompose, correlate, preference, stress.")
 
 
 def _fail(message: str, code: int) -> None:
-    from objdebug.distributed import record_exit
+    from objdebug.engine.distributed import record_exit
 
     record_exit(code, message)  # a launched worker tells the launcher (no-op otherwise)
     typer.echo(f"objdebug: error: {message}", err=True)
     raise typer.Exit(code)
 
 
-def _launch_workers(workers: int, debug: bool) -> None:
-    """`--workers N` outside msrun: start N workers running this same command, then report."""
-    from objdebug.distributed import launch
-
-    args, skip = [], False
-    for a in sys.argv[1:]:  # the same command line, less --workers
-        if skip:
-            skip = False
-        elif a == "--workers":
-            skip = True
-        elif not a.startswith("--workers="):
-            args.append(a)
-    res = guarded(debug, launch, args, workers)
-    if res.failed or res.code >= EXIT_INPUT_ERROR:
-        _fail(res.output, res.code)
-    typer.echo(res.output, nl=False)
-    raise typer.Exit(res.code)
-
-
-def _quiet_mindspore(debug: bool) -> None:
-    """MindSpore's own `[ERROR]` log lines (a missing libcuda for `--device GPU`, a compile
-    failure's dump) reach the terminal only under --debug; objdebug reports the error itself in one
-    line. Takes effect when MindSpore is first imported, which the commands do lazily."""
-    if _USER_GLOG is None:
-        from objdebug.engine.runtime import quiet_mindspore
-
-        os.environ["GLOG_v"] = "3" if debug else "4"  # 4: CRITICAL only
-        quiet_mindspore(not debug)
-
-
 def guarded(debug: bool, fn, *args, **kwargs):
-    """Run fn; InputError -> exit 2 with one line, anything else -> exit 3 (traceback with --debug);
-    SIGINT/SIGTERM -> one line and exit 130/143, after every cleanup ran."""
-    from objdebug.interrupts import Interrupted, raising_signals, swallowed
+    """Run fn; an input error -> exit 2 with one line, anything else -> exit 3 (traceback with
+    --debug); SIGINT/SIGTERM -> one line and exit 130/143, after every cleanup ran."""
+    from objdebug.core import exits
+    from objdebug.core.interrupts import raising_signals
+    from objdebug.engine.runtime import quiet_logs
 
-    _quiet_mindspore(debug)
+    quiet_logs(debug, _USER_GLOG)
     try:
-        with raising_signals():
-            try:
-                return fn(*args, **kwargs)
-            except (Exception, KeyboardInterrupt) as exc:  # a signal that someone turned into an error
-                if swallowed() is not None and not isinstance(exc, Interrupted):
-                    raise swallowed() from None
-                raise
+        with raising_signals(), exits.signals_first():
+            return fn(*args, **kwargs)
     except typer.Exit:
         raise
-    except InputError as exc:
-        if debug:
-            traceback.print_exc()
-            if getattr(exc, "detail", None):  # e.g. MindSpore's full compile error
-                typer.echo(exc.detail, err=True)
-        _fail(str(exc), EXIT_INPUT_ERROR)
-    except Interrupted as exc:
-        written = "reports written" if getattr(exc, "reports_written", False) else "no report written"
-        _fail(f"interrupted{exc.where()}; {written}", exc.exit_code)
-    except KeyboardInterrupt:  # a ^C outside raising_signals (another thread's handler)
-        _fail("interrupted; no report written", 130)
-    except Exception as exc:
-        if debug:
-            traceback.print_exc()
-            _fail(f"internal error: {type(exc).__name__}: {exc}", EXIT_INTERNAL_ERROR)
-        first = (str(exc).strip().splitlines() or [""])[0]
-        _fail(f"internal error: {type(exc).__name__}: {first} (run with --debug for the traceback)",
-              EXIT_INTERNAL_ERROR)
+    except exits.ENDINGS as exc:
+        code, message = exits.ending(exc, debug)
+        _fail(message, code)
 
 
-def _load(config, demo, sets, device, mode, seed, checkpoint):
-    from objdebug.config import load_config, parse_override
+def execute(*, stages, debug=False, workers=None, quiet=False, **opts) -> None:
+    """Shared body of `run`, `demo` and the stage commands: the options as an api.Request (the
+    ones it has no field for are stage settings: --synthesize, --batch-size, --samples)."""
+    from objdebug import api
+    from objdebug.engine import distributed
 
-    overrides, origins = {}, {}  # origins: an error in an overridden key names the command line
-    for text in sets or []:
-        key, value = parse_override(text)
-        overrides[key], origins[key] = value, f"--set {text}"
-    checkpoint_text = checkpoint
-    checkpoint = str(Path(checkpoint).resolve()) if checkpoint is not None else None
-    for key, value, flag in (("run.device", device, "--device"), ("run.mode", mode, "--mode"),
-                             ("run.seed", seed, "--seed"),
-                             ("model.checkpoint", checkpoint, "--checkpoint")):
-        if value is not None:
-            overrides[key] = value
-            origins[key] = f"{flag} {checkpoint_text if flag == '--checkpoint' else value}"
-    return load_config(config, overrides=overrides, demo=demo, origins=origins)
+    fields = {f.name for f in dataclasses.fields(api.Request)}
+    req = api.Request(stages=stages, debug=debug, workers=workers, quiet=quiet,
+                      settings={k: v for k, v in opts.items() if k not in fields},
+                      **{k: v for k, v in opts.items() if k in fields})
+    if workers and workers > 1 and not distributed.under_msrun():  # N workers run this command
+        guarded(debug, api.prepare, req)  # in milliseconds, not after the workers' cluster timeout
+        res = guarded(debug, distributed.launch, distributed.without_workers(sys.argv[1:]), workers)
+        if res.failed or res.code >= EXIT_INPUT_ERROR:
+            _fail(res.output, res.code)
+        typer.echo(res.output, nl=False)
+        raise typer.Exit(res.code)
+    from objdebug.core.progress import for_stream
 
-
-OUTPUT_FORMATS = ("text", "github", "gitlab")
-
-
-def output_format(value: str | None) -> str:
-    """--output-format, or what the CI environment implies: GitHub Actions sets GITHUB_ACTIONS=true."""
-    if value is None:
-        return "github" if os.environ.get("GITHUB_ACTIONS") == "true" else "text"
-    if value.lower() not in OUTPUT_FORMATS:
-        raise InputError(f"For '--output-format', the value must be in {list(OUTPUT_FORMATS)}, "
-                         f"but got '{value}'.")
-    return value.lower()
-
-
-def gitlab_path(fmt: str, gitlab_report=None):
-    """Where the GitLab Code Quality report goes, or None."""
-    from objdebug.report import gitlab
-
-    return gitlab_report or (Path(gitlab.DEFAULT_PATH) if fmt == "gitlab" else None)
-
-
-def ci_output(report, fmt: str) -> None:
-    """The CI-native output of a report: GitHub annotations on stdout + the job summary."""
-    from objdebug.report import github
-
-    if fmt == "github":
-        for line in github.annotations(report):
-            typer.echo(line)
-        github.append_summary(report)
-
-
-def ci_annotations(report, fmt: str) -> str:
-    """The annotation lines ci_output prints (a launched worker hands them to the launcher)."""
-    from objdebug.report import github
-
-    return "".join(line + "\n" for line in github.annotations(report)) if fmt == "github" else ""
-
-
-def execute(*, stages, config=None, demo=False, set_=None, device=None, mode=None, seed=None,
-            checkpoint=None, profile=None, json_path=None, out=None, strict=False, debug=False,
-            select=None, ignore=None, verbose=False, junit=None, junit_warnings_as_skipped=False,
-            html=None, markdown=None, baseline=None, compile_cache=None, no_cache=False,
-            quiet=False, output_format_=None, gitlab_report=None, workers=None,
-            expect_trained=False, **settings) -> None:
-    """Shared body of `run`, `demo` and the stage commands: one keyword per shared option;
-    `settings` are the stage settings a command takes (--synthesize, --batch-size, --samples)."""
-    from objdebug import distributed
-
-    options = {**settings, **({"expect_trained": True} if expect_trained else {})}
-    if workers is not None and workers < 1:
-        _fail(f"For '--workers', the value must be >= 1, but got {workers}.", EXIT_INPUT_ERROR)
-    def prepare():
-        """Everything that can be wrong before any work: format, config, profile, output paths
-        (none may replace an input or another output, all must be writable), the baseline."""
-        from objdebug import baseline as baseline_mod
-        from objdebug import outputs
-        from objdebug.profile import load_profile
-
-        fmt = output_format(output_format_)
-        cfg = _load(config, demo, set_, device, mode, seed, checkpoint)
-        prof = load_profile(profile or cfg.run.profile)
-        # a named cache directory is checked like any output; the default one never stops a run
-        named_cache = None if no_cache else (compile_cache or cfg.run.compile_cache)
-        outputs.check(outputs.outputs(json=json_path, junit=junit, html=html, markdown=markdown,
-                                      out=out, compile_cache=named_cache,
-                                      gitlab=gitlab_path(fmt, gitlab_report)),
-                      outputs.config_inputs(cfg, prof.source, baseline))
-        old = baseline_mod.load(str(baseline)) if baseline else None
-        return fmt, cfg, prof, old
-
-    if workers and workers > 1 and not distributed.under_msrun():
-        guarded(debug, prepare)  # in milliseconds, not after the workers' cluster timeout
-        _launch_workers(workers, debug)
-
-    def body():
-        from objdebug import api
-        from objdebug.interrupts import Interrupted
-        from objdebug.progress import for_stream
-        from objdebug.report import json_report, terminal
-
-        fmt, cfg, prof, old = prepare()
-        cache = False if no_cache else (str(compile_cache.resolve()) if compile_cache else True)
-        result = api.run(cfg, stages=stages, profile=prof, options=options,
-                         out_dir=str(out.resolve()) if out else None, strict=strict,
-                         select=select, ignore=ignore, debug=debug,
-                         progress=for_stream(sys.stderr, quiet=quiet), compile_cache=cache,
-                         baseline=old)
-        report = json_report.to_dict(result)
-        leader = distributed.world().leader  # under msrun only rank 0 writes and prints
-        colour = sys.stdout.isatty()
-        text = (terminal.final_line(report, colour) if quiet
-                else terminal.render(report, colour=colour, verbose=verbose).rstrip("\n"))
-        written = None
-        try:
-            if leader:  # the run's report files: all replaced, or none
-                written = api.write_reports(report, json=json_path, junit=junit,
-                                            junit_warnings_as_skipped=junit_warnings_as_skipped,
-                                            html=html, markdown=markdown,
-                                            gitlab=gitlab_path(fmt, gitlab_report))
-            distributed.record_exit(result.exit_code, report_text=text + "\n" +
-                                    ci_annotations(report, fmt) if leader else None)
-            if leader:
-                typer.echo(text)
-                ci_output(report, fmt)
-        except Interrupted as exc:
-            exc.after, exc.during = (result.stages or ["setup"])[-1], "report writing"
-            exc.reports_written = bool(written and written.committed)
-            raise
-        raise typer.Exit(result.exit_code)
-
-    guarded(debug, body)
+    raise typer.Exit(guarded(debug, api.execute, req, for_stream(sys.stderr, quiet=quiet),
+                             typer.echo, sys.stdout.isatty()))
 
 
 # --------------------------------------------------------------------------- shared options
-# Every option that several commands take, once: name of the keyword -> (annotated type, default).
-# A command lists the names it takes (with_options); its order is the order of `--help`.
+# Every option that several commands take, once: keyword -> Annotated type and default. A
+# command lists the names it takes (with_options); its order is the order of `--help`.
+def _opt(kind, default, *flags, help):
+    return Annotated[kind, typer.Option(*flags, help=help)], default
+
+
 OPTIONS: dict[str, tuple[Any, Any]] = {
-    "config": (ConfigOpt, None), "demo": (DemoOpt, False), "set_": (SetOpt, None),
-    "device": (DeviceOpt, None), "mode": (ModeOpt, None), "seed": (SeedOpt, None),
-    "checkpoint": (CkptOpt, None), "profile": (ProfileOpt, None), "json_path": (JsonOpt, None),
-    "out": (OutOpt, None), "strict": (StrictOpt, False), "debug": (DebugOpt, False),
-    "select": (SelectOpt, None), "ignore": (IgnoreOpt, None), "verbose": (VerboseOpt, False),
-    "synthesize": (SynthOpt, False), "batch_size": (BatchOpt, None), "samples": (SamplesOpt, None),
-    "junit": (JunitOpt, None), "junit_warnings_as_skipped": (JunitSkipOpt, False),
-    "html": (HtmlOpt, None), "markdown": (MarkdownOpt, None), "baseline": (BaselineOpt, None),
-    "compile_cache": (CacheOpt, None), "no_cache": (NoCacheOpt, False), "quiet": (QuietOpt, False),
-    "output_format_": (FormatOpt, None), "gitlab_report": (GitlabOpt, None),
-    "workers": (WorkersOpt, None), "expect_trained": (ExpectTrainedOpt, False),
+    "config": _opt(Optional[Path], None, "--config", "-c", help="objdebug.toml (default: ./objdebug.toml or pyproject.toml [tool.objdebug])."),
+    "demo": _opt(bool, False, "--demo", help="Use the bundled demo target."),
+    "set_": _opt(Optional[list[str]], None, "--set", help="Override a config key: section.key=value (repeatable)."),
+    "device": _opt(Optional[str], None, "--device", help="CPU, GPU or Ascend (overrides run.device)."),
+    "mode": _opt(Optional[str], None, "--mode", help="graph (default) or pynative."),
+    "seed": _opt(Optional[int], None, "--seed", help="Overrides run.seed."),
+    "checkpoint": _opt(Optional[str], None, "--checkpoint", help="Overrides model.checkpoint."),
+    "profile": _opt(Optional[str], None, "--profile", "-p", help="Profile name in checks/ or a .toml path."),
+    "json_path": _opt(Optional[Path], None, "--json", help="Write the JSON report here (atomically)."),
+    "out": _opt(Optional[Path], None, "--out", help="Directory for figures and artefacts."),
+    "strict": _opt(bool, False, "--strict", help="Warnings fail the run (exit 1)."),
+    "debug": _opt(bool, False, "--debug", help="Show tracebacks."),
+    "select": _opt(Optional[list[str]], None, "--select", help="Keep only findings whose code starts with this (repeatable)."),
+    "ignore": _opt(Optional[list[str]], None, "--ignore", help="Drop findings whose code starts with this (repeatable)."),
+    "verbose": _opt(bool, False, "--verbose", "-v", help="Show passing findings in detail too."),
+    "synthesize": _opt(bool, False, "--synthesize", help="align: generate medium/bad counterparts for rows with only 'good'."),
+    "batch_size": _opt(Optional[int], None, "--batch-size", help="grad: rows per gradient batch."),
+    "samples": _opt(Optional[int], None, "--samples", help="grad/decompose: how many data rows to use."),
+    "junit": _opt(Optional[Path], None, "--junit", help="Write a JUnit XML report here (one testsuite per stage)."),
+    "junit_warnings_as_skipped": _opt(bool, False, "--junit-warnings-as-skipped", help="JUnit: report WARN findings as skipped instead of failures."),
+    "html": _opt(Optional[Path], None, "--html", help="Write a self-contained HTML report (DIR/index.html, figures inlined)."),
+    "markdown": _opt(Optional[Path], None, "--markdown", help="Write a Markdown report (DIR/report.md) with PNG figures beside it."),
+    "baseline": _opt(Optional[Path], None, "--baseline", help="An earlier JSON report: regressions against it are findings (OBJ0xx)."),
+    "compile_cache": _opt(Optional[Path], None, "--compile-cache", help="MindSpore compile cache in this directory instead of ./.objdebug_cache (one sub-folder per target, profile and shape set; checked graph by graph). Speeds up a repeated run."),
+    "no_cache": _opt(bool, False, "--no-cache", help="No compile cache: neither read nor write .objdebug_cache/ (or --compile-cache, run.compile_cache); also OBJDEBUG_NO_CACHE=1."),
+    "quiet": _opt(bool, False, "--quiet", "-q", help="Print only the final verdict line (no progress display, no table)."),
+    "output_format_": _opt(Optional[str], None, "--output-format", help="text, github or gitlab (default: github under GitHub Actions, else text). github: annotations on stdout + the Markdown report appended to $GITHUB_STEP_SUMMARY; gitlab: a Code Quality JSON report (--gitlab-report)."),
+    "gitlab_report": _opt(Optional[Path], None, "--gitlab-report", help="Write a GitLab Code Quality JSON report here (default with --output-format gitlab: gl-code-quality-report.json)."),
+    "workers": _opt(Optional[int], None, "--workers", help="Run N workers through MindSpore's msrun on this machine; rows are sharded, results combined with collectives (docs/distributed.md)."),
+    "expect_trained": _opt(bool, False, "--expect-trained", help="The model is trained: never treat it as untrained (quality checks are judged even at loss ~ log V; see OBJ004)."),
 }
-# what `run` and each stage command take
-RUN_OPTIONS = ("config", "demo", "set_", "device", "mode", "seed", "checkpoint", "profile",
-               "json_path", "out", "strict", "debug", "select", "ignore", "verbose", "synthesize",
-               "batch_size", "samples", "junit", "junit_warnings_as_skipped", "html", "markdown",
-               "baseline", "compile_cache", "no_cache", "quiet", "output_format_", "gitlab_report",
-               "workers", "expect_trained")
+DebugOpt = OPTIONS["debug"][0]
+RUN_OPTIONS = tuple(OPTIONS)  # what `run` and each stage command take
 DEMO_OPTIONS = ("json_path", "out", "profile", "debug", "verbose", "junit", "html", "markdown",
                 "compile_cache", "no_cache", "quiet", "output_format_", "gitlab_report", "workers")
 RENDER_OPTIONS = ("html", "markdown", "junit", "junit_warnings_as_skipped", "verbose", "debug",
@@ -315,19 +141,17 @@ def with_options(*names: str):
     return decorate
 
 
-def _stage_command(stage: str, doc: str):
+from objdebug.pipeline.registry import REGISTRY as _STAGES  # noqa: E402  (data only: no MindSpore)
+
+def _stage_command(stage: str):
     @with_options(*RUN_OPTIONS)
     def command(**opts) -> None:
         execute(stages=[stage], **opts)
-
-    command.__doc__ = doc
     return command
 
 
-from objdebug.stages import REGISTRY as _STAGES  # noqa: E402  (data only: no MindSpore)
-
-for _stage in _STAGES:
-    app.command(name=_stage.name, help=_stage.summary)(_stage_command(_stage.name, _stage.summary))
+for _stage in _STAGES:  # one command per stage: `objdebug align`, ...
+    app.command(name=_stage.name, help=_stage.help)(_stage_command(_stage.name))
 
 
 @app.command()
@@ -350,50 +174,28 @@ def demo(**opts) -> None:
 
 @app.command()
 @with_options(*RENDER_OPTIONS)
-def render(
-    result_json: Annotated[Path, typer.Argument(help="A JSON report written by --json.")],
-    html=None, markdown=None, junit=None, junit_warnings_as_skipped=False, verbose=False,
-    debug=False, output_format_=None, gitlab_report=None,
-) -> None:
+def render(result_json: Annotated[Path, typer.Argument(help="A JSON report written by --json.")],
+           debug=False, **opts) -> None:
     """Re-render a saved JSON report (terminal, and --html/--markdown/--junit files); exit 0 once written."""
-    def body():
-        from objdebug import api, outputs
-        from objdebug.report import json_report, terminal
+    from objdebug import api
 
-        fmt = output_format(output_format_)
-        outputs.check(outputs.outputs(junit=junit, html=html, markdown=markdown,
-                                      gitlab=gitlab_path(fmt, gitlab_report)),
-                      [("the report being rendered", outputs.resolve(result_json))])
-        report = json_report.load(str(result_json), renderable=True)
-        api.write_reports(report, junit=junit, junit_warnings_as_skipped=junit_warnings_as_skipped,
-                          html=html, markdown=markdown, gitlab=gitlab_path(fmt, gitlab_report))
-        typer.echo(terminal.render(report, colour=sys.stdout.isatty(), verbose=verbose), nl=False)
-        ci_output(report, fmt)
-
-    guarded(debug, body)
+    guarded(debug, api.render, result_json, echo=typer.echo, colour=sys.stdout.isatty(), **opts)
 
 
 @app.command()
 def explain(code: Annotated[str, typer.Argument(help="A finding code, e.g. OBJ101.")]) -> None:
     """Print a finding's page: what it checks, why it matters, how to fix it."""
-    from objdebug.rules import all_rules, render_rule
+    from objdebug import api
 
-    rule = all_rules().get(code.upper())
-    if rule is None:
-        _fail(f"For 'explain', the code must be one of {sorted(all_rules())}, but got '{code}'.",
-              EXIT_INPUT_ERROR)
-    typer.echo(render_rule(rule))
+    typer.echo(guarded(False, api.explain, code))
 
 
 @app.command("rules")
 def list_rules() -> None:
     """List every finding code."""
-    from tabulate import tabulate
+    from objdebug import api
 
-    from objdebug.rules import all_rules
-
-    rows = [[r.code, r.stage, r.name, r.summary] for r in all_rules().values()]
-    typer.echo(tabulate(rows, headers=["code", "stage", "name", "summary"], tablefmt="simple"))
+    typer.echo(api.rules_table())
 
 
 LogArg = Annotated[Path, typer.Argument(help="A training-monitor JSONL log (objdebug.monitor).")]
@@ -402,14 +204,11 @@ LogArg = Annotated[Path, typer.Argument(help="A training-monitor JSONL log (objd
 @app.command("monitor-log")
 def monitor_log(log: LogArg, debug: DebugOpt = False) -> None:
     """Render a training-monitor log with its verdicts; exit 1 if a failure was recorded."""
-    def body():
-        from objdebug import monitor
+    from objdebug import api
 
-        rep = monitor.report(str(log))
-        typer.echo(monitor.render_report(rep, colour=sys.stdout.isatty()), nl=False)
-        raise typer.Exit(rep["exit_code"])
-
-    guarded(debug, body)
+    text, code = guarded(debug, api.monitor_log, log, sys.stdout.isatty())
+    typer.echo(text, nl=False)
+    raise typer.Exit(code)
 
 
 @app.command("report", hidden=True)
@@ -433,18 +232,15 @@ def init_command(
     debug: DebugOpt = False,
 ) -> None:
     """Write a commented objdebug.toml: probe the model and objective, fill what can be detected."""
-    def body():
-        from objdebug.init import init_config
+    from objdebug.init import init_config
 
-        raise typer.Exit(init_config(model, objective, str(checkpoint) if checkpoint else None,
-                                     [str(p) for p in data or []], tokenizer, str(output), device,
-                                     max_probe_length, model_kwargs, echo=typer.echo))
-
-    guarded(debug, body)
+    raise typer.Exit(guarded(debug, init_config, model, objective, str(checkpoint) if checkpoint else None,
+                             [str(p) for p in data or []], tokenizer, str(output), device,
+                             max_probe_length, model_kwargs, echo=typer.echo))
 
 
 def main() -> None:
-    from objdebug.distributed import serve_if_scheduler
+    from objdebug.engine.distributed import serve_if_scheduler
 
     serve_if_scheduler()  # under msrun, the scheduler process only builds the cluster
     app()

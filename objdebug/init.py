@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from objdebug.errors import EXIT_CHECK_FAILED, EXIT_OK, InputError
+from objdebug.core.errors import EXIT_CHECK_FAILED, EXIT_OK, InputError
 
 PROBE_LENGTHS = (128, 512, 2048)   # input lengths tried when the model names no position table
 _MASK_WORDS = ("mask",)
@@ -162,7 +162,7 @@ def padding_id(found: Findings, specials: dict[str, int], texts, given, vocab: i
 # --------------------------------------------------------------------------- probes
 def _probe_contract(cfg, target) -> tuple[dict[str, Any] | None, str | None]:
     """contract.check_target with call = flat, then sequence -> (info, error of the last try)."""
-    from objdebug import contract
+    from objdebug.pipeline import contract
     from objdebug.engine.core import Engine
 
     error = None
@@ -183,7 +183,7 @@ def _longest_input(target, engine, found: Findings, max_length: int) -> None:
     forward passes at PROBE_LENGTHS up to `max_length`, batch 1, stopping at the first failure."""
     import numpy as np
 
-    from objdebug.contract import max_positions
+    from objdebug.pipeline.contract import max_positions
 
     named = max_positions(target)
     lengths = [named] if named else [n for n in PROBE_LENGTHS if n <= max_length]
@@ -254,7 +254,8 @@ def init_config(model: str, objective: str, checkpoint: str | None = None, data:
                 tokenizer: str | None = None, output: str = "objdebug.toml", device: str = "CPU",
                 max_probe_length: int = 2048, model_kwargs: str | None = None, echo=print) -> int:
     """Write `output`; returns the exit code (0 written and probed, 1 written but the probe failed)."""
-    from objdebug.config import Config, DataSpec, ModelSpec, ObjectiveSpec, RunSpec, load_config
+    from objdebug.core.config import (Config, DataSpec, ModelSpec, ObjectiveSpec, RunSpec,
+        load_config)
     from objdebug.engine import runtime
     from objdebug.engine.data import make_tokenizer
     from objdebug.engine.target import import_factory, load_target

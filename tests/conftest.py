@@ -63,6 +63,6 @@ def cli_exit_2(args, *needles, unchanged=()):
 
 def settings(section: str, **changes):
     """A profile section as checks receive it: default.toml's values, `changes` over them."""
-    from objdebug.profile import load_profile
+    from objdebug.pipeline.profile import load_profile
 
     return load_profile("default").section(section).replace(**changes)

@@ -9,7 +9,7 @@ import pytest
 
 from objdebug import api
 from objdebug.engine import runtime
-from objdebug.config import load_config
+from objdebug.core.config import load_config
 from objdebug.engine.data import pack
 from objdebug.engine.core import Engine
 from objdebug.engine.target import load_target
@@ -57,9 +57,9 @@ def tiny_runs():
 
 
 def test_losses_match_numpy_reference(tiny_runs):
-    from objdebug.context import Context
-    from objdebug.engine.datasets import align_rows
-    from objdebug.profile import load_profile
+    from objdebug.pipeline.context import Context
+    from objdebug.pipeline.datasets import align_rows
+    from objdebug.pipeline.profile import load_profile
 
     good_cfg, good, bad_cfg, bad = tiny_runs
     for cfg, result in ((good_cfg, good), (bad_cfg, bad)):
@@ -163,7 +163,7 @@ def test_synthesize_generates_counterparts(tmp_path):
 def test_graph_compile_error_names_the_line_and_leaves_no_droppings(tmp_path, monkeypatch):
     """The contract probe compiles the objective before the stages: an input error (exit 2) naming
     the user's file:line, not an ERROR in every check (issue 9)."""
-    from objdebug.errors import InputError
+    from objdebug.core.errors import InputError
 
     monkeypatch.chdir(tmp_path)
     cfg = load_config(TARGETS / "tiny" / "objdebug.toml",

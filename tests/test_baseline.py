@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from fixtures.reports_data import synthetic_result
-from objdebug import baseline
-from objdebug.errors import InputError
+from objdebug.pipeline import baseline
+from objdebug.core.errors import InputError
 from objdebug.report import json_report
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -192,4 +192,4 @@ def test_cli_gate_fails_on_regression(tmp_path):
     assert reg["verdict"] == "FAIL" and reg["value"] == pytest.approx(5.0 - gap)
     assert new["extra"]["baseline"]["source"] == str(tmp_path / "old.json")
     assert _finding(new, "OBJ003")["verdict"] == "PASS"
-    assert 'name="objdebug.baseline"' in (tmp_path / "new.xml").read_text()
+    assert 'name="objdebug.pipeline.baseline"' in (tmp_path / "new.xml").read_text()

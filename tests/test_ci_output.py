@@ -148,7 +148,7 @@ def test_github_step_summary_is_appended(github_run):
 
 # --------------------------------------------------------------------------- locations
 def test_config_key_finds_the_line_or_the_section(tmp_path):
-    from objdebug.locations import config_key
+    from objdebug.core.locations import config_key
 
     toml = tmp_path / "objdebug.toml"
     toml.write_text("[objective]\nfactory = 'x:y'\nlabel_pad_id = 1  # not this section\n\n"

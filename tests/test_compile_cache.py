@@ -18,8 +18,8 @@ import pytest
 
 from objdebug.engine import compile_cache
 from objdebug.engine.compile_cache import MANIFEST, CompileCache, cache_key, key_parts
-from objdebug.config import load_config
-from objdebug.profile import load_profile
+from objdebug.core.config import load_config
+from objdebug.pipeline.profile import load_profile
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE_TINY = ROOT / "fixtures" / "targets" / "cache_tiny" / "objdebug.toml"

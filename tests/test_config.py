@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from objdebug.config import find_config, load_config, parse_override
-from objdebug.errors import InputError
-from objdebug.profile import builtin_profiles, code_selected, load_profile
+from objdebug.core.config import find_config, load_config, parse_override
+from objdebug.core.errors import InputError
+from objdebug.pipeline.profile import builtin_profiles, code_selected, load_profile
 
 from .conftest import TARGETS
 

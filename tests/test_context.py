@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from objdebug.context import Context, RunOptions
+from objdebug.pipeline.context import Context, RunOptions
 
 from .conftest import ROOT
 
@@ -40,8 +40,8 @@ def test_a_provider_is_computed_once_and_keyed_by_itself():
 
 
 def test_context_does_not_import_the_profile_or_the_engine():
-    code = ("import sys, objdebug.context; "
+    code = ("import sys, objdebug.pipeline.context; "
             "print(sorted(m for m in sys.modules if m.startswith('objdebug.')))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                          check=True).stdout
-    assert "objdebug.profile" not in out and "objdebug.engine" not in out, out
+    assert "objdebug.pipeline.profile" not in out and "objdebug.engine" not in out, out

@@ -13,8 +13,9 @@ import pytest
 from .conftest import cli_exit_2
 from typer.testing import CliRunner
 
-from objdebug import contract
-from objdebug.errors import InputError
+from objdebug.engine.compile_errors import compile_error
+from objdebug.pipeline import contract
+from objdebug.core.errors import InputError
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE = ROOT / "fixtures" / "contract_targets.py"
@@ -80,15 +81,15 @@ MATMUL_ERROR = f"""For 'MatMulExt' op, shape1[-1] must be equal to shape2[-2], b
 
 
 def test_compile_error_names_the_users_frame():
-    err = contract.compile_error(RuntimeError(MATMUL_ERROR))
+    err = compile_error(RuntimeError(MATMUL_ERROR))
     assert str(err).startswith("/home/u/proj/losses.py:126: graph mode (mindspore.GRAPH_MODE) "
                                "cannot compile the target: For 'MatMulExt' op")
     assert "analyze_fail" not in str(err) and err.detail == MATMUL_ERROR
-    assert contract.compile_error(RuntimeError("For 'GatherD', index out of range")) is None
+    assert compile_error(RuntimeError("For 'GatherD', index out of range")) is None
 
 
 def test_max_positions_from_config_or_model(tiny_target):
-    from objdebug.config import load_config
+    from objdebug.core.config import load_config
     from objdebug.engine.target import load_target
 
     from fixtures.contract_targets import PositionalLM
@@ -105,7 +106,7 @@ def test_max_positions_from_config_or_model(tiny_target):
 def test_probe_length_is_the_first_real_batch_bucket(tiny_target):
     """The probe's model.forward runs at the gradient batch's shape (first batch_size rows' bucket),
     so the stages reuse its graph; the smallest bucket when a row is longer than the model takes."""
-    from objdebug.config import load_config
+    from objdebug.core.config import load_config
     from objdebug.engine.core import Engine
     from objdebug.engine.target import load_target
 
@@ -162,7 +163,7 @@ def test_objective_that_fails_on_one_row_is_named_before_the_stages(tiny_target)
 ])
 def test_the_probe_checks_the_objective_through_the_graph_a_stage_uses(tiny_target, stages, graphs):
     from objdebug import api
-    from objdebug.config import load_config
+    from objdebug.core.config import load_config
 
     result = api.run(load_config(tiny_target / "objdebug.toml"), stages=[stages])
     assert [g.split()[0] for g in result.compiles["by_check"]["contract"]["compiled"]] == graphs
@@ -197,7 +198,7 @@ def test_mindspore_error_lines_shown_under_debug(tiny_target):
 
 
 def test_a_check_crashing_on_a_graph_error_names_the_users_line():
-    from objdebug.findings import Check
+    from objdebug.core.findings import Check
 
     class Crashing(Check):
         name, stage, codes = "crashing", "align", ("OBJ101",)

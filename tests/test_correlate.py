@@ -14,14 +14,15 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from objdebug import api, stats
+from objdebug import api
+from objdebug.core import stats
 from objdebug.engine import runtime
-from objdebug.config import load_config
-from objdebug.context import Context
+from objdebug.core.config import load_config
+from objdebug.pipeline.context import Context
 from objdebug.engine.data import build_labels
 from objdebug.engine.core import Engine
-from objdebug.findings import Verdict
-from objdebug.profile import load_profile
+from objdebug.core.findings import Verdict
+from objdebug.pipeline.profile import load_profile
 from objdebug.stages.correlate import ScoreCorrelation, measure_vectors
 
 SCATTER_NAME = "correlate_scatter.png"  # the figure a run with --out writes (report/figures.py)
@@ -310,7 +311,7 @@ def test_demo_correlates(tmp_path):
 
 
 def test_bad_profile_setting_is_input_error(bigram, tmp_path):
-    from objdebug.errors import InputError
+    from objdebug.core.errors import InputError
 
     cfg, target, engine, _ = bigram
     prof = tmp_path / "p.toml"

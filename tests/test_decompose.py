@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 
 from objdebug.engine import runtime
-from objdebug.config import load_config
-from objdebug.context import Context
+from objdebug.core.config import load_config
+from objdebug.pipeline.context import Context
 from objdebug.engine.core import Engine
-from objdebug.errors import InputError
-from objdebug.findings import Verdict
-from objdebug.profile import load_profile
+from objdebug.core.errors import InputError
+from objdebug.core.findings import Verdict
+from objdebug.pipeline.profile import load_profile
 from objdebug.stages import decompose
 
 TARGETS = Path(__file__).resolve().parent.parent / "fixtures" / "targets"

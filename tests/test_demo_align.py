@@ -4,7 +4,7 @@ every per-sample loss equals a numpy float64 reference of the same loss."""
 import pytest
 
 from objdebug import api
-from objdebug.config import load_config
+from objdebug.core.config import load_config
 
 from .test_align import BROKEN, _rows, reference_losses
 
@@ -39,10 +39,10 @@ def test_demo_broken_masking_is_caught_and_explained(demo_runs):
 
 def test_demo_losses_match_numpy_reference(demo_runs):
     from objdebug.engine import runtime
-    from objdebug.context import Context
-    from objdebug.engine.datasets import align_rows
+    from objdebug.pipeline.context import Context
+    from objdebug.pipeline.datasets import align_rows
     from objdebug.engine.core import Engine
-    from objdebug.profile import load_profile
+    from objdebug.pipeline.profile import load_profile
     from objdebug.engine.target import load_target
 
     for cfg, result in demo_runs[0:2], demo_runs[2:4]:

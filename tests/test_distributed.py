@@ -11,8 +11,8 @@ import sys
 import numpy as np
 import pytest
 
-from objdebug import distributed
-from objdebug.distributed import World, _collect, shard_and_combine
+from objdebug.engine import distributed
+from objdebug.engine.distributed import World, _collect, shard_and_combine
 
 from .conftest import ROOT, messages
 

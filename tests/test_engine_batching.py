@@ -74,12 +74,12 @@ def test_one_fill_policy_and_grouping():
 # --------------------------------------------------------------------------- MindSpore
 @pytest.fixture(scope="module")
 def tiny():
-    from objdebug.config import load_config
-    from objdebug.context import Context
+    from objdebug.core.config import load_config
+    from objdebug.pipeline.context import Context
     from objdebug.engine import runtime
     from objdebug.engine.core import Engine
     from objdebug.engine.target import load_target
-    from objdebug.profile import load_profile
+    from objdebug.pipeline.profile import load_profile
 
     old = os.getcwd()
     os.chdir(tempfile.mkdtemp(prefix="objdebug-test-engine-"))  # MindSpore may drop rank_0/ here
@@ -201,7 +201,7 @@ def test_buckets_by_cost_leave_per_sample_results_unchanged(tiny):
     """The same rows at the ladder's buckets (one graph each) and at the one bucket a cost plan
     picks: per-sample losses equal to float32 tolerance (a correct objective ignores padding)."""
     from objdebug.engine.core import Engine
-    from objdebug.engine.datasets import text_samples
+    from objdebug.pipeline.datasets import text_samples
 
     ctx = tiny
     base = text_samples(ctx)

@@ -13,12 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from objdebug import baseline, monitor
-from objdebug.findings import Check, Verdict
-from objdebug.profile import load_profile
+from objdebug.pipeline import baseline
+from objdebug import monitor
+from objdebug.core.findings import Check, Verdict
+from objdebug.pipeline.profile import load_profile
 from objdebug.rules import all_rules, codes_of
-from objdebug.settings import MissingSetting, Settings
-from objdebug.stages import STAGES, stage_checks
+from objdebug.core.settings import MissingSetting, Settings
+from objdebug.pipeline.registry import STAGES
+from objdebug.stages import stage_checks
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "objdebug"
@@ -160,7 +162,7 @@ def test_baseline_directions_come_from_the_rule_pages():
 
 
 def test_one_finding_factory_takes_the_fix_from_the_rule():
-    from objdebug.findings import Finding
+    from objdebug.core.findings import Finding
 
     fail = Finding.of("OBJ101", Verdict.FAIL, "m", check="alignment", stage="align", value=1.0)
     assert fail.fix == all_rules()["OBJ101"].fix and fail.value == 1.0
@@ -174,7 +176,7 @@ def test_one_nan_codec_round_trips():
 
     import numpy as np
 
-    from objdebug.jsonsafe import encode, number
+    from objdebug.core.jsonsafe import encode, number
 
     data = encode({"a": float("nan"), "b": np.float32(np.inf), "c": [-math.inf, np.int64(3)],
                    "d": Settings("x", {"k": 1.5}), "e": Verdict.WARN})

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from objdebug.cli import app
-from objdebug.errors import InputError
+from objdebug.core.errors import InputError
 
 from objdebug.engine.runtime import import_mindspore  # noqa: E402
 
@@ -159,9 +159,9 @@ def test_generated_jsonl_through_the_cli(sandbox, lines, keep, what):
 
 def _fake_ctx(config_path: Path, max_length):
     """Just enough of a Context for datasets.*_rows: a byte tokenizer and a 256-token model."""
-    from objdebug.config import load_config
-    from objdebug.context import Context
-    from objdebug.profile import load_profile
+    from objdebug.core.config import load_config
+    from objdebug.pipeline.context import Context
+    from objdebug.pipeline.profile import load_profile
 
     cfg = load_config(config_path)
     engine = SimpleNamespace(vocab_size=lambda: 256, max_length=max_length)
@@ -176,7 +176,7 @@ def _fake_ctx(config_path: Path, max_length):
 def test_generated_rows_reach_the_stages_only_when_valid(sandbox, lines, max_length):
     """Past the file checks, the rows meet the tokenizer, the vocabulary and the model's length:
     each row either becomes samples or an InputError naming file:line, nothing else."""
-    from objdebug.engine import datasets
+    from objdebug.pipeline import datasets
 
     align, scores = sandbox / "align.jsonl", sandbox / "scores.jsonl"
     align.write_bytes(b"\n".join(lines) + b"\n")

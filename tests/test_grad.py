@@ -20,13 +20,13 @@ if str(ROOT) not in sys.path:  # fixtures.grad_losses is referenced by the fixtu
     sys.path.insert(0, str(ROOT))
 
 from objdebug.engine import runtime  # noqa: E402
-from objdebug.config import load_config  # noqa: E402
-from objdebug.context import Context  # noqa: E402
+from objdebug.core.config import load_config  # noqa: E402
+from objdebug.pipeline.context import Context  # noqa: E402
 from objdebug.engine.core import Engine  # noqa: E402
-from objdebug.errors import InputError  # noqa: E402
-from objdebug.findings import Verdict  # noqa: E402
+from objdebug.core.errors import InputError  # noqa: E402
+from objdebug.core.findings import Verdict  # noqa: E402
 from objdebug.engine.gradients import layer_of, reference_mean_ce_grad  # noqa: E402
-from objdebug.profile import load_profile  # noqa: E402
+from objdebug.pipeline.profile import load_profile  # noqa: E402
 from objdebug.rules import get_rule  # noqa: E402
 from objdebug.stages import grad as G  # noqa: E402
 from objdebug.stages import stage_checks  # noqa: E402

@@ -97,7 +97,7 @@ def test_profile_keys_and_types_checked_against_default(tiny_target, tmp_path, t
 
 
 def test_profile_open_tables_and_int_for_float_are_accepted(tmp_path):
-    from objdebug.profile import load_profile
+    from objdebug.pipeline.profile import load_profile
 
     profile = tmp_path / "mine.toml"
     profile.write_text('extends = "default"\n[align]\ngap_pass = 2\n[baseline.tolerances]\nOBJ101 = 0.5\n'
@@ -146,10 +146,10 @@ def test_render_on_a_broken_report(tmp_path, mutate, needle):
 def test_padding_label_out_of_range_for_the_objective_is_explained(tiny_target):
     """ignore_index = 0 while the pipeline pads labels with -100: MaskedCrossEntropy rejects -100
     (GatherD); OBJ105 says the padding label is out of range for the objective and what to set."""
-    from objdebug.config import load_config
-    from objdebug.context import Context
+    from objdebug.core.config import load_config
+    from objdebug.pipeline.context import Context
     from objdebug.engine.core import Engine
-    from objdebug.profile import load_profile
+    from objdebug.pipeline.profile import load_profile
     from objdebug.stages.align import LabelPadMasking
     from objdebug.engine.target import load_target
 

@@ -4,7 +4,7 @@ with the vocabulary, calling form, label_pad_id and pad_id detected; never overw
 from typer.testing import CliRunner
 
 from objdebug.cli import app
-from objdebug.config import DEMO_CONFIG, load_config
+from objdebug.core.config import DEMO_CONFIG, load_config
 
 from .conftest import FIXTURES, cli_exit_2, messages
 

@@ -15,26 +15,27 @@ import numpy as np
 import pytest
 
 from objdebug.engine import runtime
-from objdebug.config import load_config
-from objdebug.context import Context
+from objdebug.core.config import load_config
+from objdebug.pipeline.context import Context
 from objdebug.engine.core import Engine
-from objdebug.errors import InputError
-from objdebug.findings import Verdict
-from objdebug.invariance import constructor_settings, dropout_cells
-from objdebug.profile import load_profile
+from objdebug.core.errors import InputError
+from objdebug.core.findings import Verdict
+from objdebug.stages.invariants.probe import constructor_settings, dropout_cells
+from objdebug.pipeline.profile import load_profile
 from objdebug.rules import get_rule
-from objdebug.stages import STAGES, invariants
-from objdebug.stages.invariant_cases.alignment import shifted_labels
-from objdebug.stages.invariant_cases.settings_used import perturbation
-from objdebug.stages.invariant_cases.token_weighting import TokenWeighting
-from objdebug.stages.invariant_cases.truncation import supervised_after
-from objdebug.stages.invariant_cases.upstream import l2_rel
+from objdebug.pipeline.registry import STAGES
+from objdebug.stages import invariants
+from objdebug.stages.invariants.alignment import shifted_labels
+from objdebug.stages.invariants.settings_used import perturbation
+from objdebug.stages.invariants.token_weighting import TokenWeighting
+from objdebug.stages.invariants.truncation import supervised_after
+from objdebug.stages.invariants.upstream import l2_rel
 from objdebug.engine.target import load_target
 
 from .conftest import ROOT, TARGETS
 from .conftest import settings
-from objdebug.stages.grad import grad_batch
-from objdebug.stages.invariant_cases._common import logits, micro_probes
+from objdebug.pipeline.run_data import grad_batch
+from objdebug.stages.invariants._common import logits, micro_probes
 
 PROFILE = TARGETS / "inv_common" / "profile.toml"
 CHECKS = ["side-effects", "label-alignment", "logit-shift", "upstream-gradient", "ignored-positions",
@@ -253,7 +254,7 @@ def test_smoothing_over_ignored_matches_numpy():
 
 def test_reference_loss_matches_numpy(healthy):
     """The probe's configured loss on the batch equals a float64 masked mean CE (reference)."""
-    from objdebug.stages.invariant_cases._common import base, logits
+    from objdebug.stages.invariants._common import base, logits
 
     x, labels = logits(healthy.ctx).astype(np.float64), healthy.ctx.provided(grad_batch).labels
     x = x - x.max(-1, keepdims=True)
@@ -307,7 +308,7 @@ def test_dynamic_shape_graph_equals_static_graphs():
     import mindspore as ms
 
     from fixtures.invariant_losses import RowLoopCE
-    from objdebug.invariance import _LogitGrad
+    from objdebug.stages.invariants.probe import _LogitGrad
 
     runtime.setup("CPU", "graph", 0)
     rng = np.random.default_rng(0)
@@ -328,7 +329,7 @@ def test_objective_that_cannot_compile_dynamically_falls_back_to_static(healthy,
     the probe builds a static graph under `<name>.static` and answers the same numbers."""
     import mindspore as ms
 
-    from objdebug.invariance import InvarianceProbe, _LogitGrad
+    from objdebug.stages.invariants.probe import InvarianceProbe, _LogitGrad
 
     def wrong_rank(self, *inputs):
         nn_set_inputs(self, ms.Tensor(shape=[None], dtype=ms.float32), *inputs[1:])
@@ -357,7 +358,7 @@ def test_dropout_cells_are_found():
 def test_dropout_kept_on_purpose_is_a_note():
     """A model with dropout: its training loss differs from its evaluation loss; by default a note
     (INFO) that says so with both numbers, a WARN where the profile asks for it."""
-    from objdebug.stages.invariant_cases.side_effects import SideEffects
+    from objdebug.stages.invariants.side_effects import SideEffects
 
     t = Target("dropout")
     res = t.run("side-effects")
@@ -371,8 +372,8 @@ def test_dropout_kept_on_purpose_is_a_note():
 
 def test_empty_rows_are_named_under_max_length(healthy):
     """max_length 20: demo rows whose prompt has >= 20 tokens keep no supervised token."""
-    from objdebug.engine.datasets import text_samples
-    from objdebug.stages.invariant_cases.truncation import EmptyAfterTruncation
+    from objdebug.pipeline.datasets import text_samples
+    from objdebug.stages.invariants.truncation import EmptyAfterTruncation
 
     healthy.profile.data["invariants"]["max_length"] = 20
     try:
@@ -405,7 +406,7 @@ def test_cli_explain_prints_the_page():
 # --------------------------------------------------------------------------- reports
 def test_every_report_format_renders_the_stage_in_pipeline_order():
     from fixtures.reports_data import synthetic_result
-    from objdebug.findings import CheckResult, Finding
+    from objdebug.core.findings import CheckResult, Finding
     from objdebug.report import html, json_report, junit, markdown, terminal
 
     result = synthetic_result()

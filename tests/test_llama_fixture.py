@@ -93,7 +93,7 @@ def test_objectives_match_float64_references(graph_mode):
 def test_checkpoint_is_trained_and_the_model_is_causal(graph_mode):
     import mindspore as ms
 
-    from objdebug.config import load_config
+    from objdebug.core.config import load_config
     from objdebug.engine.data import Sample, pack
     from objdebug.demo import corpus
     from objdebug.engine.target import load_target

@@ -13,11 +13,11 @@ import sys
 import numpy as np
 import pytest
 
-from objdebug.config import load_config
+from objdebug.core.config import INPUTS, load_config
 from objdebug.engine import model_inputs as mi
 from objdebug.engine import runtime
-from objdebug.engine.data import Sample, pack
-from objdebug.errors import InputError
+from objdebug.engine.data import Sample, pack, pack_for
+from objdebug.core.errors import InputError
 
 from .conftest import ROOT, TARGETS, cli_exit_2
 
@@ -31,7 +31,7 @@ def _cfg(name: str, tiny: bool = True, **overrides):
 
 
 def _engine(cfg, probe: bool = True):
-    from objdebug.contract import check_target
+    from objdebug.pipeline.contract import check_target
     from objdebug.engine.core import Engine
     from objdebug.engine.target import load_target
 
@@ -55,7 +55,7 @@ def test_left_padding_keeps_labels_on_their_tokens():
     cfg = _cfg("left_padded")
     samples = _samples()
     right_ids, right_labels = pack(samples, 32, 0, -100, True)
-    ids, labels = mi.pack_for(cfg, samples, 32)
+    ids, labels = pack_for(cfg, samples, 32)
     for i, s in enumerate(samples):
         n = s.length
         assert np.all(mi.is_padding(ids[i, :32 - n])) and not np.any(mi.is_padding(ids[i, 32 - n:]))
@@ -67,7 +67,7 @@ def test_left_padding_keeps_labels_on_their_tokens():
 def test_default_packing_is_unchanged():
     cfg = load_config(TARGETS / "tiny" / "objdebug.toml")
     samples = _samples()
-    for got, want in zip(mi.pack_for(cfg, samples, 32), pack(samples, 32, cfg.data.pad_id,
+    for got, want in zip(pack_for(cfg, samples, 32), pack(samples, 32, cfg.data.pad_id,
                                                              cfg.data.label_pad_id, cfg.data.shift)):
         assert np.array_equal(got, want)
     assert not mi.configured(cfg)
@@ -108,12 +108,12 @@ def test_model_call_builds_mask_and_positions_like_numpy(side, dtype):
 
     cfg = _cfg("left_padded", **{"data.padding_side": side, "model.mask_dtype": dtype})
     runtime.setup("CPU", "graph", 0)
-    ids, _ = mi.pack_for(cfg, _samples(), 32)
+    ids, _ = pack_for(cfg, _samples(), 32)
     with runtime.scratch_dir():
         cell = ModelCall(EchoInputs(), mi.model_inputs(cfg), dtype, mi.RAW)
         got = cell(ms.Tensor(ids)).asnumpy()
     ref = mi.reference_inputs(ids)
-    for k, name in enumerate(mi.INPUTS):
+    for k, name in enumerate(INPUTS):
         assert np.array_equal(got[k], ref[name].astype(np.float32)), name
 
 
@@ -140,7 +140,7 @@ def test_output_default_index_and_key_select_the_logits():
     engine = _engine(_cfg("masked_model"))  # no `output`: the tuple's first element, with a note
     notes = engine.target.describe()["notes"]
     assert len(notes) == 1 and "tuple of 2" in notes[0] and "first element" in notes[0]
-    ids, _ = mi.pack_for(engine.target.config, _samples(), 32)
+    ids, _ = pack_for(engine.target.config, _samples(), 32)
     first = engine.logits(ids)
     inner = mi.unwrap(engine.target.model)
     by_index = ModelCall(inner, mi.model_inputs(engine.target.config), "int32", 0)
@@ -175,8 +175,8 @@ def test_invalid_output_exits_2_in_one_line(overrides, needle):
 
 # --------------------------------------------------------------------------- padding invariance
 def _padding_invariance(name: str):
-    from objdebug.context import Context
-    from objdebug.profile import load_profile
+    from objdebug.pipeline.context import Context
+    from objdebug.pipeline.profile import load_profile
     from objdebug.stages import stress
 
     engine = _engine(_cfg(name, tiny=False, **{"model.output": 0}), probe=False)

@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 
 from objdebug import monitor
 from objdebug.cli import app
-from objdebug.errors import InputError
-from objdebug.findings import Verdict
+from objdebug.core.errors import InputError
+from objdebug.core.findings import Verdict
 
 runner = CliRunner()
 
@@ -119,7 +119,7 @@ def test_malformed_log_names_the_line(tmp_path, text, line):
 
 
 def test_layer_of_is_one_definition_for_grad_stage_and_monitor():
-    from objdebug import naming
+    from objdebug.core import naming
     from objdebug.monitor import quantities
 
     assert quantities.layer_of is naming.layer_of

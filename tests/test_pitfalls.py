@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 
 from objdebug.engine import runtime
-from objdebug.config import load_config
-from objdebug.context import Context
+from objdebug.core.config import load_config
+from objdebug.pipeline.context import Context
 from objdebug.engine.core import Engine
-from objdebug.errors import InputError
-from objdebug.findings import Verdict
-from objdebug.likelihood import analyse
-from objdebug.profile import load_profile
+from objdebug.core.errors import InputError
+from objdebug.core.findings import Verdict
+from objdebug.stages.grad.likelihood import analyse
+from objdebug.pipeline.profile import load_profile
 from objdebug.rules import get_rule
 from objdebug.stages import decompose, grad
 
@@ -144,7 +144,7 @@ def test_mse_is_named_and_numbers_match_numpy():
     v = res.value
     assert "squared error on probabilities" in v["shape"] and v["cosine_family"] < 0.9
     # numpy float64: d/dz sum_k (softmax_k - onehot_k)^2 = J^T 2(p - onehot), J = diag(p) - p p^T
-    from objdebug.stages.grad import logit_gradients
+    from objdebug.pipeline.run_data import logit_gradients
 
     lg = context("demo_mse").provided(logit_gradients)
     labels = grad.grad_batch(context("demo_mse")).labels

@@ -12,10 +12,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from objdebug.config import load_config
-from objdebug.errors import InputError
-from objdebug.findings import Verdict
-from objdebug.stages.stress_cases.precision import LossScaleGradient, TrainedPrecision
+from objdebug.core.config import load_config
+from objdebug.core.errors import InputError
+from objdebug.core.findings import Verdict
+from objdebug.stages.stress.low_precision import LossScaleGradient, TrainedPrecision
 
 from .conftest import TARGETS, cli_exit_2
 from .test_stress import Target
@@ -82,7 +82,7 @@ def test_demo_o2_safe_objective_matches_float32(demo_o2):
     # reference (not a verdict): the float32 twin's loss is the float64 masked CE of its logits
     import mindspore as ms
 
-    from objdebug.stages.stress_cases.precision import _float32_target, _precision_batch
+    from objdebug.stages.stress.low_precision import _float32_target, _precision_batch
 
     ids, labels = _precision_batch(demo_o2.ctx)
     logits = _float32_target(demo_o2.ctx).model(ms.Tensor(ids)).asnumpy().astype(np.float64)

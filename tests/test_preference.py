@@ -29,13 +29,13 @@ if str(ROOT) not in sys.path:  # fixtures.preference_losses is referenced by the
 
 from objdebug import api  # noqa: E402
 from objdebug.engine import runtime  # noqa: E402
-from objdebug.config import load_config  # noqa: E402
-from objdebug.context import Context  # noqa: E402
+from objdebug.core.config import load_config  # noqa: E402
+from objdebug.pipeline.context import Context  # noqa: E402
 from objdebug.engine.core import Engine  # noqa: E402
-from objdebug.errors import InputError  # noqa: E402
-from objdebug.findings import Verdict  # noqa: E402
-from objdebug.preference import _truncate, session  # noqa: E402
-from objdebug.profile import load_profile  # noqa: E402
+from objdebug.core.errors import InputError  # noqa: E402
+from objdebug.core.findings import Verdict  # noqa: E402
+from objdebug.stages.preference.session import _truncate, session  # noqa: E402
+from objdebug.pipeline.profile import load_profile  # noqa: E402
 from objdebug.stages import preference as P  # noqa: E402
 from objdebug.engine.target import load_target  # noqa: E402
 
@@ -175,7 +175,7 @@ def test_dpo_on_mean_logps_warns(healthy):
 
 
 def test_unused_beta_fails_settings(healthy):
-    f = run(loss_variant(healthy[0], "pref_beta_unused"), P.Settings())
+    f = run(loss_variant(healthy[0], "pref_beta_unused"), P.SettingsMatter())
     assert f["OBJ811"].verdict is Verdict.FAIL and "beta" in f["OBJ811"].message
 
 

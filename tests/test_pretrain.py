@@ -17,16 +17,16 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from objdebug import model_state
+from objdebug.pipeline import model_state
 from objdebug.engine import runtime
-from objdebug.config import load_config
-from objdebug.context import Context
+from objdebug.core.config import load_config
+from objdebug.pipeline.context import Context
 from objdebug.engine.data import build_labels
-from objdebug.engine.datasets import text_rows, text_samples
+from objdebug.pipeline.datasets import text_rows, text_samples
 from objdebug.engine.core import Engine
-from objdebug.errors import InputError
-from objdebug.findings import Finding, Verdict
-from objdebug.profile import load_profile
+from objdebug.core.errors import InputError
+from objdebug.core.findings import Finding, Verdict
+from objdebug.pipeline.profile import load_profile
 from objdebug.report import terminal
 from objdebug.stages import align, correlate, grad, stress
 from objdebug.engine.target import load_target
@@ -96,7 +96,7 @@ def test_text_config_errors(tmp_path):
 def _state_ctx(untrained: bool, **options):
     state = {"measured": True, "untrained": untrained, "loss": 9.03, "log_v": 9.01, "entropy": 9.0,
              "loss_ratio": 1.002, "entropy_ratio": 0.999}
-    from objdebug.context import RunOptions
+    from objdebug.pipeline.context import RunOptions
 
     return SimpleNamespace(options=RunOptions(**options), profile=load_profile("default"),
                            provide=lambda provider, build: state, provided=lambda provider: state)

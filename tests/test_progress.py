@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from objdebug.progress import (LineProgress, LiveProgress, Progress, StageSummary, for_stream,
-                               shapes_text)
+from objdebug.core.progress import (LineProgress, LiveProgress, Progress, StageSummary, for_stream,
+    shapes_text)
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET = ROOT / "fixtures" / "targets" / "reports_tiny"
@@ -41,7 +41,7 @@ def test_shapes_text_keeps_distinct_shapes_without_dtypes():
 
 def test_stage_summary_counts_verdicts_and_compiles():
     from objdebug.engine.core import CompileRecord
-    from objdebug.findings import CheckResult, Finding, Verdict
+    from objdebug.core.findings import CheckResult, Finding, Verdict
 
     res = CheckResult("align", "x", findings=[Finding("OBJ101", Verdict.PASS, ""),
                                               Finding("OBJ102", Verdict.WARN, ""),

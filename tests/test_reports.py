@@ -113,16 +113,16 @@ def test_figure_crash_does_not_sink_report(report):
 
 
 def test_html_scatter_title_names_the_ci_method_like_the_stage_figure(report, monkeypatch):
-    import objdebug.report.plots
+    import objdebug.report.figures
 
     seen = {}
-    real = objdebug.report.plots.scatter_png
+    real = objdebug.report.figures.scatter_png
 
     def spy(*args, **kwargs):
         seen.update(kwargs)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(objdebug.report.plots, "scatter_png", spy)
+    monkeypatch.setattr(objdebug.report.figures, "scatter_png", spy)
     drawn = {d.name: d for d in draw_all(report)}
     assert drawn["loss_vs_score"].png is not None
     ci = next(r for r in report["results"] if r["stage"] == "correlate")["value"]["ci"]
@@ -177,7 +177,7 @@ def test_markdown_writes_figures_beside_it(tmp_path, report):
 
 # --------------------------------------------------------------------------- profiles and select/ignore
 def test_shipped_profiles_extend_default_with_known_keys():
-    from objdebug.profile import load_profile
+    from objdebug.pipeline.profile import load_profile
 
     default = load_profile("default").data
     for name in ("quick", "full", "ci-gate"):
@@ -207,7 +207,7 @@ def test_shipped_profiles_extend_default_with_known_keys():
     ("OBJ001", ["OBJ1"], [], False),            # baseline findings obey --select too
 ])
 def test_code_selected(code, select, ignore, kept):
-    from objdebug.profile import code_selected
+    from objdebug.pipeline.profile import code_selected
 
     assert code_selected(code, select, ignore) is kept
 

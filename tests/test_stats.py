@@ -1,4 +1,4 @@
-"""objdebug.stats: every number against scipy or a brute-force float64 computation."""
+"""objdebug.core.stats: every number against scipy or a brute-force float64 computation."""
 
 import math
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from objdebug import stats
+from objdebug.core import stats
 
 
 @pytest.fixture(scope="module")
@@ -131,7 +131,7 @@ def test_linear_fit_equals_linregress(tied):
 
 
 def test_scatter_plot_writes_png(tmp_path, tied):
-    from objdebug.report.plots import scatter_loss_vs_score
+    from objdebug.report.figures import scatter_loss_vs_score
 
     x, y = tied
     loss = x.copy()
@@ -143,7 +143,7 @@ def test_scatter_plot_writes_png(tmp_path, tied):
 
 
 def test_scatter_png_is_byte_stable_and_written_atomically(tmp_path, tied):
-    from objdebug.report.plots import scatter_loss_vs_score
+    from objdebug.report.figures import scatter_loss_vs_score
 
     x, y = tied
     a = scatter_loss_vs_score(y, x, tmp_path / "a.png", r=-0.7, ci=(-0.8, -0.6), ci_method="bca")

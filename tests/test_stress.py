@@ -13,23 +13,23 @@ import numpy as np
 import pytest
 
 from objdebug.engine import runtime
-from objdebug.config import load_config
-from objdebug.context import Context
+from objdebug.core.config import load_config
+from objdebug.pipeline.context import Context
 from objdebug.engine.data import pack
-from objdebug.engine.datasets import text_samples
+from objdebug.pipeline.datasets import text_samples
 from objdebug.engine.core import Engine
-from objdebug.errors import InputError
-from objdebug.findings import Verdict
-from objdebug.profile import load_profile
+from objdebug.core.errors import InputError
+from objdebug.core.findings import Verdict
+from objdebug.pipeline.profile import load_profile
 from objdebug.rules import get_rule
 from objdebug.stages import stress
 from objdebug.engine.target import load_target
 
 from .conftest import TARGETS
 from .conftest import settings
-from objdebug.stages.stress_cases._common import token_stream
-from objdebug.stages.stress_cases.garbage_ids import label_batch, random_batch
-from objdebug.stages.stress_cases.precision import logits_batch
+from objdebug.stages.stress._common import token_stream
+from objdebug.stages.stress.garbage_ids import label_batch, random_batch
+from objdebug.stages.stress.low_precision import logits_batch
 
 PROFILE = TARGETS / "stress_common" / "profile.toml"
 
@@ -334,7 +334,7 @@ def test_long_inputs_calibrate_memory_from_measured_peaks(healthy):
 
 
 def test_peak_fit_recovers_a_quadratic_and_inverts():
-    from objdebug.stages.stress_cases import memory
+    from objdebug.stages.stress import memory
 
     a, b, c = 5e8, 3e5, 400.0
     lengths = [128, 256, 512]
@@ -351,7 +351,7 @@ def test_peak_fit_recovers_a_quadratic_and_inverts():
 
 # --------------------------------------------------------------------------- objective alone, long
 def test_long_objective_summed_loss_fails_and_matches_numpy():
-    from objdebug.stages.stress_cases.long_objective import real_rows, resampled
+    from objdebug.stages.stress.long_objective import real_rows, resampled
 
     t = Target("stress_sum")
     res = t.run("long-objective")
@@ -436,7 +436,7 @@ def test_padding_invariance_nan_in_a_later_row_is_not_hidden(monkeypatch):
     """max() over [0.0, 0.0, nan] is 0.0: a NaN loss at +500 padding must still fail OBJ504."""
     from types import SimpleNamespace
 
-    from objdebug.stages.stress_cases import padding_invariance as pi
+    from objdebug.stages.stress import padding_invariance as pi
 
     losses = iter([1.0, 1.0, float("nan")])
     monkeypatch.setattr(pi, "text_sample", lambda ctx, n, name: None)
@@ -455,7 +455,7 @@ def test_padding_invariance_nan_in_a_later_row_is_not_hidden(monkeypatch):
 
 def test_low_precision_dtypes_run_on_graphs_of_their_own(healthy, monkeypatch):
     """A float16 kernel that raises poisons its graph: bfloat16 must not run on that graph."""
-    from objdebug.stages.stress_cases import precision
+    from objdebug.stages.stress import low_precision as precision
 
     calls, poisoned = [], set()
 

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from fixtures.reports_data import synthetic_result
 from objdebug import api
 from objdebug.cli import OPTIONS, app
-from objdebug.errors import InputError
+from objdebug.core.errors import InputError
 from objdebug.report import json_report
 
 from .conftest import ROOT, cli_exit_2

@@ -12,15 +12,15 @@ import json
 import numpy as np
 import pytest
 
-from objdebug.config import load_config
-from objdebug.context import Context
+from objdebug.core.config import load_config
+from objdebug.pipeline.context import Context
 from objdebug.engine import runtime
 from objdebug.engine.core import Engine
 from objdebug.engine.data import frame, make_tokenizer, pack
-from objdebug.engine.datasets import align_rows, score_rows
+from objdebug.pipeline.datasets import align_rows, score_rows
 from objdebug.engine.target import load_target
-from objdebug.errors import InputError
-from objdebug.profile import load_profile
+from objdebug.core.errors import InputError
+from objdebug.pipeline.profile import load_profile
 
 from .conftest import FIXTURES, TARGETS
 

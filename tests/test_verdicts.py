@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from fixtures.reports_data import _f, synthetic_result
-from objdebug.errors import InputError
-from objdebug.findings import CheckResult, Verdict
-from objdebug.profile import Profile
+from objdebug.core.errors import InputError
+from objdebug.core.findings import CheckResult, Verdict
+from objdebug.pipeline.profile import Profile
 from objdebug.report import json_report, junit, markdown, terminal
 
 

@@ -28,6 +28,7 @@ from typing import Any
 import mindspore as ms
 from mindspore import nn, ops
 
+from objdebug.engine import model_inputs as mi
 from objdebug.engine.model_inputs import FIRST, PAD_BELOW, PAD_OFFSET, RAW
 
 
@@ -172,3 +173,22 @@ class ModelCall(nn.Cell):
         if self.first and isinstance(out, (tuple, list)):
             return out[0]
         return out
+
+
+# --------------------------------------------------------------------------- the model behind ModelCall
+def wrap(model, cfg, output: Any = None):
+    """The user's model behind ModelCall when a key asks for it (or `output` is given), else
+    the model itself: the default path compiles exactly the graphs it always did."""
+    if model is None or mi.is_wrapped(model) or (output is None and not mi.configured(cfg)):
+        return model
+    spec = cfg.model
+    chosen = output if output is not None else (spec.output if spec.output is not None else mi.FIRST)
+    return ModelCall(model, mi.model_inputs(cfg), spec.mask_dtype, chosen)
+
+
+def wrap_like(target, model):
+    """`model` (a fresh copy from the factory) called the way the target's model is."""
+    current = target.model
+    if not mi.is_wrapped(current):
+        return model
+    return ModelCall(model, current.inputs, target.config.model.mask_dtype, current.output)

@@ -24,7 +24,7 @@ import numpy as np
 
 from objdebug.engine.data import (Batch, Padding, Sample, bucket_length, choose_buckets, filled_rows,
                                   group_by_length)
-from objdebug.progress import Progress, shapes_text
+from objdebug.core.progress import Progress, shapes_text
 from objdebug.engine.target import Target
 
 
@@ -249,7 +249,7 @@ class Engine:
         rows are combined with one collective (objdebug/distributed.py): the result is the same
         in every worker and equal to a single process's.
         """
-        from objdebug.distributed import shard_and_combine
+        from objdebug.engine.distributed import shard_and_combine
 
         if not samples:
             return np.zeros((0, 1))

@@ -17,7 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from objdebug.errors import InputError
+from objdebug.core.errors import InputError
+from objdebug.engine.model_inputs import mark_padding, marks_padding
 
 BUCKETS = (32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 
@@ -362,6 +363,30 @@ def pack(samples: list[Sample], length: int, pad_id: int, label_pad_id: int, shi
     return ids, labels
 
 
+def pack_for(cfg, samples: list[Sample], length: int, side: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """`data.pack` on `[data] padding_side` (or `side`), with padding marks when the model takes a
+    mask or positions. Left padding keeps each label on its token; the padding is label_pad_id."""
+    d = cfg.data
+    side = side or getattr(d, "padding_side", "right")
+    ids, labels = pack(samples, length, d.pad_id, d.label_pad_id, d.shift)
+    n = np.array([s.length for s in samples], np.int64)
+    real = np.arange(length)[None, :] < n[:, None]
+    if side == "left":  # move each row's tokens (and labels) to the end
+        for i, k in enumerate(n):
+            ids[i] = np.roll(ids[i], length - k)
+            labels[i] = np.roll(labels[i], length - k)
+            real[i] = np.roll(real[i], length - k)
+    if marks_padding(cfg):
+        ids = mark_padding(ids, real)
+    return ids, labels
+
+
+def padding_batch(cfg, shape: tuple[int, int]) -> np.ndarray:
+    """A batch of padding only (pad_id, marked when the model takes a mask: mask all 0)."""
+    ids = np.full(shape, cfg.data.pad_id, np.int32)
+    return mark_padding(ids, np.zeros(shape, bool)) if marks_padding(cfg) else ids
+
+
 # --------------------------------------------------------------------------- batches
 @dataclass(frozen=True)
 class Padding:
@@ -384,13 +409,13 @@ class Padding:
 
     def pack(self, samples: list[Sample], length: int, side: str | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Rows padded to `length` on `[data] padding_side` (or `side`), marked for the model's mask."""
-        from objdebug.engine.model_inputs import pack_for
+        from objdebug.engine.data import pack_for
 
         return pack_for(self.config, samples, length, side=side)
 
     def only(self, shape: tuple[int, int]) -> np.ndarray:
         """A batch of nothing but padding (marked, mask all 0, when the model takes a mask)."""
-        from objdebug.engine.model_inputs import padding_batch
+        from objdebug.engine.data import padding_batch
 
         return padding_batch(self.config, shape)
 

@@ -45,7 +45,7 @@ from mindspore import nn, ops
 
 from objdebug.engine.cells import BatchObjective, ObjectiveOnLogits
 from objdebug.engine.data import Batch  # noqa: F401  (re-exported: objdebug.engine.gradients.Batch)
-from objdebug.naming import layer_of  # noqa: F401  (re-exported: objdebug.engine.gradients.layer_of)
+from objdebug.core.naming import layer_of  # noqa: F401  (re-exported: objdebug.engine.gradients.layer_of)
 
 PARAM_PROBE = "grad.param_probe"
 LOGIT_PROBE = "grad.logit_probe"

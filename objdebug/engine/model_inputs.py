@@ -17,15 +17,9 @@ are exactly what they always were. The objective never sees ids (it gets logits 
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
-from objdebug.engine.data import Sample, pack
 
-INPUTS = ("input_ids", "attention_mask", "position_ids")
-MASK_DTYPES = ("int32", "int64", "bool", "float32", "float16", "bfloat16")
-PADDING_SIDES = ("right", "left")
 PAD_OFFSET = 1 << 30
 PAD_BELOW = -(PAD_OFFSET // 2)  # a marked id is < this; any real (or probed bad) id is above
 
@@ -68,30 +62,6 @@ def fill_padding(ids: np.ndarray, tokens: np.ndarray) -> np.ndarray:
     return np.where(is_padding(ids), np.asarray(tokens, np.int64) - PAD_OFFSET, ids).astype(np.int32)
 
 
-def pack_for(cfg, samples: list[Sample], length: int, side: str | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """`data.pack` on `[data] padding_side` (or `side`), with padding marks when the model takes a
-    mask or positions. Left padding keeps each label on its token; the padding is label_pad_id."""
-    d = cfg.data
-    side = side or getattr(d, "padding_side", "right")
-    ids, labels = pack(samples, length, d.pad_id, d.label_pad_id, d.shift)
-    n = np.array([s.length for s in samples], np.int64)
-    real = np.arange(length)[None, :] < n[:, None]
-    if side == "left":  # move each row's tokens (and labels) to the end
-        for i, k in enumerate(n):
-            ids[i] = np.roll(ids[i], length - k)
-            labels[i] = np.roll(labels[i], length - k)
-            real[i] = np.roll(real[i], length - k)
-    if marks_padding(cfg):
-        ids = mark_padding(ids, real)
-    return ids, labels
-
-
-def padding_batch(cfg, shape: tuple[int, int]) -> np.ndarray:
-    """A batch of padding only (pad_id, marked when the model takes a mask: mask all 0)."""
-    ids = np.full(shape, cfg.data.pad_id, np.int32)
-    return mark_padding(ids, np.zeros(shape, bool)) if marks_padding(cfg) else ids
-
-
 def reference_inputs(ids: np.ndarray) -> dict[str, np.ndarray]:
     """numpy reference of what ModelCall builds from (marked) ids: tokens, mask, positions."""
     pad = is_padding(ids)
@@ -102,31 +72,10 @@ def reference_inputs(ids: np.ndarray) -> dict[str, np.ndarray]:
 
 
 # --------------------------------------------------------------------------- calling the model
-# (the Cell itself is cells.ModelCall: a graph-mode construct needs MindSpore at import)
+# (the Cell itself is cells.ModelCall, built by cells.wrap: a graph-mode construct needs
+# MindSpore at import)
 FIRST = "<first>"  # default output: the tensor itself, or a tuple's first element
 RAW = "<raw>"    # the model's own result (what the contract probe inspects)
-
-
-def wrap(model, cfg, output: Any = None):
-    """The user's model behind ModelCall when a key asks for it (or `output` is given), else
-    the model itself: the default path compiles exactly the graphs it always did."""
-    if model is None or is_wrapped(model) or (output is None and not configured(cfg)):
-        return model
-    from objdebug.engine.cells import ModelCall
-
-    spec = cfg.model
-    chosen = output if output is not None else (spec.output if spec.output is not None else FIRST)
-    return ModelCall(model, model_inputs(cfg), spec.mask_dtype, chosen)
-
-
-def wrap_like(target, model):
-    """`model` (a fresh copy from the factory) called the way the target's model is."""
-    from objdebug.engine.cells import ModelCall
-
-    current = target.model
-    if not is_wrapped(current):
-        return model
-    return ModelCall(model, current.inputs, target.config.model.mask_dtype, current.output)
 
 
 def is_wrapped(model) -> bool:

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from objdebug.errors import InputError
+from objdebug.core.errors import InputError
 
 # attributes a wrapper copies from the Cell it wraps: what other modules read off the model
 # (contract.max_positions reads the position-table size, the model's `config`)
@@ -135,7 +135,7 @@ def _probe(target) -> None:
     a precision MindSpore cannot run here is an InputError that names `run.amp_level`."""
     import mindspore as ms
 
-    from objdebug.contract import ContractError, compile_error
+    from objdebug.engine.compile_errors import ContractError, compile_error
 
     cfg = target.config
     ids = ms.Tensor(np.zeros((1, 8), np.int32))
@@ -160,27 +160,6 @@ def _probe(target) -> None:
         raise ContractError(f"{cfg.source}: For 'run.amp_level', the {what} does not run at "
                             f"{label(cfg)} on {cfg.run.device}: {why}; use the level the model is "
                             f"trained at, or 'O0'", detail=str(exc)) from None
-
-
-def float32_twin(target):
-    """The same target at O0 with the same parameter values: built from the same factories, then
-    every parameter copied by name (a target without a checkpoint is a seeded random init, and a
-    second factory call draws other numbers)."""
-    import mindspore as ms
-
-    from objdebug.engine.target import load_target
-
-    twin = load_target(float32_config(target.config))
-    for src, dst in ((target.model, twin.model), (target.objective, twin.objective)):
-        if src is None or dst is None:
-            continue
-        have = src.parameters_dict()
-        missing = [n for n in dst.parameters_dict() if n not in have]
-        if missing:
-            raise RuntimeError(f"the float32 twin has parameters the converted target lacks: {missing[:5]}")
-        for name, param in dst.parameters_dict().items():
-            param.set_data(ms.Tensor(have[name].asnumpy(), param.dtype))
-    return twin
 
 
 def float32_config(cfg):

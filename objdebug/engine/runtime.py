@@ -17,7 +17,7 @@ from collections.abc import Iterator
 
 os.environ.setdefault("GLOG_v", "3")  # MindSpore's INFO/WARNING logs drown the report
 
-from objdebug.errors import InputError  # noqa: E402
+from objdebug.core.errors import InputError  # noqa: E402
 
 _state: dict[str, object] = {}
 
@@ -25,12 +25,22 @@ _state: dict[str, object] = {}
 def import_mindspore():
     """`import mindspore` with SIGINT/SIGTERM held until it is done: a signal inside the import
     leaves MindSpore half-imported, and its atexit hook then aborts the process (rc 134)."""
-    from objdebug.interrupts import held
+    from objdebug.core.interrupts import held
 
     with held():
         import mindspore
     _apply_quiet()
     return mindspore
+
+
+def quiet_logs(debug: bool, user_level: str | None) -> None:
+    """MindSpore's own `[ERROR]` log lines (a missing libcuda for `--device GPU`, a compile
+    failure's dump) reach the terminal only under --debug; objdebug reports the error itself in one
+    line. A user's own GLOG_v (`user_level`) is kept. Takes effect when MindSpore is first
+    imported, which the commands do lazily."""
+    if user_level is None:
+        os.environ["GLOG_v"] = "3" if debug else "4"  # 4: CRITICAL only
+        quiet_mindspore(not debug)
 
 
 def quiet_mindspore(quiet: bool) -> None:

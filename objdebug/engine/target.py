@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from objdebug.config import Config
+from objdebug.core.config import Config
 from objdebug.engine import model_inputs
 from objdebug.engine import precision
-from objdebug.errors import InputError
-from objdebug.findings import listing
+from objdebug.core.errors import InputError
+from objdebug.core.findings import listing
 
 _MAX_LISTED = 12
 
@@ -166,7 +166,9 @@ def load_target(cfg: Config) -> Target:
         if cfg.model.checkpoint:
             n_loaded = load_checkpoint_strict(model, cfg.model.checkpoint, "model")
         model.set_train(False)
-        model = model_inputs.wrap(model, cfg)  # [model] inputs / output: called through ModelCall
+        from objdebug.engine.cells import wrap  # MindSpore at import: only once a target loads
+
+        model = wrap(model, cfg)  # [model] inputs / output: called through ModelCall
     if cfg.objective.call == "preference-pairs":
         # its factory takes the policy and the reference: the preference stage builds it
         target = Target(config=cfg, objective=None, model=model, checkpoint_params=n_loaded)
@@ -179,3 +181,22 @@ def load_target(cfg: Config) -> Target:
     target = Target(config=cfg, objective=objective, model=model, checkpoint_params=n_loaded)
     precision.apply(target)  # [run] amp_level: model (and objective) at the trained precision
     return target
+
+
+def float32_twin(target):
+    """The same target at O0 with the same parameter values: built from the same factories, then
+    every parameter copied by name (a target without a checkpoint is a seeded random init, and a
+    second factory call draws other numbers)."""
+    import mindspore as ms
+
+    twin = load_target(precision.float32_config(target.config))
+    for src, dst in ((target.model, twin.model), (target.objective, twin.objective)):
+        if src is None or dst is None:
+            continue
+        have = src.parameters_dict()
+        missing = [n for n in dst.parameters_dict() if n not in have]
+        if missing:
+            raise RuntimeError(f"the float32 twin has parameters the converted target lacks: {missing[:5]}")
+        for name, param in dst.parameters_dict().items():
+            param.set_data(ms.Tensor(have[name].asnumpy(), param.dtype))
+    return twin

@@ -24,7 +24,7 @@ from typing import Any
 from objdebug.monitor.callback import TrainingMonitor
 from objdebug.monitor.log import SCHEMA, load_log, render_report, report
 from objdebug.monitor.quantities import grad_stats
-from objdebug.monitor.rules import CODES, TrainingStopped, judge_log, judge_step, monitor_thresholds
+from objdebug.monitor.judge import CODES, TrainingStopped, judge_log, judge_step, monitor_thresholds
 
 __all__ = ["CODES", "SCHEMA", "MonitorCallback", "TrainingMonitor", "TrainingStopped", "grad_stats",
            "judge_log", "judge_step", "load_log", "monitor_thresholds", "render_report", "report"]

@@ -14,11 +14,11 @@ from typing import Any
 
 import numpy as np
 
-from objdebug.findings import Finding
-from objdebug.jsonsafe import encode
+from objdebug.core.findings import Finding
+from objdebug.core.jsonsafe import encode
 from objdebug.monitor.log import SCHEMA
 from objdebug.monitor.quantities import grad_stats
-from objdebug.monitor.rules import CODES, TrainingStopped, judge_log, judge_step, monitor_thresholds
+from objdebug.monitor.judge import CODES, TrainingStopped, judge_log, judge_step, monitor_thresholds
 from objdebug.rules import get_rule
 
 log = logging.getLogger("objdebug.monitor")

@@ -8,10 +8,10 @@ from typing import Any
 
 import numpy as np
 
-from objdebug.errors import InputError
-from objdebug.findings import Verdict
-from objdebug.jsonsafe import number
-from objdebug.monitor.rules import judge_log
+from objdebug.core.errors import InputError
+from objdebug.core.findings import Verdict
+from objdebug.core.jsonsafe import number
+from objdebug.monitor.judge import judge_log
 from objdebug.rules import get_rule
 
 SCHEMA = "objdebug.monitor/1"

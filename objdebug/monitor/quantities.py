@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from objdebug.naming import layer_of
+from objdebug.core.naming import layer_of
 
 
 def grad_stats(names: Sequence[str], grads: Sequence[Any], stats: dict[str, np.ndarray] | None = None

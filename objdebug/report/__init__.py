@@ -119,7 +119,7 @@ def all_or_nothing() -> Iterator[ReportSet]:
     they are renamed in one step with SIGINT/SIGTERM held, and on any exception or interrupt they
     are deleted, so an old r.json never sits beside a new r.xml.
     """
-    from objdebug.interrupts import held
+    from objdebug.core.interrupts import held
 
     done = ReportSet()
     staged: list[tuple[str, Path]] = []

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import io
 import math
-from collections.abc import Callable
+import textwrap
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from objdebug.report import report_stages
+import numpy as np
+
+from objdebug.report import report_stages, write_atomic
 
 _DPI = 100
 _VERDICT_COLOURS = {"PASS": "#2e7d32", "INFO": "#1565c0", "WARN": "#f9a825", "FAIL": "#c62828", "ERROR": "#6a1b9a",
@@ -219,8 +222,6 @@ def component_shares(report: dict[str, Any]) -> bytes:
 @figure("loss_vs_score", "Correlate: per-sample loss vs human score", "correlate",
         "correlate value.points[].score/loss (pearson_r, ci, fit)", file="correlate_scatter.png")
 def loss_vs_score(report: dict[str, Any]) -> bytes:
-    from objdebug.report.plots import scatter_png
-
     value, key = _value(report, "correlate", ("points", "rows"))
     rows = [r for r in value[key] if isinstance(r, dict)]
     scores = [_num(r.get("score")) for r in rows]
@@ -290,3 +291,81 @@ def draw_all(report: dict[str, Any]) -> list[Drawn]:
             out.append(Drawn(spec.name, spec.title, spec.stage,
                              skipped=f"could not draw ({type(exc).__name__}: {exc}); needs {spec.requires}"))
     return out
+
+
+# --------------------------------------------------------------------------- plots from plain numbers
+# One function per plot, numbers in, PNG bytes out (`*_png`), or a file written atomically; the
+# figures above find the numbers in a report and call these.
+_SCATTER_DPI = 110
+
+
+def _scatter_canvas(width: float = 6.4, height: float = 4.6):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), dpi=_SCATTER_DPI)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _scatter_bytes(fig) -> bytes:
+    """The PNG, byte-stable (no matplotlib version in it)."""
+    import io
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", metadata={"Software": None})
+    return buf.getvalue()
+
+
+def scatter_loss_vs_score(scores: Sequence[float], losses: Sequence[float], path: str | Path,
+                          **kwargs) -> str:
+    """scatter_png written atomically to `path` (no half-written file; creates the folder)."""
+    write_atomic(path, scatter_png(scores, losses, **kwargs))
+    return str(Path(path))
+
+
+def scatter_png(scores: Sequence[float], losses: Sequence[float], *,
+                lengths: Sequence[float] | None = None, r: float | None = None,
+                ci: tuple[float, float] | None = None, fit: tuple[float, float] | None = None,
+                level: float = 0.95, ci_method: str = "", title: str = "loss vs human score",
+                seed: int = 0) -> bytes:
+    """Per-sample loss (y) against human score (x), with the least-squares line and r in the title.
+
+    Integer scores are jittered horizontally (seeded, +-0.12) so tied ratings stay visible; the
+    fitted line is drawn on the un-jittered scores. `lengths` colours the points (response
+    tokens), which shows a length confound at a glance. Non-finite losses are left out.
+    """
+    x = np.asarray(scores, dtype=np.float64)
+    y = np.asarray(losses, dtype=np.float64)
+    if x.shape != y.shape:
+        raise ValueError(f"For 'scatter_png', 'scores' and 'losses' must have the same "
+                         f"length, but got {x.size} and {y.size}.")
+    keep = np.isfinite(x) & np.isfinite(y)
+    c = np.asarray(lengths, dtype=np.float64)[keep] if lengths is not None else None
+    x, y = x[keep], y[keep]
+    fig = _scatter_canvas()
+    ax = fig.add_subplot(1, 1, 1)
+    jitter = np.zeros_like(x)
+    if x.size and np.all(x == np.round(x)):
+        jitter = np.random.default_rng(seed).uniform(-0.12, 0.12, size=x.size)
+    points = ax.scatter(x + jitter, y, c=c, cmap="viridis" if c is not None else None, s=22,
+                        alpha=0.8, edgecolors="none", color=None if c is not None else "tab:blue")
+    if c is not None and c.size:
+        fig.colorbar(points, ax=ax, label="response tokens")
+    if fit is not None and all(math.isfinite(v) for v in fit) and x.size:
+        xs = np.linspace(x.min(), x.max(), 2)
+        ax.plot(xs, fit[0] * xs + fit[1], color="tab:red", linewidth=1.5,
+                label=f"fit: loss = {fit[0]:.3g} * score + {fit[1]:.3g}")
+        ax.legend(loc="best", fontsize=8)
+    head = "\n".join(textwrap.wrap(title, 72)) or " "  # a long objective name must not be clipped
+    if r is not None and math.isfinite(r):
+        head += f"\nPearson r = {r:.3f}"
+        if ci is not None and all(math.isfinite(v) for v in ci):
+            head += f", {level:.0%} {ci_method + ' ' if ci_method else ''}CI [{ci[0]:.3f}, {ci[1]:.3f}]"
+        head += f", n = {x.size}"
+    ax.set_title(head, fontsize=10)
+    ax.set_xlabel("human score" + (" (jittered)" if np.any(jitter) else ""))
+    ax.set_ylabel("per-sample loss")
+    ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    return _scatter_bytes(fig)

@@ -11,7 +11,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from objdebug.findings import Verdict
+from objdebug.core.findings import Verdict
 from objdebug.report import (TOP_LISTS, compile_cache_line, findings_with, model_state_line, report_stages, summary_counts,
                              write_atomic)
 from objdebug.report.figures import Drawn, draw_all

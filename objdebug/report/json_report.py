@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from objdebug.jsonsafe import encode as _clean
+from objdebug.core.jsonsafe import encode as _clean
 from objdebug.report import write_atomic
 
 # The report layout's version, written in every report and checked on read (render, --baseline).
@@ -57,7 +57,7 @@ def write_dict(report: dict[str, Any], path: str) -> None:
 
 def load(path: str, renderable: bool = False) -> dict[str, Any]:
     """A saved report; `renderable`: also everything the renderers read (structure_problem)."""
-    from objdebug.errors import InputError
+    from objdebug.core.errors import InputError
 
     try:
         with open(path, encoding="utf-8") as fh:

@@ -1,0 +1,1 @@
+"""objdebug/core."""

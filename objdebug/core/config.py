@@ -1,0 +1,453 @@
+"""The target contract: `objdebug.toml` (or `[tool.objdebug]` in pyproject.toml) -> Config.
+
+Every key can be overridden from the CLI with a dotted path (`data.label_pad_id=0`). Paths in the
+file are relative to the file's directory and resolved to absolute paths here, because the
+engine runs MindSpore in a scratch working directory.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import os
+import tomllib
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from objdebug.core.errors import InputError
+
+CONFIG_NAMES = ("objdebug.toml", "pyproject.toml")
+DEMO_CONFIG = Path(__file__).resolve().parent.parent / "demo" / "objdebug.toml"
+
+DEVICES = ("CPU", "GPU", "Ascend")
+# what `[model] inputs` may name and `[model] mask_dtype` / `[data] padding_side` may be (the
+# engine builds them: objdebug/engine/model_inputs.py)
+INPUTS = ("input_ids", "attention_mask", "position_ids")
+MASK_DTYPES = ("int32", "int64", "bool", "float32", "float16", "bfloat16")
+PADDING_SIDES = ("right", "left")
+MODES = ("graph", "pynative")
+CALLS = ("flat", "sequence")
+# Preference objectives (the `preference` stage): "preference" takes the four sequence log-prob
+# vectors, "preference-pairs" owns policy and reference (see docs/config.md).
+PREFERENCE_CALLS = ("preference", "preference-pairs")
+LOGPS = ("sum", "mean")
+LOSS_TYPES = ("sigmoid", "ipo", "simpo", "hinge")
+
+
+@dataclass
+class ModelSpec:
+    factory: str
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    checkpoint: str | None = None
+    inputs: list[str] | None = None  # construct's arguments in order; default ["input_ids"]
+    mask_dtype: str = "int32"        # dtype of the attention_mask objdebug builds
+    output: int | str | None = None  # the logits: tuple index, or dict key / attribute name
+
+
+@dataclass
+class ObjectiveSpec:
+    factory: str
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    call: str = "flat"
+    components: list[str] = field(default_factory=list)
+    primary: str | None = None     # the task component (OBJ305); default: the first of components
+    checkpoint: str | None = None  # end-to-end form: the objective owns the network
+    logps: str | None = None       # preference calls: "sum" or "mean" over response tokens
+    loss_type: str | None = None   # preference calls: "sigmoid", "ipo", "simpo" or "hinge"
+
+
+@dataclass
+class ReferenceSpec:
+    checkpoint: str | None = None  # the frozen reference model; default: the policy's checkpoint
+
+
+@dataclass
+class DataSpec:
+    tokenizer: str = "bytes"
+    pad_id: int = 0
+    label_pad_id: int = -100
+    shift: bool = True
+    vocab_size: int | None = None
+    max_length: int | None = None  # longest input the model takes (default: its position table, if named)
+    align: str | None = None
+    scores: str | None = None
+    preference: str | None = None  # JSONL of {"id", "prompt", "chosen", "rejected", "strength"?}
+    text: str | None = None        # a plain corpus: JSONL {id, text} rows or a text file, one document a line
+    text_max_tokens: int = 256     # a longer document is cut into pieces of at most this many tokens
+    padding_side: str = "right"    # where objdebug pads a row: "right" or "left"
+    bos_id: int | None = None      # prepended to every scored text, as the model was trained
+    eos_id: int | None = None      # appended to every response (not to a prompt)
+
+
+@dataclass
+class RunSpec:
+    device: str = "CPU"
+    mode: str = "graph"
+    seed: int = 0
+    profile: str = "default"
+    stages: list[str] | None = None
+    select: list[str] = field(default_factory=list)
+    ignore: list[str] = field(default_factory=list)
+    compile_cache: str | None = None  # opt-in MindSpore compile cache directory (--compile-cache)
+    # mixed precision as trained (objdebug/engine/precision.py): mindspore.amp.auto_mixed_precision
+    amp_level: str = "O0"             # "O0" (float32) | "O1" | "O2" | "O3"
+    amp_dtype: str = "float16"        # the low precision: "float16" | "bfloat16"
+    amp_objective: bool = False       # the objective converted too (amp applied to model + loss)
+    loss_scale: float | None = None   # static loss scale of training: gradients of scale * loss
+
+
+@dataclass
+class Config:
+    objective: ObjectiveSpec
+    model: ModelSpec | None = None
+    data: DataSpec = field(default_factory=DataSpec)
+    run: RunSpec = field(default_factory=RunSpec)
+    source: str = "<memory>"
+    base_dir: str = "."
+    preference: ObjectiveSpec | None = None  # [preference]: a preference objective beside a CE one
+    reference: ReferenceSpec | None = None
+
+    @property
+    def end_to_end(self) -> bool:
+        """True when the objective owns its network: construct(input_ids, labels) -> loss."""
+        return self.model is None
+
+    @property
+    def preference_objective(self) -> ObjectiveSpec | None:
+        """The preference objective the `preference` stage checks: `[preference]`, or the
+        `[objective]` itself when its call is a preference call."""
+        if self.preference is not None:
+            return self.preference
+        return self.objective if self.objective.call in PREFERENCE_CALLS else None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        # preference keys appear only when set, so reports of other targets keep their shape
+        for key in ("preference", "reference"):
+            if out[key] is None:
+                del out[key]
+        for section, key in (("objective", "logps"), ("objective", "loss_type"), ("data", "preference")):
+            if out[section].get(key) is None:
+                del out[section][key]
+        # model inputs/output keys appear only when set (not at their defaults), likewise
+        for section, key, default in (("model", "inputs", None), ("model", "mask_dtype", "int32"),
+                                      ("model", "output", None), ("data", "padding_side", "right")):
+            if out.get(section) is not None and out[section].get(key) == default:
+                del out[section][key]
+        # precision and BOS/EOS keys too: a report of a target that does not set them keeps its shape
+        for section, key, default in _QUIET_DEFAULTS:
+            if out[section].get(key, default) == default:
+                out[section].pop(key, None)
+        return out
+
+
+# (section, key, default): left out of Config.to_dict() at their default
+_QUIET_DEFAULTS = (("run", "amp_level", "O0"), ("run", "amp_dtype", "float16"),
+                   ("run", "amp_objective", False), ("run", "loss_scale", None),
+                   ("data", "bos_id", None), ("data", "eos_id", None))
+AMP_LEVELS = ("O0", "O1", "O2", "O3")
+AMP_DTYPES = ("float16", "bfloat16")
+
+_SECTIONS = {"model": ModelSpec, "objective": ObjectiveSpec, "data": DataSpec, "run": RunSpec,
+             "preference": ObjectiveSpec, "reference": ReferenceSpec}
+_PATH_KEYS = {("model", "checkpoint"), ("objective", "checkpoint"), ("data", "align"), ("data", "scores"),
+              ("run", "compile_cache"), ("data", "preference"), ("reference", "checkpoint"),
+              ("data", "text")}
+
+
+def find_config(start: Path | None = None) -> Path | None:
+    """The first objdebug.toml, or pyproject.toml with [tool.objdebug], in the working directory."""
+    start = Path(start or os.getcwd())
+    for name in CONFIG_NAMES:
+        path = start / name
+        if not path.is_file():
+            continue
+        if name == "pyproject.toml":
+            try:
+                if "objdebug" not in _read_toml(path).get("tool", {}):
+                    continue
+            except InputError:
+                continue
+        return path
+    return None
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        raise InputError("config file not found", source=str(path)) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"not valid TOML: {exc}", source=str(path)) from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not valid TOML: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at "
+                         f"offset {exc.start})", source=str(path)) from None
+    except OSError as exc:
+        raise InputError(f"cannot read config: {exc.strerror}", source=str(path)) from None
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """`data.label_pad_id=0` -> ("data.label_pad_id", 0); the value is parsed as TOML when it can be."""
+    if "=" not in text:
+        raise InputError(f"For '--set', the value must look like 'section.key=value', but got '{text}'.")
+    key, raw = text.split("=", 1)
+    key = key.strip()
+    if not raw.strip():
+        raise InputError(f"For '--set {text}', the value is empty; give one (a quoted '' for an "
+                         f"empty string).", source="command line")
+    try:
+        value = tomllib.loads(f"v = {raw.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw.strip()
+    return key, value
+
+
+def load_config(path: Path | str | None = None, overrides: dict[str, Any] | None = None,
+                demo: bool = False, origins: dict[str, str] | None = None) -> Config:
+    """Read and validate a target config; apply dotted-key overrides; resolve paths.
+
+    `origins`: override key -> the command-line text it came from (`--mode fast`); an error in
+    such a key names the command line, not the config file."""
+    if demo:
+        path = DEMO_CONFIG
+    elif path is None:
+        path = find_config()
+        if path is None:
+            raise InputError(
+                "no objdebug.toml (or pyproject.toml with [tool.objdebug]) in the working directory; "
+                "pass --config PATH, or --demo for the bundled demo target")
+    path = Path(path).resolve()
+    raw = _read_toml(path)
+    if path.name == "pyproject.toml" and "objdebug" in raw.get("tool", {}):
+        raw = raw["tool"]["objdebug"]
+    raw = copy.deepcopy(raw)
+    origins = {k: origins.get(k, f"--set {k}=...") for k in (overrides or {})} if origins is not None \
+        else {k: f"--set {k}=..." for k in (overrides or {})}
+    for key, value in (overrides or {}).items():
+        _apply_override(raw, key, value, origins[key])
+    return _build(raw, path, origins)
+
+
+def _apply_override(raw: dict, key: str, value: Any, origin: str) -> None:
+    parts = key.split(".")
+    if len(parts) < 2 or parts[0] not in _SECTIONS:
+        raise InputError(f"For '--set', the key must be 'section.key' with section in "
+                         f"{sorted(_SECTIONS)}, but got '{key}'.")
+    node = raw
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise InputError(f"cannot override '{key}': '{part}' is not a table",
+                             source=f"command line ({origin})")
+    node[parts[-1]] = value
+
+
+def _build(raw: dict, path: Path, origins: dict[str, str] | None = None) -> Config:
+    src = _Sources(str(path), origins or {})
+    unknown = set(raw) - set(_SECTIONS)
+    if unknown:
+        raise InputError(f"unknown section(s) {sorted(unknown)}; expected {sorted(_SECTIONS)}", source=str(src))
+    if "objective" not in raw:
+        raise InputError("missing [objective] section (factory = 'module:callable')", source=str(src))
+    sections: dict[str, Any] = {}
+    for name, cls in _SECTIONS.items():
+        if name not in raw:
+            continue
+        table = raw[name]
+        if not isinstance(table, dict):
+            raise InputError(f"[{name}] must be a table", source=str(src))
+        allowed = set(cls.__dataclass_fields__)
+        bad = set(table) - allowed
+        if bad:
+            raise InputError(f"unknown key(s) {sorted(bad)} in [{name}]; allowed: {sorted(allowed)}",
+                             source=src.of(*(f"{name}.{k}" for k in bad)))
+        try:
+            sections[name] = cls(**table)
+        except TypeError as exc:  # a required key is missing
+            raise InputError(f"[{name}]: {exc}", source=str(src)) from None
+    cfg = Config(objective=sections["objective"], model=sections.get("model"),
+                 data=sections.get("data", DataSpec()), run=sections.get("run", RunSpec()),
+                 source=str(path), base_dir=str(path.parent), preference=sections.get("preference"),
+                 reference=sections.get("reference"))
+    _validate(cfg, src)
+    for section, key in _PATH_KEYS:
+        spec = getattr(cfg, section)
+        if spec is not None and getattr(spec, key):
+            setattr(spec, key, str((path.parent / getattr(spec, key)).resolve()))
+    if cfg.run.profile.endswith(".toml"):  # a profile file is relative to the config, like data
+        cfg.run.profile = str((path.parent / cfg.run.profile).resolve())
+    return cfg
+
+
+class _Sources:
+    """Where a key's value came from: the config file, or the command line that overrode it."""
+
+    def __init__(self, path: str, origins: dict[str, str]):
+        self.path, self.origins = path, origins
+
+    def of(self, *keys: str) -> str:
+        for key in keys:
+            for k, text in self.origins.items():
+                if key == k or key.startswith(k + "."):  # --set model.kwargs={...}
+                    return f"command line ({text})"
+        return self.path
+
+    def __str__(self) -> str:
+        return self.path
+
+
+def _check_type(value: Any, types: type | tuple, where: str, src: "_Sources") -> None:
+    if isinstance(value, bool) and bool not in (types if isinstance(types, tuple) else (types,)):
+        ok = False
+    else:
+        ok = isinstance(value, types)
+    if not ok:
+        expected = types.__name__ if isinstance(types, type) else " or ".join(t.__name__ for t in types)
+        raise InputError(f"For '{where}', the value must be {expected}, but got {value!r}.",
+                         source=src.of(where))
+
+
+def _validate(cfg: Config, src: _Sources) -> None:
+    for where, spec in (("model", cfg.model), ("objective", cfg.objective)):
+        if spec is None:
+            continue
+        _check_type(spec.factory, str, f"{where}.factory", src)
+        if ":" not in spec.factory:
+            raise InputError(f"For '{where}.factory', the value must be 'module:callable', "
+                             f"but got '{spec.factory}'.", source=src.of(f"{where}.factory"))
+        _check_type(spec.kwargs, dict, f"{where}.kwargs", src)
+    if cfg.objective.call not in CALLS + PREFERENCE_CALLS:
+        raise InputError(f"For 'objective.call', the value must be in {list(CALLS + PREFERENCE_CALLS)}, "
+                         f"but got '{cfg.objective.call}'.", source=src.of("objective.call"))
+    _validate_preference(cfg, src)
+    _check_type(cfg.objective.components, list, "objective.components", src)
+    if cfg.objective.primary is not None:
+        _check_type(cfg.objective.primary, str, "objective.primary", src)
+        if cfg.objective.primary not in cfg.objective.components:
+            raise InputError(f"For 'objective.primary', the value must be one of objective.components "
+                             f"{cfg.objective.components}, but got '{cfg.objective.primary}'.", source=src)
+    if not cfg.end_to_end and cfg.objective.checkpoint is not None:
+        raise InputError("objective.checkpoint is only for the end-to-end form (no [model]); "
+                         "put the checkpoint under [model]", source=str(src))
+    d = cfg.data
+    _check_type(d.pad_id, int, "data.pad_id", src)
+    _check_type(d.label_pad_id, int, "data.label_pad_id", src)
+    _check_type(d.shift, bool, "data.shift", src)
+    if d.vocab_size is not None:
+        _check_type(d.vocab_size, int, "data.vocab_size", src)
+    if d.max_length is not None:
+        _check_type(d.max_length, int, "data.max_length", src)
+    if d.text is not None:
+        _check_type(d.text, str, "data.text", src)
+    _check_type(d.text_max_tokens, int, "data.text_max_tokens", src)
+    for key in ("bos_id", "eos_id"):
+        value = getattr(d, key)
+        if value is not None:
+            _check_type(value, int, f"data.{key}", src)
+            if value < 0:
+                raise InputError(f"For 'data.{key}', the value must be a token id >= 0, but got "
+                                 f"{value}.", source=src.of(f"data.{key}"))
+    _validate_model_io(cfg, src)
+    if d.text_max_tokens < 2:
+        raise InputError(f"For 'data.text_max_tokens', the value must be >= 2, but got "
+                         f"{d.text_max_tokens}.", source=src)
+    r = cfg.run
+    if r.device not in DEVICES:
+        raise InputError(f"For 'run.device', the value must be in {list(DEVICES)}, but got '{r.device}'.",
+                         source=src.of("run.device"))
+    if r.mode not in MODES:
+        raise InputError(f"For 'run.mode', the value must be in {list(MODES)}, but got '{r.mode}'.",
+                         source=src.of("run.mode"))
+    _check_type(r.seed, int, "run.seed", src)
+    _check_type(r.profile, str, "run.profile", src)
+    if r.compile_cache is not None:
+        _check_type(r.compile_cache, str, "run.compile_cache", src)
+    _validate_precision(r, src)
+
+
+def _validate_precision(r: RunSpec, src: _Sources) -> None:
+    """`[run] amp_level`, `amp_dtype`, `amp_objective`, `loss_scale` (see docs/config.md)."""
+    if r.amp_level not in AMP_LEVELS:
+        raise InputError(f"For 'run.amp_level', the value must be in {list(AMP_LEVELS)}, but got "
+                         f"{r.amp_level!r}.", source=src.of("run.amp_level"))
+    if r.amp_dtype not in AMP_DTYPES:
+        raise InputError(f"For 'run.amp_dtype', the value must be in {list(AMP_DTYPES)}, but got "
+                         f"{r.amp_dtype!r}.", source=src.of("run.amp_dtype"))
+    _check_type(r.amp_objective, bool, "run.amp_objective", src)
+    if r.loss_scale is not None:
+        _check_type(r.loss_scale, (int, float), "run.loss_scale", src)
+        if not (math.isfinite(r.loss_scale) and r.loss_scale > 0):
+            raise InputError(f"For 'run.loss_scale', the value must be a finite number > 0, but got "
+                             f"{r.loss_scale!r}.", source=src.of("run.loss_scale"))
+        r.loss_scale = float(r.loss_scale)
+
+
+def _validate_model_io(cfg: Config, src: _Sources) -> None:
+    """`[model] inputs / mask_dtype / output` and `[data] padding_side` (objdebug/engine/model_inputs.py)."""
+    _check_type(cfg.data.padding_side, str, "data.padding_side", src)
+    if cfg.data.padding_side not in PADDING_SIDES:
+        raise InputError(f"For 'data.padding_side', the value must be in {list(PADDING_SIDES)}, but "
+                         f"got {cfg.data.padding_side!r}.", source=src.of("data.padding_side"))
+    m = cfg.model
+    if m is None:
+        return
+    if m.inputs is not None:
+        _check_type(m.inputs, list, "model.inputs", src)
+        if (not all(isinstance(x, str) and x in INPUTS for x in m.inputs) or len(set(m.inputs)) != len(m.inputs)
+                or "input_ids" not in m.inputs):
+            raise InputError(f"For 'model.inputs', the value must list construct's arguments in order, "
+                             f"each once, from {list(INPUTS)} and with 'input_ids', but got "
+                             f"{m.inputs!r}.", source=src.of("model.inputs"))
+    _check_type(m.mask_dtype, str, "model.mask_dtype", src)
+    if m.mask_dtype not in MASK_DTYPES:
+        raise InputError(f"For 'model.mask_dtype', the value must be in {list(MASK_DTYPES)}, but got "
+                         f"{m.mask_dtype!r}.", source=src.of("model.mask_dtype"))
+    if m.output is not None:
+        _check_type(m.output, (int, str), "model.output", src)
+        if (isinstance(m.output, int) and m.output < 0) or (isinstance(m.output, str)
+                                                              and not m.output):
+            raise InputError(f"For 'model.output', the value must be a tuple index >= 0 or the name "
+                             f"of a dict key / attribute, but got {m.output!r}.",
+                             source=src.of("model.output"))
+
+
+def _validate_preference(cfg: Config, src: _Sources) -> None:
+    """`[preference]` / `[objective] call = "preference..."`, `[reference]`, `[data] preference`."""
+    if cfg.preference is not None:
+        if cfg.objective.call in PREFERENCE_CALLS:
+            raise InputError("[preference] is for a preference objective beside a cross-entropy "
+                             "[objective]; this [objective] is already a preference call", source=src)
+        _check_type(cfg.preference.factory, str, "preference.factory", src)
+        if ":" not in cfg.preference.factory:
+            raise InputError(f"For 'preference.factory', the value must be 'module:callable', "
+                             f"but got '{cfg.preference.factory}'.", source=src)
+        _check_type(cfg.preference.kwargs, dict, "preference.kwargs", src)
+        if cfg.preference.call == "flat":  # the dataclass default: [preference] means the logps call
+            cfg.preference.call = "preference"
+    spec = cfg.preference_objective
+    where = "preference" if cfg.preference is not None else "objective"
+    if spec is None:
+        for section, key in (("objective", "logps"), ("objective", "loss_type")):
+            if getattr(cfg.objective, key) is not None:
+                raise InputError(f"For '{section}.{key}', the key is only for a preference call "
+                                 f"({list(PREFERENCE_CALLS)}), but objective.call is "
+                                 f"'{cfg.objective.call}'.", source=src)
+        return
+    if spec.call not in PREFERENCE_CALLS:
+        raise InputError(f"For '{where}.call', the value must be in {list(PREFERENCE_CALLS)}, "
+                         f"but got '{spec.call}'.", source=src)
+    spec.logps = "sum" if spec.logps is None else spec.logps
+    spec.loss_type = "sigmoid" if spec.loss_type is None else spec.loss_type
+    if spec.logps not in LOGPS:
+        raise InputError(f"For '{where}.logps', the value must be in {list(LOGPS)}, but got "
+                         f"{spec.logps!r}.", source=src)
+    if spec.loss_type not in LOSS_TYPES:
+        raise InputError(f"For '{where}.loss_type', the value must be in {list(LOSS_TYPES)}, but got "
+                         f"{spec.loss_type!r}.", source=src)
+    if cfg.model is None:
+        raise InputError(f"For '{where}.call' = '{spec.call}', a [model] is required: objdebug builds "
+                         "the policy and the reference from the model factory", source=src)
+    if cfg.reference is not None and cfg.reference.checkpoint is not None:
+        _check_type(cfg.reference.checkpoint, str, "reference.checkpoint", src)

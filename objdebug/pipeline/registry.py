@@ -1,0 +1,73 @@
+"""The stage registry: every stage, in pipeline order, with its one-line summary.
+
+Data only (no MindSpore, no stage module): the CLI builds one command per stage from it, profiles
+and the API validate stage names with it. The stages' checks are `objdebug.stages.stage_checks`.
+A stage's number is its place in this order (`Stage.number`), so help, README and docs agree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from objdebug.core.config import PREFERENCE_CALLS
+from objdebug.core.errors import InputError
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    summary: str  # the stage command's help
+    scores_rows: bool = False  # scores rows one by one (the engine's per-sample objective graph)
+
+    @property
+    def number(self) -> int:
+        """The stage's place in the pipeline (1-based)."""
+        return STAGES.index(self.name) + 1
+
+    @property
+    def help(self) -> str:
+        return f"Stage {self.number}: {self.summary}"
+
+
+REGISTRY: tuple[Stage, ...] = (
+    Stage("align", "Loss must order good < medium < bad answers to the same prompt, with a clear gap.",
+          scores_rows=True),
+    Stage("grad", "Gradient health (norms, disconnected/NaN parameters, padding leakage, autodiff vs finite differences)."),
+    Stage("invariants", "Invariants of a correct objective (label alignment, logit shift, ignored positions, upstream gradient, unused settings, token weighting, side effects, empty rows)."),
+    Stage("decompose", "Components of a composite loss: shares, dead terms, scale imbalance, gradient share.",
+          scores_rows=True),
+    Stage("correlate", "Per-sample loss against human quality scores (Pearson with CI, Spearman, Kendall).",
+          scores_rows=True),
+    Stage("preference", "Preference objectives (DPO, IPO, SimPO, hinge) on real pairs: zero point, symmetry, direction, masking, length, settings, agreement."),
+    Stage("stress", "Long inputs, all-padding, garbage ids, fp16, padding invariance.", scores_rows=True),
+)
+STAGES = tuple(s.name for s in REGISTRY)  # pipeline order
+
+
+def scores_rows(names) -> bool:
+    """Whether any of these stages scores rows one by one (the contract probe then checks the
+    objective through that per-sample graph instead of compiling one of its own)."""
+    return any(s.scores_rows for s in REGISTRY if s.name in names)
+
+
+def pipeline_order(names, setting: str = "--stages", source: str | None = None) -> list[str]:
+    """`names` checked against the registry (InputError naming `setting`), in pipeline order."""
+    bad = [n for n in names if n not in STAGES]
+    if bad:
+        got = f"'{bad[0]}'" if len(bad) == 1 else str(bad)
+        raise InputError(f"For '{setting}', each stage must be in {list(STAGES)}, but got {got}.",
+                         source=source)
+    return [s for s in STAGES if s in names]
+
+
+def stage_skip_reason(config, name: str) -> str | None:
+    """Why a whole stage cannot run on this target, or None.
+
+    A target whose [objective] is a preference call has no `loss(logits, labels)`: the stages that
+    test one are skipped; only the preference stage runs.
+    """
+    if name != "preference" and config.objective.call in PREFERENCE_CALLS:
+        return (f"[objective] call = \"{config.objective.call}\": the objective takes preference pairs, "
+                f"not (logits, labels); the {name} stage needs a cross-entropy-style objective "
+                "(put the preference loss under [preference] to check both)")
+    return None

@@ -1,0 +1,70 @@
+"""Measurements that several stages share, computed once per run and cached on the Context.
+
+The gradient batch and the gradients on it are the grad stage's measurements that invariants,
+stress and the model state read too; `logits_of_rows` is the model's logits of real rows at the
+engine's buckets (over-smoothing, the model state). Each function is its own provider key
+(`ctx.provide(grad_batch, build)`), so whichever stage asks first computes it, and a stage never
+imports another stage.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from objdebug.core.errors import InputError
+from objdebug.engine.data import Sample
+from objdebug.engine.gradients import Batch, GradientProbe, ParamGradients, reference_mean_ce_grad
+from objdebug.pipeline.context import Context
+from objdebug.pipeline.datasets import text_samples
+
+
+def grad_batch(ctx: Context) -> Batch:
+    """The gradient batch: --samples data rows (default: the batch size), --batch-size rows."""
+    def build() -> Batch:
+        opts = ctx.options
+        rows = int(opts.batch_size if opts.batch_size is not None else ctx.engine.batch_size)
+        n = int(opts.samples if opts.samples is not None else rows)
+        for name, value in (("--batch-size", rows), ("--samples", n)):
+            if value < 1:
+                raise InputError(f"For '{name}', the value must be >= 1, but got {value}.")
+        samples = text_samples(ctx, n)
+        length = ctx.engine.bucket(max(s.length for s in samples))
+        return ctx.engine.batches(samples, length, size=max(rows, len(samples)))[0]
+    return ctx.provide(grad_batch, build)
+
+
+def grad_probe(ctx: Context) -> GradientProbe:
+    return ctx.provide(grad_probe, lambda: GradientProbe(ctx.engine))
+
+
+def fd_directions(ctx: Context) -> list[np.ndarray]:
+    s = ctx.profile.section("grad")
+    return ctx.provide(fd_directions, lambda: grad_probe(ctx).random_directions(
+        int(s["n_directions"]), int(s["seed"])))
+
+
+def param_gradients(ctx: Context) -> ParamGradients:
+    """Per-parameter statistics and g.d along the FD directions: one compiled call."""
+    return ctx.provide(param_gradients, lambda: grad_probe(ctx).parameters(grad_batch(ctx),
+                                                                         fd_directions(ctx)))
+
+
+def logit_gradients(ctx: Context) -> dict[str, np.ndarray]:
+    """Logits of the batch, the objective's squared logit-gradient norm per position, reference."""
+    def build() -> dict[str, np.ndarray]:
+        batch = grad_batch(ctx)
+        logits = ctx.engine.logits(batch.input_ids)
+        outputs, sq, g = grad_probe(ctx).logits(logits, batch.labels)
+        ref = reference_mean_ce_grad(logits, batch.labels, ctx.engine.padding.label_pad_id)
+        return {"outputs": outputs, "sq": sq, "reference_sq": ref, "grad": g, "logits": logits}
+    return ctx.provide(logit_gradients, build)
+
+
+def logits_of_rows(ctx: Context, samples: list[Sample]):
+    """(float64 logits [n, T, V], int labels [n, T]) of the real rows, batch by batch: the engine's
+    length buckets and batch size (short batches filled, the filler dropped), so the
+    `model.forward` graphs are the ones every stage shares. Used by over-smoothing and the model
+    state (OBJ004)."""
+    for batch in ctx.engine.batches(samples):
+        n = len(batch.samples)
+        yield ctx.engine.logits(batch.input_ids)[:n].astype(np.float64), batch.labels[:n]

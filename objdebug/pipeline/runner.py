@@ -1,0 +1,184 @@
+"""The pipeline runner: one target loaded once, its contract probed, the chosen stages' checks run
+in order on one shared Context, the model state reported first; a RunResult back.
+
+The runner knows checks only through the `checks_of(stage)` it is given (`objdebug.stages.
+stage_checks` in `api.run`), so this layer imports no stage. It is also where a verdict is
+reviewed after its check ran: a finding that judges what a trained model learned becomes a note
+on a model measured untrained (`run_check`, `model_state.excuse`).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from objdebug.core.config import Config
+from objdebug.core.errors import EXIT_CHECK_FAILED, EXIT_OK
+from objdebug.core.findings import Check, CheckResult, Verdict
+from objdebug.core.interrupts import Interrupted, swallowed
+from objdebug.core.progress import Progress, StageSummary
+from objdebug.core.settings import Settings
+from objdebug.engine import distributed, runtime
+from objdebug.engine.compile_cache import open_cache
+from objdebug.engine.core import Engine
+from objdebug.engine.target import load_target
+from objdebug.pipeline import contract, model_state
+from objdebug.pipeline.context import Context, RunOptions
+from objdebug.pipeline.profile import Profile, code_selected
+from objdebug.pipeline.registry import STAGES, pipeline_order, scores_rows, stage_skip_reason
+
+ChecksOf = Callable[[str], list[Check]]
+
+
+@dataclass
+class RunResult:
+    config: Config
+    profile: Profile
+    stages: list[str]
+    results: list[CheckResult] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+    compiles: dict[str, Any] = field(default_factory=dict)
+    target: dict[str, Any] = field(default_factory=dict)
+    versions: dict[str, str] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)
+    created: str = ""
+    strict: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)  # e.g. baseline comparison, figure paths
+
+    @property
+    def findings(self):
+        return [f for r in self.results for f in r.findings]
+
+    def counts(self) -> dict[str, int]:
+        out = {v.value: 0 for v in Verdict}
+        for f in self.findings:
+            out[f.verdict.value] += 1
+        return out
+
+    @property
+    def exit_code(self) -> int:
+        verdicts = {f.verdict for f in self.findings}
+        if Verdict.FAIL in verdicts:
+            return EXIT_CHECK_FAILED
+        if Verdict.ERROR in verdicts and self.profile.error_fails:
+            return EXIT_CHECK_FAILED
+        if Verdict.WARN in verdicts and (self.strict or self.profile.fail_on_warn):
+            return EXIT_CHECK_FAILED
+        return EXIT_OK
+
+    @property
+    def passed(self) -> bool:
+        return self.exit_code == EXIT_OK
+
+
+def resolve_stages(cfg: Config, profile: Profile, stages: list[str] | None) -> list[str]:
+    return pipeline_order(stages or cfg.run.stages or profile.stages or list(STAGES))
+
+
+def run_check(check: Check, ctx: Any, th: Settings) -> CheckResult:
+    """Run one check (its crash is an ERROR finding) and review its verdicts: the codes that judge
+    a trained model (`Check.needs_trained`) are notes on a model measured untrained."""
+    result = check.run(ctx, th)
+    if check.needs_trained and result.error is None:
+        model_state.excuse(ctx, result.findings, check.needs_trained)
+    return result
+
+
+def skipped(check, reason: str):
+    """A CheckResult with one SKIP finding and `reason` (the check does not run)."""
+    result = CheckResult(stage=check.stage, check=check.name)
+    result.findings.append(check._finding(check.codes[0], Verdict.SKIP, reason, ""))
+    return result
+
+
+def run_pipeline(cfg: Config, chosen: list[str], profile: Profile, options: dict[str, Any] | None,
+                 out_dir: str | None, strict: bool, select: list[str], ignore: list[str], debug: bool,
+                 progress: Progress, compile_cache: str | None, checks_of: ChecksOf) -> RunResult:
+    """Load the target, probe its contract, run each chosen stage's checks (`checks_of(stage)`) and
+    the model state; never raises for a failing check. Interrupts say where the run stopped."""
+    result = RunResult(config=cfg, profile=profile, stages=chosen, options=dict(options or {}),
+                       versions=runtime.versions(), strict=strict,
+                       created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
+    t0 = time.perf_counter()
+    try:
+        _run_stages(cfg, result, profile, chosen, select, ignore, options, out_dir, debug, progress,
+                    compile_cache, checks_of)
+    except (Interrupted, Exception) as exc:  # say where the run stopped: the CLI prints it
+        if not isinstance(exc, Interrupted):
+            if swallowed() is None:
+                raise
+            exc = swallowed()  # a signal that the user's code or MindSpore turned into an error
+        done = [s for s in chosen if s in result.timings]
+        exc.after = done[-1] if done else None
+        exc.during = next((s for s in chosen if s not in result.timings), None) \
+            if result.timings.get("load") is not None else "load"
+        raise exc from None
+    result.timings["total"] = time.perf_counter() - t0
+    return result
+
+
+def _run_stages(cfg, result, profile, chosen, select, ignore, options, out_dir, debug, progress,
+                compile_cache, checks_of) -> None:
+    runtime.setup(cfg.run.device, cfg.run.mode, cfg.run.seed)
+    world = distributed.world()  # rank 0 of 1 unless started by msrun (`--workers N`)
+    if world.distributed:
+        result.extra["workers"] = world.size
+    with runtime.scratch_dir():
+        t = time.perf_counter()
+        target = load_target(cfg)
+        result.timings["load"] = time.perf_counter() - t
+        result.target = target.describe()
+        engine = Engine(target, batch_size=profile.section("engine")["batch_size"],
+                        progress=progress)
+        ctx = Context(config=cfg, target=target, engine=engine, profile=profile,
+                      options=RunOptions.of(options), out_dir=out_dir, debug=debug)
+        # msrun workers would share one directory (and MindSpore writes one folder per rank)
+        cache = open_cache(compile_cache, cfg, profile, chosen, dict(options or {}),
+                           engine.batch_size,
+                           refuse="not with --workers (one cache per process)" if world.distributed else "")
+        cache.attach(engine)
+        with cache:  # writes the cache's manifest after a clean run only
+            engine.check = "contract"
+            # the contract on one small batch: exit 2 if broken; through the per-sample graph
+            # when a stage will score rows one by one (no graph of the probe's own)
+            contract.check_target(target, engine, per_sample=scores_rows(chosen))
+            result.target = target.describe()  # again: the probe may add notes (model_inputs)
+            for stage in chosen:
+                engine.stage = stage
+                progress.stage_start(stage)
+                t = time.perf_counter()
+                first_result, first_compile = len(result.results), engine.compiles.count
+                thresholds = profile.section(stage)
+                skip = stage_skip_reason(cfg, stage)
+                for check in checks_of(stage):
+                    if not check.enabled(thresholds):
+                        continue  # switched off by the profile: no result at all
+                    engine.check = check.name  # its compiles and graph uses are charged to it
+                    res = skipped(check, skip) if skip else run_check(check, ctx, thresholds)
+                    res.findings = [f for f in res.findings if code_selected(f.code, select, ignore)]
+                    result.results.append(res)
+                engine.check = ""
+                result.timings[stage] = time.perf_counter() - t
+                progress.stage_end(StageSummary.of(stage, result.results[first_result:],
+                                                   result.timings[stage],
+                                                   engine.compiles.records[first_compile:]))
+        engine.check = "model-state"
+        _report_model_state(ctx, result, select, ignore)
+        result.extra.update(ctx.report_extra)
+        if cache.status != "off":
+            result.extra["compile_cache"] = cache.summary()
+    result.compiles = engine.compiles.to_dict()
+
+
+def _report_model_state(ctx: Context, result: RunResult, select: list[str], ignore: list[str]) -> None:
+    """The model-state measurement (OBJ004), when a check made it: first in the results, and its
+    numbers in the report's target, so every report shows it at the top."""
+    res = model_state.result(ctx)
+    if res is None:
+        return
+    result.target["model_state"] = model_state.summary(res.value)
+    res.findings = [f for f in res.findings if code_selected(f.code, select, ignore)]
+    result.results.insert(0, res)

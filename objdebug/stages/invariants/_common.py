@@ -1,0 +1,104 @@
+"""Shared measurements of the invariants stage, cached on the Context.
+
+The stage works on the grad stage's batch (`objdebug.stages.grad.grad_batch`: real rows, their
+real lengths, the engine's batch shape) and on the model's logits for it, which `objdebug run` has
+already computed there with the same compiled forward. Every objective evaluation goes through
+`objdebug.stages.invariants.probe.InvarianceProbe` (graph `invariants.logit_grad[<variant>]`).
+"""
+
+from __future__ import annotations
+
+
+import numpy as np
+
+from objdebug.pipeline.context import Context
+from objdebug.engine.gradients import Batch
+from objdebug.stages.invariants.probe import InvarianceProbe, Probe
+from objdebug.core.settings import Settings
+from objdebug.pipeline.run_data import grad_batch
+
+END_TO_END = ("the end-to-end form (no [model]) does not expose logits: the objective cannot be "
+              "called on chosen logits and labels")
+F32_EPS = 2.0 ** -23
+
+
+def settings(ctx: Context) -> Settings:
+    """The stage's profile section, for the shared measurements (a check gets it in `measure`)."""
+    return ctx.profile.section("invariants")
+
+
+def skip_end_to_end(ctx: Context) -> str | None:
+    return END_TO_END if ctx.target.end_to_end else None
+
+
+def batch(ctx: Context) -> Batch:
+    return grad_batch(ctx)
+
+
+def rows(ctx: Context) -> int:
+    """Rows of the batch. A short batch is filled with copies of real rows: a duplicated row is
+    still a real row of a real length, so every row counts as the user's batch."""
+    return int(batch(ctx).input_ids.shape[0])
+
+
+def logits(ctx: Context) -> np.ndarray:
+    """The model's float32 logits [B, T, V] on the batch (the grad stage's compiled forward)."""
+    return ctx.provide(logits,
+                      lambda: ctx.engine.logits(batch(ctx).input_ids).astype(np.float32))
+
+
+def probe(ctx: Context) -> InvarianceProbe:
+    return ctx.provide(probe, lambda: InvarianceProbe(ctx.engine))
+
+
+def base(ctx: Context) -> Probe:
+    """The configured objective on the batch, scale 1: the reference most rules compare with."""
+    return ctx.provide(base, lambda: probe(ctx).run(logits(ctx), batch(ctx).labels))
+
+
+def scored(ctx: Context, labels: np.ndarray) -> np.ndarray:
+    return labels != ctx.config.data.label_pad_id
+
+
+def micro_batches(ctx: Context) -> list[tuple[int, int]]:
+    """[start, end) row ranges of the micro-batches a training loop would split the batch into.
+
+    `[invariants] micro_batches` = K (0: one row each); it must divide the batch's rows, so every
+    micro-batch has one shape (one compile)."""
+    n = rows(ctx)
+    k = int(settings(ctx)["micro_batches"]) or n
+    if k < 1 or n % k:
+        from objdebug.core.errors import InputError
+
+        raise InputError(f"For '[invariants] micro_batches', the value must divide the batch's "
+                         f"{n} rows, but got {k}.")
+    size = n // k
+    return [(i * size, (i + 1) * size) for i in range(k)]
+
+
+def micro_probes(ctx: Context) -> list[Probe]:
+    """The configured objective on each micro-batch alone (scale 1): one graph shape, K calls."""
+    def build() -> list[Probe]:
+        b, x = batch(ctx), logits(ctx)
+        return [probe(ctx).run(x[s:e], b.labels[s:e]) for s, e in micro_batches(ctx)]
+    return ctx.provide(micro_probes, build)
+
+
+def rel(a: float, b: float) -> float:
+    """|a - b| / max(|b|, tiny); NaN when either is not finite (unless both are the same)."""
+    if not (np.isfinite(a) and np.isfinite(b)):
+        return 0.0 if a == b or (np.isnan(a) and np.isnan(b)) else float("nan")
+    return abs(a - b) / max(abs(b), 1e-30)
+
+
+def grad_rel(g: np.ndarray, ref: np.ndarray) -> float:
+    """max |g - ref| / max |ref|: the largest gradient error relative to the largest element."""
+    if not (np.isfinite(g).all() and np.isfinite(ref).all()):
+        return float("nan")
+    scale = float(np.abs(ref).max())
+    diff = float(np.abs(g - ref).max())
+    return diff / scale if scale > 0 else (0.0 if diff == 0 else float("inf"))
+
+
+def fmt(x: float) -> str:
+    return f"{x:.3g}" if np.isfinite(x) else str(x)

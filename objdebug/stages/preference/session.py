@@ -1,0 +1,363 @@
+"""Host side of the preference stage: pairs, the reference model, and the compiled evaluations.
+
+`session(ctx)` (cached per run) builds, once:
+
+- the pairs of `[data] preference`, truncated to the profile's `max_length` the way a training
+  pipeline cuts them (prompt kept, response cut), packed into `engine.batch_size`-row batches of
+  one length bucket (short batches filled with copies of their first row, results dropped);
+- the reference model: the model factory with `[reference] checkpoint` (default: the policy's);
+- the probed policy (objdebug/preference_cells.py) and the user's preference objective, in its form.
+
+Every graph goes through `engine.cell` / `engine.call`, so compiles are counted per stage.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from objdebug.engine import precision
+from objdebug.pipeline.context import Context
+from objdebug.engine.data import Sample
+from objdebug.engine.data import pack_for
+from objdebug.engine.cells import wrap_like
+from objdebug.pipeline.datasets import encoder, preference_rows
+from objdebug.core.errors import InputError
+
+# the closed-form loss at a zero margin (policy == reference; SimPO: chosen == rejected)
+ZERO_POINT = {
+    "sigmoid": ("ln 2", lambda beta, gamma: math.log(2.0)),
+    "ipo": ("1/(4 beta^2)", lambda beta, gamma: 1.0 / (4.0 * beta * beta)),
+    "simpo": ("log(1 + e^gamma)", lambda beta, gamma: math.log1p(math.exp(gamma))),
+    "hinge": ("1", lambda beta, gamma: 1.0),
+}
+# the log-prob reduction each loss type is derived for
+EXPECTED_LOGPS = {"sigmoid": "sum", "hinge": "sum", "ipo": "mean", "simpo": "mean"}
+
+
+@dataclass
+class PairBatch:
+    """One batch of pairs: chosen and rejected packed to the same length."""
+
+    rows: list[dict[str, Any]]          # the real pairs (len <= batch size)
+    start: int                          # index of the first pair
+    c_ids: np.ndarray
+    c_labels: np.ndarray
+    r_ids: np.ndarray
+    r_labels: np.ndarray
+
+    @property
+    def n(self) -> int:
+        return len(self.rows)
+
+    def arrays(self, swap: bool = False) -> tuple[np.ndarray, ...]:
+        if swap:
+            return self.r_ids, self.r_labels, self.c_ids, self.c_labels
+        return self.c_ids, self.c_labels, self.r_ids, self.r_labels
+
+
+@dataclass
+class Logps:
+    """Sequence log-probs of every pair under one model: sums and scored-token counts."""
+
+    c_sum: np.ndarray
+    c_count: np.ndarray
+    r_sum: np.ndarray
+    r_count: np.ndarray
+
+    def reduced(self, mean: bool) -> tuple[np.ndarray, np.ndarray]:
+        if not mean:
+            return self.c_sum, self.r_sum
+        return self.c_sum / np.maximum(self.c_count, 1), self.r_sum / np.maximum(self.r_count, 1)
+
+
+@dataclass
+class Session:
+    ctx: Context
+    spec: Any                            # the preference ObjectiveSpec
+    pairs: list[dict[str, Any]]
+    batches: list[PairBatch]
+    length: int
+    vocab: int
+    reference_model: Any
+    policy: Any                          # ProbedPolicy
+    objective: Any                       # LogpsObjective or PairsObjective
+    loss: Any = None                     # form "preference": the user's loss Cell
+    cache: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def form(self) -> str:
+        return self.spec.call
+
+    @property
+    def mean(self) -> bool:
+        return self.spec.logps == "mean"
+
+    @property
+    def label_pad_id(self) -> int:
+        return self.ctx.config.data.label_pad_id
+
+    def setting(self, name: str, default: float | None = None) -> float | None:
+        """A declared setting (beta, gamma): from the kwargs, else the objective's attribute."""
+        value = self.spec.kwargs.get(name)
+        if value is None:
+            holder = self.loss if self.loss is not None else getattr(self.objective, "objective", None)
+            value = getattr(holder, name, None)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return default
+        return float(value)
+
+    # ------------------------------------------------------------------ compiled evaluations
+    def logps(self, which: str) -> Logps:
+        """Log-probs of every pair under 'policy' or 'reference' (one graph per model), cached."""
+        if which not in self.cache:
+            self.cache[which] = self.logps_of(which, self.batches)
+        return self.cache[which]
+
+    def logps_of(self, which: str, batches: list[PairBatch]) -> Logps:
+        """Log-probs of the pairs of `batches` under the model as it is now (not cached)."""
+        import mindspore as ms
+
+        from objdebug.stages.preference.cells import SequenceLogps
+
+        engine = self.ctx.engine
+        model = self.policy if which == "policy" else self.reference_model
+        name = f"preference.{which}_logps"
+        cell = engine.cell(name, lambda: SequenceLogps(model, self.label_pad_id))
+        out: list[list[np.ndarray]] = [[], [], [], []]
+        for b in batches:
+            cs, cn = engine.call(name, cell, ms.Tensor(b.c_ids), ms.Tensor(b.c_labels))
+            rs, rn = engine.call(name, cell, ms.Tensor(b.r_ids), ms.Tensor(b.r_labels))
+            for k, x in enumerate((cs, cn, rs, rn)):
+                out[k].append(x.asnumpy().astype(np.float64)[:b.n])
+        return Logps(*(np.concatenate(x) for x in out))
+
+    def fill(self, values: np.ndarray, batch: PairBatch) -> np.ndarray:
+        """float32[B]: a batch's slice of per-pair values, fill rows copying its first pair."""
+        rows = list(range(batch.start, batch.start + batch.n))
+        rows += [batch.start] * (self.ctx.engine.batch_size - batch.n)
+        return np.asarray(values)[rows].astype(np.float32)
+
+    def real_inputs(self) -> tuple[np.ndarray, ...]:
+        """(pc, pr, rc, rr) [N]: the declared reduction of policy and reference log-probs."""
+        pc, pr = self.logps("policy").reduced(self.mean)
+        rc, rr = self.logps("reference").reduced(self.mean)
+        return pc, pr, rc, rr
+
+    def evaluate(self, inputs: tuple[np.ndarray, ...] | None = None, *, swap: bool = False,
+                 same: bool = False, cell: Any = None, name: str = "preference.objective") -> dict[str, Any]:
+        """The objective on every batch -> {losses [batches], cr [N], rj [N]} (rewards NaN if not returned).
+
+        Form "preference": `inputs` = (pc, pr, rc, rr) [N] (default: the real ones) go to the loss
+        alone. Form "preference-pairs": the token batches go to the user's Cell; `swap` exchanges
+        chosen and rejected, `same` passes the chosen answer as the rejected one too.
+        """
+        import mindspore as ms
+
+        from objdebug.stages.preference.cells import LossOnLogps
+
+        engine = self.ctx.engine
+        if cell is None:
+            cell = engine.cell(name, (lambda: LossOnLogps(self.loss)) if self.form == "preference"
+                               else (lambda: self.objective))
+        if self.form == "preference" and inputs is None:
+            inputs = self.real_inputs()
+        losses, crs, rjs = [], [], []
+        for b in self.batches:
+            if self.form == "preference":
+                args = [ms.Tensor(self.fill(x, b)) for x in inputs]
+            else:
+                c_ids, c_labels, r_ids, r_labels = b.arrays(swap)
+                if same:
+                    r_ids, r_labels = c_ids, c_labels
+                zero = np.zeros(self.ctx.engine.batch_size, np.float32)
+                args = [ms.Tensor(a) for a in (c_ids, c_labels, r_ids, r_labels)] + [ms.Tensor(zero)] * 2
+            loss, cr, rj = engine.call(name, cell, *args)
+            cr, rj = cr.asnumpy().astype(np.float64), rj.asnumpy().astype(np.float64)
+            losses.append(float(loss.asnumpy()))
+            crs.append(cr[:b.n] if cr.size > 1 else np.full(b.n, np.nan))
+            rjs.append(rj[:b.n] if rj.size > 1 else np.full(b.n, np.nan))
+        return {"losses": np.array(losses), "cr": np.concatenate(crs), "rj": np.concatenate(rjs)}
+
+    def implicit_margins(self, inputs: tuple[np.ndarray, ...] | None = None) -> np.ndarray:
+        """objdebug's own margin per pair (what the loss type prefers; not the user's code):
+        SimPO beta * (pc - pr); the others beta * ((pc - rc) - (pr - rr))."""
+        pc, pr, rc, rr = inputs if inputs is not None else self.real_inputs()
+        beta = self.setting("beta", 1.0)
+        if self.spec.loss_type == "simpo":
+            return beta * (np.asarray(pc) - np.asarray(pr))
+        return beta * ((np.asarray(pc) - np.asarray(rc)) - (np.asarray(pr) - np.asarray(rr)))
+
+    def gradient(self, batch: PairBatch) -> dict[str, Any]:
+        """One forward + backward on a batch: loss, rewards and every parameter's gradient."""
+        import mindspore as ms
+
+        from objdebug.stages.preference.cells import PreferenceGradient
+
+        engine = self.ctx.engine
+        params = self.gradient_params()
+        cell = engine.cell("preference.gradient", lambda: PreferenceGradient(self.objective, params))
+        if self.form == "preference":
+            _, _, rc, rr = self.real_inputs()
+            rc, rr = self.fill(rc, batch), self.fill(rr, batch)
+        else:  # the pairs Cell computes its own reference log-probs
+            rc = rr = np.zeros(self.ctx.engine.batch_size, np.float32)
+        args = [ms.Tensor(a) for a in batch.arrays()] + [ms.Tensor(rc), ms.Tensor(rr)]
+        out = engine.call("preference.gradient", cell, *args)
+        grads = [g.asnumpy() for g in out[3:]]
+        return {"loss": float(out[0].asnumpy()), "params": params, "grads": grads}
+
+    def gradient_params(self) -> list:
+        """Every trainable parameter the objective holds: policy, probe, its own, and the reference's
+        unless the user froze them (requires_grad=False, which an optimizer skips too)."""
+        return list(self.objective.trainable_params())
+
+    def reference_param_ids(self) -> set[int]:
+        return {id(p) for p in self.reference_model.get_parameters()}
+
+    def policy_params(self) -> list:
+        return list(self.policy.model.trainable_params())
+
+    @contextmanager
+    def reference_as_policy(self) -> Iterator[None]:
+        """The reference model's parameters temporarily set to the policy's (restored exactly).
+
+        Both come from the same factory, so their parameters pair up in order (names may differ:
+        a "preference-pairs" Cell prefixes them with its attribute names)."""
+        import mindspore as ms
+
+        ref = list(self.reference_model.get_parameters())
+        pol = list(self.policy.model.get_parameters())
+        saved = [p.data.asnumpy().copy() for p in ref]
+        try:
+            for r, p in zip(ref, pol):
+                r.set_data(ms.Tensor(p.data.asnumpy()))
+            yield
+        finally:
+            for r, theta in zip(ref, saved):
+                r.set_data(ms.Tensor(theta))
+
+
+# --------------------------------------------------------------------------- building
+def no_preference_reason(ctx: Context) -> str | None:
+    """SKIP reason for the whole stage, or None."""
+    cfg = ctx.config
+    if cfg.preference_objective is None:
+        return ("the target has no preference objective ([objective] call = \"preference\" or "
+                "\"preference-pairs\", or a [preference] section)")
+    if not cfg.data.preference:
+        return "no preference pairs: set [data] preference = \"pairs.jsonl\""
+    return None
+
+
+def session(ctx: Context) -> Session:
+    return ctx.provide(session, lambda: _build(ctx))
+
+
+def _truncate(row: dict[str, Any], max_length: int) -> dict[str, Any]:
+    """Cut the answers (never the prompt) so prompt + answer <= max_length tokens."""
+    out = dict(row)
+    if max_length > 0:
+        room = max(max_length - len(row["prompt"]), 0)
+        out["chosen"], out["rejected"] = row["chosen"][:room], row["rejected"][:room]
+        out["truncated"] = len(out["chosen"]) < len(row["chosen"]) or len(out["rejected"]) < len(row["rejected"])
+    else:
+        out["truncated"] = False
+    return out
+
+
+def _pack_answers(rows: list[dict[str, Any]], key: str, length: int, cfg) -> tuple[np.ndarray, np.ndarray]:
+    """prompt + answer `key` of each row, padded as every batch is (`[data] padding_side`, the
+    model's mask marks: objdebug/engine/model_inputs.py)."""
+    samples = [Sample(id=str(i), prompt=list(r["prompt"]), response=list(r[key])) for i, r in enumerate(rows)]
+    return pack_for(cfg, samples, length)
+
+
+def _build(ctx: Context) -> Session:
+    from objdebug.stages.preference.cells import LogpsObjective, PairsObjective, ProbedPolicy
+    from objdebug.engine.target import _call_factory, load_checkpoint_strict
+
+    cfg = ctx.config
+    spec = cfg.preference_objective
+    settings = ctx.profile.section("preference")
+    batch = ctx.engine.batch_size
+    max_length = int(settings["max_length"])
+    pairs = [_truncate(r, max_length) for r in preference_rows(ctx)]
+    length = ctx.engine.bucket(max(len(p["prompt"]) + max(len(p["chosen"]), len(p["rejected"]), 1)
+                                   for p in pairs))
+    batches = []
+    for start in range(0, len(pairs), batch):
+        rows = pairs[start:start + batch]
+        filled = rows + [rows[0]] * (batch - len(rows))
+        c_ids, c_labels = _pack_answers(filled, "chosen", length, cfg)
+        r_ids, r_labels = _pack_answers(filled, "rejected", length, cfg)
+        batches.append(PairBatch(rows, start, c_ids, c_labels, r_ids, r_labels))
+
+    policy_model = ctx.target.model
+    if spec.call == "preference-pairs":
+        # the user's Cell takes the policy as an attribute, which renames its parameters: give it
+        # a copy, so the other stages keep the target's model as it was
+        policy_model = _copy_model(ctx, policy_model)
+    reference = _call_factory(cfg.model.factory, cfg.model.kwargs, "model", cfg.base_dir)
+    ref_ckpt = (cfg.reference.checkpoint if cfg.reference is not None and cfg.reference.checkpoint
+                else cfg.model.checkpoint)
+    if ref_ckpt:
+        load_checkpoint_strict(reference, ref_ckpt, "reference")
+    else:  # no checkpoint at all: the reference starts as a copy of the policy
+        _copy_parameters(policy_model, reference)
+    reference.set_train(False)
+    reference = wrap_like(ctx.target, reference)  # called as the policy is ([model] inputs/output)
+    reference = precision.as_trained(reference, cfg, "reference model")  # [run] amp_level, as the policy
+    vocab = encoder(ctx).vocab_size
+    policy = ProbedPolicy(policy_model, batch, length)
+    where = "preference" if cfg.preference is not None else "objective"
+    loss = None
+    if spec.call == "preference":
+        loss = _call_factory(spec.factory, spec.kwargs, where, cfg.base_dir)
+        loss.set_train(False)
+        objective = LogpsObjective(policy, loss, cfg.data.label_pad_id, spec.logps == "mean")
+    else:
+        user = build_pairs_objective(ctx, spec.kwargs, policy, reference)
+        objective = PairsObjective(user)
+    return Session(ctx=ctx, spec=spec, pairs=pairs, batches=batches, length=length, vocab=vocab,
+                   reference_model=reference, policy=policy, objective=objective, loss=loss,
+                   cache={"reference_checkpoint": ref_ckpt})
+
+
+def build_pairs_objective(ctx: Context, kwargs: dict[str, Any], policy: Any, reference: Any) -> Any:
+    """The "preference-pairs" factory called with policy=, reference= and the declared kwargs."""
+    from objdebug.engine.target import import_factory
+
+    cfg = ctx.config
+    spec = cfg.preference_objective
+    where = "preference" if cfg.preference is not None else "objective"
+    factory = import_factory(spec.factory, where, cfg.base_dir)
+    try:
+        cell = factory(policy=policy, reference=reference, **kwargs)
+    except Exception as exc:
+        raise InputError(f"For '{where}.factory', calling '{spec.factory}' with policy=, reference= "
+                         f"and kwargs {kwargs} failed: {type(exc).__name__}: {exc}") from None
+    cell.set_train(False)
+    return cell
+
+
+def _copy_parameters(source: Any, dest: Any) -> None:
+    import mindspore as ms
+
+    for d, s in zip(dest.get_parameters(), source.get_parameters()):
+        d.set_data(ms.Tensor(s.data.asnumpy()))
+
+
+def _copy_model(ctx: Context, model: Any) -> Any:
+    from objdebug.engine.target import _call_factory
+
+    cfg = ctx.config
+    copy = _call_factory(cfg.model.factory, cfg.model.kwargs, "model", cfg.base_dir)
+    _copy_parameters(model, copy)
+    copy.set_train(False)
+    return precision.as_trained(wrap_like(ctx.target, copy), cfg, "model")  # [model] inputs, [run] amp_level: as the policy

@@ -1,0 +1,25 @@
+"""Stage 5, stress: hostile inputs through the real model and objective, forward and backward.
+
+One Check per case, so each is its own result row and a crash in one does not stop the others.
+Codes OBJ5xx; the cases live in `stress_cases/`, their shared Cells in `stress_cases/_common.py`.
+"""
+
+from __future__ import annotations
+
+from objdebug.core.findings import Check
+from objdebug.stages.stress.all_padding import AllPadding
+from objdebug.stages.stress.determinism import Determinism
+from objdebug.stages.stress.garbage_ids import OutOfRangeIds, RandomIds
+from objdebug.stages.stress.long_inputs import LongInputs
+from objdebug.stages.stress.long_objective import LongObjective
+from objdebug.stages.stress.over_smoothing import OverSmoothing
+from objdebug.stages.stress.padding_invariance import PaddingInvariance
+from objdebug.stages.stress.low_precision import (ExtremeLogits, LossScaleGradient, LowPrecision,
+    TrainedPrecision)
+
+
+def checks() -> list[Check]:
+    # Cheap cases first; long inputs last (they hold the most memory).
+    return [AllPadding(), PaddingInvariance(), RandomIds(), OutOfRangeIds(), ExtremeLogits(),
+            LowPrecision(), Determinism(), OverSmoothing(), LongObjective(), LongInputs(),
+            TrainedPrecision(), LossScaleGradient()]  # [run] amp_level / loss_scale (skipped at O0)

@@ -1,0 +1,132 @@
+"""Shared pieces of the stress cases: the compiled Cells they run and the inputs they build.
+
+Two graphs over the shared Cells of `objdebug.engine.cells`, both built once per engine through
+`engine.cell` and called through `engine.call` so every (graph, shape) compile is counted:
+
+- `loss_and_grad`: the user's model + objective under the engine's gradient family
+  (`objdebug.engine.gradients.ObjectiveGradient`) -> loss and the gradients, reduced by the
+  engine's one statistics graph (`Engine.gradient_stats`: compiled once, not once per length) to
+  per-parameter squared norms and non-finite counts. Batch 1
+  for long inputs, padding invariance and the all-padding batch, so they share a few shapes.
+- `objective_on_logits`: the objective alone, fed logits directly (scaled, fp16, bf16); one
+  graph per dtype (`OBJECTIVE_ON_LOGITS.<dtype>`), so a dtype whose kernel raises cannot poison
+  the graph the next dtype runs on.
+
+And `forward_loss`: model + objective forward only (`BatchObjective`), one fresh Cell per
+caller-given name. A
+MindSpore 2.10 graph that raised at run time refuses every later call ("An error occurred in the
+previous step of this model execution"), so a probe that is expected to raise gets a graph of its
+own and never touches the engine's shared graphs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from objdebug.pipeline.context import Context
+from objdebug.engine.data import Sample
+from objdebug.pipeline.datasets import text_samples
+
+LOSS_AND_GRAD = "stress.loss_and_grad"
+OBJECTIVE_ON_LOGITS = "stress.objective_on_logits"
+
+
+def _build_loss_and_grad(ctx: Context):
+    from objdebug.engine.cells import BatchObjective
+    from objdebug.engine.gradients import ObjectiveGradient
+
+    # has_aux: only the total (first output) is differentiated
+    return ObjectiveGradient(BatchObjective(ctx.target), ctx.target.trainable_params())
+
+
+def loss_and_grad(ctx: Context, ids: np.ndarray, labels: np.ndarray) -> dict[str, Any]:
+    """The objective's loss and gradients on one batch, through the user's real Cells."""
+    import mindspore as ms
+
+    cell = ctx.engine.cell(LOSS_AND_GRAD, lambda: _build_loss_and_grad(ctx))
+    (loss, _), grads = ctx.engine.call(LOSS_AND_GRAD, cell, ms.Tensor(ids, ms.int32),
+                                       ms.Tensor(labels, ms.int32))
+    stats = ctx.engine.gradient_stats(grads)
+    sq, bad = stats["sq_norm"], stats["nonfinite"]
+    return {"loss": float(loss.asnumpy()), "grad_norm": float(np.sqrt(sq.sum())),
+            "nonfinite_params": int((bad > 0).sum()), "n_params": int(len(bad)),
+            "grads": grads}
+
+
+def forward_loss(ctx: Context, name: str, ids: np.ndarray, labels: np.ndarray) -> float:
+    """The objective's forward loss through the fresh graph `name` (see the module docstring)."""
+    import mindspore as ms
+
+    from objdebug.engine.cells import BatchObjective
+
+    cell = ctx.engine.cell(name, lambda: BatchObjective(ctx.target))
+    total, _ = ctx.engine.call(name, cell, ms.Tensor(ids, ms.int32), ms.Tensor(labels, ms.int32))
+    return float(total.asnumpy())
+
+
+POISONED = "error occurred in the previous step"
+
+
+def error_line(exc: BaseException) -> str:
+    """The first informative line of a MindSpore error (its messages open with rulers)."""
+    lines = [ln.strip(" -") for ln in str(exc).splitlines()]
+    return next((ln for ln in lines if any(c.isalpha() for c in ln)), type(exc).__name__)
+
+
+def flat_grads(grads) -> np.ndarray:
+    """All gradients as one float64 vector (for comparing two gradient sets)."""
+    return np.concatenate([g.asnumpy().astype(np.float64).ravel() for g in grads])
+
+
+def objective_on_logits(ctx: Context, logits, labels: np.ndarray, name: str = OBJECTIVE_ON_LOGITS) -> float:
+    """The objective alone on a logits Tensor (any dtype) -> its scalar loss as float.
+
+    `name` is the graph: a caller whose call may raise passes a name of its own (see the module
+    docstring), e.g. f"{OBJECTIVE_ON_LOGITS}.float16".
+    """
+    import mindspore as ms
+
+    from objdebug.engine.cells import ObjectiveOnLogits
+
+    cell = ctx.engine.cell(name, lambda: ObjectiveOnLogits(ctx.target))
+    total, _ = ctx.engine.call(name, cell, logits, ms.Tensor(labels, ms.int32))
+    return float(total.asnumpy())
+
+
+# --------------------------------------------------------------------------- inputs
+def token_stream(ctx: Context, length: int) -> list[int]:
+    """`length` tokens of real text: the target's samples concatenated, repeated as needed."""
+    def build() -> list[int]:
+        out: list[int] = []
+        for s in text_samples(ctx):
+            out += s.prompt + s.response
+        if not out:
+            raise ValueError("the target's text samples are empty")
+        return out
+    base = ctx.provide(token_stream, build)
+    reps = -(-length // len(base))
+    return (base * reps)[:length]
+
+
+def text_sample(ctx: Context, length: int, name: str) -> Sample:
+    """A sample of exactly `length` real-text tokens, every next token scored."""
+    return Sample(id=f"{name}-{length}", prompt=[], response=token_stream(ctx, length), kind=name)
+
+
+def packed(ctx: Context, samples: list[Sample], length: int, side: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """`samples` padded to `length` on `[data] padding_side` (or `side`), marked for the model's mask."""
+    return ctx.engine.padding.pack(samples, length, side=side)
+
+
+def short_length(th: dict[str, Any]) -> int:
+    """The shared short shape: long-input reference, all-padding batch, padding-invariance base."""
+    return int(th["short_length"])
+
+
+def rel_diff(a: float, b: float) -> float:
+    """|a - b| / max(|b|, 1e-12); NaN if either is not finite."""
+    if not (np.isfinite(a) and np.isfinite(b)):
+        return float("nan") if a != b else 0.0
+    return abs(a - b) / max(abs(b), 1e-12)

@@ -1,0 +1,233 @@
+"""Garbage token ids: random in-vocabulary ids (OBJ505) and out-of-range ids (OBJ506, OBJ507).
+
+Random ids are unpredictable: a sound objective gives a finite loss near or above log(V) (an
+untrained model sits at log(V), a trained one above it).
+
+Out-of-range ids: four probes, each one position of one row of a valid random batch (batch 1):
+input id V, input id -1, label V, label -1 (skipped when -1 is the label_pad_id). Three outcomes,
+judged apart:
+
+- rejected with an error: PASS (the healthy outcome);
+- a NaN/Inf loss: FAIL (a bad id poisons the whole batch, and the step after it);
+- a finite loss, silently scored: the profile's verdict (`[stress] label_out_of_range` /
+  `input_out_of_range`, "info" by default). This is MindSpore's nature rather than an objective
+  bug: GatherD accepts indices in [-V, V), so nn.CrossEntropyLoss and nearly every hand-written
+  `gather_elements` cross-entropy score label -1 as class V-1, and every standard embedding
+  (nn.Embedding, ops.gather) reads row V-1 for input id -1. The label the data pipeline actually
+  writes is checked by OBJ105; a note here says the objective would not catch a wrong one.
+
+What the probes cost (docs/performance.md): a MindSpore call that raises returns after a fixed
+3 s on CPU (a hard-coded wait in the graph scheduler's error path) and its graph cannot be called
+again, so every rejected probe costs one raising call and the next probe a fresh graph; raising
+calls in parallel threads mix up their error messages (MindSpore keeps one pending error per
+process), so they run one at a time. One raising call can establish one rejection only (the first
+failing kernel stops the graph), so the calls that raise are already the fewest. What is cut is the
+rest: the -1 probe of each path runs before the V probe (-1 is the one a standard MindSpore model
+accepts, and a graph that did not raise serves the next probe), and in the split form the label
+probes run the objective alone on the logits of the model's own `model.forward` graph (the shape
+the contract probe compiled, so no model graph is added): a fresh objective-only graph compiles
+in about a third of the time of a fresh model + objective graph. Labels reach only the objective,
+so the label facts are the same.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from objdebug.pipeline.context import Context
+from objdebug.engine.data import Sample
+from objdebug.core.findings import Check, Condition, Verdict
+from objdebug.core.settings import Settings
+from objdebug.stages.stress._common import (POISONED, error_line, forward_loss, loss_and_grad,
+    objective_on_logits, packed, short_length)
+
+_PROBE_POSITION = 5
+_NO_VOCAB = ("the vocabulary size is unknown (the end-to-end form does not expose logits): set "
+             "data.vocab_size to draw random and out-of-range ids")
+
+
+def _vocab_skip(ctx: Context) -> str | None:
+    """SKIP, not ERROR, when the vocabulary the ids are drawn from is unknown."""
+    return None if ctx.engine.vocab_size() else _NO_VOCAB
+
+
+def random_batch(ctx: Context) -> tuple[np.ndarray, np.ndarray]:
+    """[batch_size, short_length] uniformly random in-vocabulary ids, every next token scored."""
+    def build():
+        th = ctx.profile.section("stress")
+        length, vocab = short_length(th), ctx.engine.vocab_size()
+        if not vocab:
+            raise ValueError("the vocabulary size is unknown: set data.vocab_size for the "
+                             "end-to-end form")
+        rng = np.random.default_rng(int(th["seed"]))
+        rows = [Sample(id=f"random-{i}", prompt=[], response=[int(t) for t in rng.integers(0, vocab, length)])
+                for i in range(ctx.engine.batch_size)]
+        return packed(ctx, rows, length)
+    return ctx.provide(random_batch, build)
+
+
+def label_batch(ctx: Context) -> tuple[np.ndarray, np.ndarray, Any]:
+    """(ids [1, T], labels [1, T], the model's logits [1, T, V] as a Tensor) of one random row at
+    the length of the model.forward graph that the contract probe compiled: the label probes'
+    input (split form only)."""
+    def build():
+        import mindspore as ms
+
+        th = ctx.profile.section("stress")
+        b = ctx.engine.batch_size
+        length = int(ctx.target.info.get("contract", {}).get("length") or ctx.engine.bucket(1))
+        rng = np.random.default_rng(int(th["seed"]))
+        rows = [Sample(id=f"label-probe-{i}", prompt=[],
+                       response=[int(t) for t in rng.integers(0, ctx.engine.vocab_size(), length)])
+                for i in range(b)]
+        ids, labels = packed(ctx, rows, length)
+        logits = ctx.engine.logits(ids)[:1]
+        return ids[:1], labels[:1], ms.Tensor(logits)
+    return ctx.provide(label_batch, build)
+
+
+class RandomIds(Check):
+    name = "random-ids"
+    stage = "stress"
+
+    def skip_reason(self, ctx: Context) -> str | None:
+        return _vocab_skip(ctx)
+
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
+        ids, labels = random_batch(ctx)
+        losses = ctx.engine.per_sample_raw(ids, labels)[:, 0]
+        grad = loss_and_grad(ctx, ids[:1], labels[:1])
+        vocab = ctx.engine.vocab_size()
+        return {"vocab": vocab, "log_vocab": math.log(vocab), "shape": list(ids.shape),
+                "losses": losses, "mean_loss": float(np.mean(losses)),
+                "min_loss": float(np.min(losses)),
+                "grad_loss": grad["loss"], "grad_norm": grad["grad_norm"],
+                "nonfinite_params": grad["nonfinite_params"], "n_params": grad["n_params"]}
+
+    def conditions(self, th: dict[str, Any]) -> list[Condition]:
+        low = float(th["random_ids_min_ratio"])
+
+        def judge(v):
+            x, lv = v["mean_loss"], v["log_vocab"]
+            ratio = x / lv
+            msg = (f"{v['shape'][0]}x{v['shape'][1]} random ids: mean loss {x:.4g} (min {v['min_loss']:.4g})"
+                   f" = {ratio:.3g} x log(V={v['vocab']}) = {lv:.4g}; gradients of row 0: norm "
+                   f"{v['grad_norm']:.3g}, {v['nonfinite_params']}/{v['n_params']} non-finite")
+            if not np.all(np.isfinite(v["losses"])) or v["nonfinite_params"]:
+                return Verdict.FAIL, msg + "; NaN/Inf on random tokens", ratio
+            if ratio < low:
+                return Verdict.WARN, (msg + f"; below {low:g} x log(V): the objective rewards "
+                                      f"unpredictable tokens"), ratio
+            return Verdict.PASS, msg + f"; pass >= {low:g} x log(V)", ratio
+
+        return [Condition("OBJ505", f"random_ids_loss_at_least_{low:g}_log_vocab", judge)]
+
+
+class OutOfRangeIds(Check):
+    name = "out-of-range-ids"
+    stage = "stress"
+
+    def skip_reason(self, ctx: Context) -> str | None:
+        return _vocab_skip(ctx)
+
+    def _probe(self, run, name: str, ids: np.ndarray, labels: np.ndarray,
+               bad_ids: np.ndarray, bad_labels: np.ndarray) -> dict[str, Any]:
+        valid = run(name, ids, labels)  # the graph works: an error below is the probe's
+        try:
+            value = run(name, bad_ids, bad_labels)
+        except Exception as exc:  # rejection is the healthy outcome
+            if POISONED in str(exc).lower():
+                raise
+            return {"rejected": True, "valid_loss": valid,
+                    "error": f"{type(exc).__name__}: {error_line(exc)[:200]}"}
+        return {"rejected": False, "valid_loss": valid, "value": value}
+
+    def _path(self, ctx: Context, path: str, run, ids: np.ndarray, labels: np.ndarray,
+              probes: dict[str, Any]) -> None:
+        """The probes of one path (input or label) on the batch (ids, labels); `run(name, ids,
+        labels)` -> loss through the graph `name`."""
+        vocab = ctx.engine.vocab_size()
+        p, pad = _PROBE_POSITION, ctx.config.data.label_pad_id
+        graph = 0  # a graph that raised refuses every later call: the next probe gets a fresh one
+        for bad in (-1, vocab):  # -1 first: the one a standard model accepts keeps its graph
+            key = f"{path} {bad}"
+            if path == "label" and bad == pad:
+                probes[key] = {"skipped": "-1 is the label_pad_id"}
+                continue
+            i, l = ids.copy(), labels.copy()
+            (i if path == "input" else l)[0, p] = bad
+            name = f"stress.probe.{path}.{graph}"
+            probes[key] = r = self._probe(run, name, ids, labels, i, l)
+            if not r["rejected"] and bad < 0 and math.isfinite(r["value"]):
+                # what was -1 read as? Gather's wrap-around reads it as V-1: the same graph, which
+                # did not raise, scores the batch with V-1 in its place
+                (i if path == "input" else l)[0, p] = bad + vocab
+                r["wrapped_value"] = run(name, i, l)
+                r["wraps"] = bool(abs(r["wrapped_value"] - r["value"]) <= 1e-6 * max(abs(r["value"]), 1.0))
+            graph += int(r["rejected"])
+
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
+        ids, labels = random_batch(ctx)
+        ids, labels = ids[:1], labels[:1]  # batch 1: small probe graphs
+        vocab = ctx.engine.vocab_size()
+        # the report's order: V before -1 (the probes run -1 first, see the module docstring)
+        probes: dict[str, Any] = {f"{path} {bad}": None for path in ("input", "label")
+                                  for bad in (vocab, -1)}
+        self._path(ctx, "input", lambda name, i, l: forward_loss(ctx, name, i, l), ids, labels, probes)
+        label_ids, label_labels = ids, labels
+        run = lambda name, i, l: forward_loss(ctx, name, i, l)  # noqa: E731  (end-to-end form)
+        if ctx.target.model is not None:  # labels reach only the objective: score it on logits
+            label_ids, label_labels, logits = label_batch(ctx)
+            run = lambda name, i, l: objective_on_logits(ctx, logits, l, name=name)  # noqa: E731
+        self._path(ctx, "label", run, label_ids, label_labels, probes)
+        valid = {path: next((r["valid_loss"] for k, r in probes.items()
+                             if k.startswith(path) and "valid_loss" in r), float("nan"))
+                 for path in ("input", "label")}
+        return {"vocab": vocab, "valid_loss": valid["input"], "label_valid_loss": valid["label"],
+                "position": _PROBE_POSITION, "shape": list(ids.shape),
+                "label_shape": list(label_labels.shape), "probes": probes}
+
+    def conditions(self, th: dict[str, Any]) -> list[Condition]:
+        def judge_path(path: str, setting: str):
+            # validated when the conditions are built: a typo is a usage error, before any run
+            silent_verdict = Verdict.from_setting(th[setting], f"[stress] {setting}")
+
+            def judge(v):
+                mine = {k: r for k, r in v["probes"].items() if k.startswith(path)}
+                parts, silent, nonfinite = [], [], []
+                for k, r in mine.items():
+                    if "skipped" in r:
+                        parts.append(f"{k}: skipped ({r['skipped']})")
+                    elif r["rejected"]:
+                        parts.append(f"{k}: rejected ({r['error'][:100]})")
+                    elif not math.isfinite(r["value"]):
+                        parts.append(f"{k}: loss {r['value']:.4g}")
+                        nonfinite.append(k)
+                    else:
+                        read_as = (f" = the loss with {k.split()[0]} {int(k.split()[1]) + v['vocab']} "
+                                   "(wrapped)" if r.get("wraps") else "")
+                        parts.append(f"{k}: accepted, loss {r['value']:.4g}{read_as}")
+                        silent.append(k)
+                valid = v.get(f"{path}_valid_loss", v["valid_loss"])  # the batch of this path
+                msg = (f"{path} ids out of [0, {v['vocab']}) at one position (valid loss "
+                       f"{valid:.4g}): " + "; ".join(parts))
+                if nonfinite:
+                    return Verdict.FAIL, msg + f"; NaN/Inf instead of an error for {', '.join(nonfinite)}", \
+                        float(len(nonfinite) + len(silent))
+                if silent:
+                    nature = ("MindSpore's GatherD accepts [-V, V), as nn.CrossEntropyLoss does; the "
+                              "labels your pipeline writes are checked by OBJ105" if path == "label"
+                              else "every standard MindSpore embedding (nn.Embedding, ops.gather) "
+                              "wraps a negative id")
+                    return silent_verdict, (msg + f"; silently scored ({nature}; profile "
+                                            f"{setting} = {silent_verdict.value.lower()})"), float(len(silent))
+                return Verdict.PASS, msg, 0.0
+            return judge
+
+        return [Condition("OBJ506", "out_of_range_labels_rejected",
+                          judge_path("label", "label_out_of_range")),
+                Condition("OBJ507", "out_of_range_input_ids_rejected",
+                          judge_path("input", "input_out_of_range"))]

@@ -1,0 +1,151 @@
+"""Long inputs: loss and gradients at profile lengths (batch 1), against the same text short.
+
+Each length is one sequence of real text (the target's samples concatenated and repeated), run
+forward and backward through the user's model and objective. A length whose estimated memory
+would not fit (see `memory.py`) is skipped with the estimate and what is available, never run.
+Codes OBJ501 (finite loss and gradients, per length) and OBJ502 (loss within a band of the
+short-input loss: a sum-reduced loss or positions past the trained range show here).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+from objdebug.pipeline.context import Context
+from objdebug.core.findings import Check, Condition, Verdict
+from objdebug.core.settings import Settings
+import objdebug.stages.stress.memory as memory
+from objdebug.stages.stress._common import loss_and_grad, packed, short_length, text_sample
+
+
+def _lengths(th: dict[str, Any]) -> list[int]:
+    return [int(t) for t in th["long_lengths"]]
+
+
+def _gib(n: float) -> str:
+    return f"{n / memory.GIB:.2f} GiB"
+
+
+class LongInputs(Check):
+    name = "long-inputs"
+    stage = "stress"
+
+    def _one(self, ctx: Context, length: int) -> dict[str, Any]:
+        sample = text_sample(ctx, length, "long")
+        ids, labels = packed(ctx, [sample], length)
+        with memory.PeakRss() as rss:
+            start = time.perf_counter()
+            out = loss_and_grad(ctx, ids, labels)
+            seconds = time.perf_counter() - start
+        return {"length": length, "ran": True, "loss": out["loss"], "grad_norm": out["grad_norm"],
+                "nonfinite_params": out["nonfinite_params"], "n_params": out["n_params"],
+                "seconds": seconds, "peak_rss_bytes": rss.peak_bytes,
+                "peak_delta_bytes": rss.delta_bytes, "memory_method": rss.method}
+
+    def _calibrate(self, ctx: Context, th: dict[str, Any], reference: dict[str, Any],
+                   runs: dict[int, dict[str, Any]]) -> dict[str, Any] | None:
+        """Peaks at the short length and `memory_calibration_lengths`, fitted a + bT + cT^2;
+        the runs go into `runs` by length."""
+        if reference["memory_method"] != "vmhwm-reset":
+            return None  # the high-water mark cannot be reset: no per-run peak to fit
+        extra = [int(t) for t in th["memory_calibration_lengths"]]
+        lengths, peaks = [reference["length"]], [reference["peak_rss_bytes"]]
+        for length in sorted(set(extra) - {reference["length"]}):  # increasing: the pool grows
+            r = self._one(ctx, length)
+            runs[length] = r
+            lengths.append(length)
+            peaks.append(r["peak_rss_bytes"])
+        return memory.fit_peaks(lengths, peaks)
+
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
+        vocab = ctx.engine.vocab_size() or int(th["assume_vocab"])
+        n_params = sum(int(p.size) for p in ctx.target.trainable_params())
+        shape = memory.model_shape(ctx.target.model or ctx.target.objective, vocab, th)
+        safety = float(th["memory_safety"])
+        ref_len = short_length(th)
+        reference = self._one(ctx, ref_len)
+        calibration_runs: dict[int, dict[str, Any]] = {}
+        calib = self._calibrate(ctx, th, reference, calibration_runs)
+        # the fit is of the process's absolute peak RSS (MindSpore's memory pool only grows, so
+        # a delta after an earlier run undercounts); what a length adds is the peak minus now
+        out: dict[str, Any] = {"reference": reference, "vocab": vocab, "model_shape": shape,
+                               "memory_safety": safety, "lengths": {}, "calibration": calib}
+        for length in sorted(_lengths(th)):
+            static = memory.estimate_bytes(length, vocab, n_params, shape, th)
+            # the static estimate is the rule only where calibration cannot run (reported beside
+            # the prediction otherwise); the floor keeps a flat fit of small peaks honest
+            need = (max(memory.predict_bytes(calib, length) - memory.rss_bytes(),
+                        memory.floor_bytes(length, vocab, shape)) if calib else static)
+            avail = memory.available_bytes()
+            row: dict[str, Any] = {"length": length, "estimate_bytes": need, "static_estimate_bytes": static,
+                                   "estimate_from": "calibration" if calib else "static estimate",
+                                   "fit_lengths": calib["lengths"] if calib else None,
+                                   "available_bytes": avail}
+            if avail is not None and need * safety > avail:
+                row.update(ran=False, reason=(f"predicted {_gib(need)} ({row['estimate_from']}) x safety "
+                                              f"{safety} > {_gib(avail)} available"))
+            else:
+                # a long length that was a calibration length already ran: its numbers stand
+                row.update(calibration_runs.get(length) or self._one(ctx, length))
+                if calib and length not in calib["lengths"]:  # a long length that ran is the best point for the next one
+                    calib = memory.fit_peaks(calib["lengths"] + [length],
+                                             calib["peaks"] + [row["peak_rss_bytes"]])
+                    row["refit"] = calib
+                row["ratio"] = (row["loss"] / reference["loss"]
+                                if reference["loss"] not in (0.0,) and math.isfinite(reference["loss"])
+                                else float("nan"))
+            out["lengths"][str(length)] = row
+        avail_now, rss_now = memory.available_bytes(), memory.rss_bytes()
+        out["longest_fitting"] = (memory.longest_fitting(calib, rss_now + avail_now / safety)
+                                  if calib and avail_now else None)
+        return out
+
+    def conditions(self, th: dict[str, Any]) -> list[Condition]:
+        warn, fail = float(th["long_ratio_warn"]), float(th["long_ratio_fail"])
+
+        def finite_at(length: int):
+            def judge(v):
+                r = v["lengths"][str(length)]
+                if not r["ran"]:
+                    longest = (f"; the longest length that fits is ~{v['longest_fitting']} tokens"
+                               if v.get("longest_fitting") else "")
+                    return Verdict.SKIP, f"T={length} not run: {r['reason']}{longest}", None
+                fitted = (f"predicted +{_gib(r['estimate_bytes'])} from peak RSS a + bT + cT^2 fitted on T="
+                          f"{'/'.join(str(t) for t in r['fit_lengths'])}, static estimate "
+                          f"{_gib(r['static_estimate_bytes'])}" if r.get("fit_lengths") else
+                          f"static estimate {_gib(r['estimate_bytes'])}")
+                longest = (f"; longest length that fits {_gib(r['available_bytes'] or 0)} available / "
+                           f"safety: ~{v['longest_fitting']} tokens" if v.get("longest_fitting") else "")
+                cost = (f"{r['seconds']:.1f} s incl. compile, measured peak +{_gib(r['peak_delta_bytes'])} "
+                        f"(RSS {_gib(r['peak_rss_bytes'])}) vs {fitted}{longest}")
+                if math.isfinite(r["loss"]) and r["nonfinite_params"] == 0:
+                    return Verdict.PASS, (f"T={length}: loss {r['loss']:.4g}, gradient norm "
+                                          f"{r['grad_norm']:.3g}, all finite; {cost}"), r["loss"]
+                return Verdict.FAIL, (f"T={length}: loss {r['loss']:.4g}, {r['nonfinite_params']}/"
+                                      f"{r['n_params']} parameters with NaN/Inf gradients; {cost}"), \
+                    r["loss"]
+            return judge
+
+        def ratio(v):
+            ref = v["reference"]
+            ran = [r for r in v["lengths"].values() if r["ran"]]
+            if not ran:
+                return Verdict.SKIP, "no long length ran (see OBJ501)", None
+            worst = max(ran, key=lambda r: abs(math.log(r["ratio"])) if r["ratio"] > 0 and
+                        math.isfinite(r["ratio"]) else math.inf)
+            x = worst["ratio"]
+            shown = ", ".join(f"T={r['length']}: {r['loss']:.4g} (x{r['ratio']:.3g})" for r in ran)
+            msg = (f"loss vs the same text at T={ref['length']} ({ref['loss']:.4g}): {shown}; "
+                   f"pass within [1/{warn:g}, {warn:g}]x, fail outside [1/{fail:g}, {fail:g}]x")
+            if not (math.isfinite(x) and x > 0):
+                return Verdict.FAIL, msg, x
+            if 1 / warn <= x <= warn:
+                return Verdict.PASS, msg, x
+            if x < 1 / fail or x > fail:
+                return Verdict.FAIL, msg, x
+            return Verdict.WARN, msg, x
+
+        conds = [Condition("OBJ501", f"finite_at_{t}_tokens", finite_at(t)) for t in _lengths(th)]
+        return conds + [Condition("OBJ502", f"loss_ratio_within_{warn:g}x", ratio)]

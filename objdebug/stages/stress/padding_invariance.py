@@ -1,0 +1,101 @@
+"""Padding invariance: one sample with 0, 10 and 500 extra padding tokens, loss and gradients.
+
+The sample is `short_length - 10` tokens of real text, so "+10" shares the batch-1 graph of the
+other short cases. Padding sits at the end, labelled `label_pad_id`; any change of the loss or
+the gradients with the amount of padding proves that the objective (or the model) sees it.
+Padding sits on `[data] padding_side`.
+
+A model that takes an attention mask (`[model] inputs`) is held to the mask's promise too: the
+sample left-padded with +10 / +500 tokens, once with pad_id and once with other tokens under the
+same mask (0): a model that honours its mask cannot tell them apart. Same length, same positions,
+so a model that counts positions itself is not blamed for it; right padding could not show this
+on a causal model (padding after a token never reaches it), hence the left side.
+Code OBJ504.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from objdebug.pipeline.context import Context
+from objdebug.engine.model_inputs import fill_padding, takes_mask
+from objdebug.core.findings import Check, Condition, Verdict
+from objdebug.core.settings import Settings
+from objdebug.stages.stress._common import (flat_grads, loss_and_grad, packed, rel_diff,
+    short_length, text_sample, token_stream)
+
+
+class PaddingInvariance(Check):
+    name = "padding-invariance"
+    stage = "stress"
+
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
+        base = max(short_length(th) - 10, 2)
+        extras = [0] + [int(e) for e in th["pad_extra"]]
+        sample = text_sample(ctx, base, "pad")
+        rows, ref_loss, ref_grad = [], None, None
+        for extra in extras:
+            ids, labels = packed(ctx, [sample], base + extra)
+            out = loss_and_grad(ctx, ids, labels)
+            g = flat_grads(out["grads"])
+            if ref_grad is None:
+                ref_loss, ref_grad = out["loss"], g
+            gdiff = float(np.linalg.norm(g - ref_grad) / max(np.linalg.norm(ref_grad), 1e-30)) \
+                if np.all(np.isfinite(g)) and np.all(np.isfinite(ref_grad)) else float("nan")
+            rows.append({"extra_pad": extra, "length": base + extra, "loss": out["loss"],
+                         "grad_norm": out["grad_norm"], "loss_rel_diff": rel_diff(out["loss"], ref_loss),
+                         "grad_rel_diff": gdiff})
+        # np.max, not max(): a NaN at +500 must not hide behind a finite +10 row
+        out = {"tokens": base, "rows": rows,
+               "max_loss_rel_diff": float(np.max([r["loss_rel_diff"] for r in rows])),
+               "max_grad_rel_diff": float(np.max([r["grad_rel_diff"] for r in rows]))}
+        if takes_mask(ctx.config):
+            out["mask_rows"] = [self._masked_content(ctx, sample, base + e) for e in extras if e > 0]
+            for key in ("loss_rel_diff", "grad_rel_diff"):
+                out[f"max_mask_{key}"] = float(np.max([r[key] for r in out["mask_rows"]]))
+        return out
+
+    @staticmethod
+    def _masked_content(ctx: Context, sample, length: int) -> dict[str, Any]:
+        """Left-padded to `length`: pad_id vs other tokens under the same mask (0)."""
+        ids, labels = packed(ctx, [sample], length, side="left")
+        ref = loss_and_grad(ctx, ids, labels)
+        other = np.asarray(token_stream(ctx, 2 * length)[length:][::-1], np.int64).reshape(ids.shape)
+        out = loss_and_grad(ctx, fill_padding(ids, other), labels)
+        g, ref_g = flat_grads(out["grads"]), flat_grads(ref["grads"])
+        gdiff = float(np.linalg.norm(g - ref_g) / max(np.linalg.norm(ref_g), 1e-30)) \
+            if np.all(np.isfinite(g)) and np.all(np.isfinite(ref_g)) else float("nan")
+        return {"extra_pad": length - sample.length, "length": length, "side": "left",
+                "loss": out["loss"], "loss_pad_id": ref["loss"],
+                "loss_rel_diff": rel_diff(out["loss"], ref["loss"]), "grad_rel_diff": gdiff}
+
+    def conditions(self, th: dict[str, Any]) -> list[Condition]:
+        ltol, gtol = float(th["pad_loss_rtol"]), float(th["pad_grad_rtol"])
+
+        def judge(v):
+            shown = "; ".join(f"+{r['extra_pad']}: loss {r['loss']:.6g} (rel {r['loss_rel_diff']:.2g}),"
+                              f" grad rel {r['grad_rel_diff']:.2g}" for r in v["rows"][1:])
+            lx, gx = v["max_loss_rel_diff"], v["max_grad_rel_diff"]
+            msg = (f"{v['tokens']} tokens, padding +0: loss {v['rows'][0]['loss']:.6g}; {shown}; "
+                   f"tolerance loss {ltol:g}, gradients {gtol:g} (relative)")
+            mask_ok = True
+            if "mask_rows" in v:  # the model takes an attention mask: padding content under it
+                mx, mg = v["max_mask_loss_rel_diff"], v["max_mask_grad_rel_diff"]
+                msg += ("; other tokens under the mask (left): " + ", ".join(
+                    f"+{r['extra_pad']}: loss {r['loss']:.6g} vs {r['loss_pad_id']:.6g} (rel "
+                    f"{r['loss_rel_diff']:.2g}), grad rel {r['grad_rel_diff']:.2g}" for r in v["mask_rows"]))
+                lx, gx = float(np.max([lx, mx])), float(np.max([gx, mg]))
+                mask_ok = mx <= ltol and mg <= gtol
+            if math.isnan(lx) or math.isnan(gx):
+                return Verdict.FAIL, msg + "; non-finite loss or gradients", lx
+            if lx <= ltol and gx <= gtol:
+                return Verdict.PASS, msg, lx
+            if not mask_ok:
+                return Verdict.FAIL, msg + "; the model ignores its attention mask (tokens marked 0 " \
+                                           "change the loss)", lx
+            return Verdict.FAIL, msg + "; the objective or the model sees padding", lx
+
+        return [Condition("OBJ504", f"padding_changes_nothing_rtol_{ltol:g}", judge)]

@@ -1,1 +1,0 @@
-"""The stress cases, one module per case (or per pair of cases sharing one measurement)."""
