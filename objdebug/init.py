@@ -1,7 +1,7 @@
 """`objdebug init`: write a commented objdebug.toml for a model factory and an objective factory.
 
 It builds the user's Cells (and loads the checkpoint strictly), runs the contract probe
-(objdebug/contract.py) in graph mode, and fills in what it can measure or read: the vocabulary (the
+(objdebug/pipeline/contract.py) in graph mode, and fills in what it can measure or read: the vocabulary (the
 logits' width), the longest input that runs, the calling form (flat, else sequence), the
 objective's `ignore_index` as `label_pad_id`, the padding id the data most likely uses, whether the
 model's construct takes a mask, and BOS/EOS from a tokenizer.json. Everything it could not decide

@@ -27,10 +27,10 @@ PACKAGE = ROOT / "objdebug"
 DEFAULT = tomllib.loads((ROOT / "checks" / "default.toml").read_text(encoding="utf-8"))
 
 # the profile section a module's settings come from (by file or folder)
-SECTIONS = {"align.py": "align", "grad.py": "grad", "decompose.py": "decompose",
-            "correlate.py": "correlate", "model_state.py": "model_state", "baseline.py": "baseline",
-            "monitor.py": "monitor", "invariant_cases": "invariants", "stress_cases": "stress",
-            "stages/preference.py": "preference", "objdebug/preference.py": "preference"}
+SECTIONS = {"stages/align": "align", "stages/grad": "grad", "stages/decompose": "decompose",
+            "stages/correlate": "correlate", "model_state.py": "model_state", "baseline.py": "baseline",
+            "stages/invariants": "invariants", "stages/stress": "stress",
+            "stages/preference": "preference"}
 SETTINGS_NAMES = {"th", "settings"}                    # what a settings section is called in code
 SETTINGS_CALLS = {"_settings", "settings", "section"}  # ... and the calls that return one
 
@@ -41,6 +41,10 @@ def _section_of(path: Path) -> str | None:
         if rel.endswith("/" + key) or f"/{key}/" in rel:
             return section
     return None
+
+
+def _rel(path: Path) -> str:
+    return path.relative_to(PACKAGE).as_posix()
 
 
 def _is_settings(node: ast.AST, local_names: set[str]) -> tuple[bool, str | None]:
@@ -74,12 +78,12 @@ def settings_reads() -> list[tuple[str, int, str | None, str, bool]]:
                     and isinstance(node.slice.value, str):
                 yes, named = _is_settings(node.value, local)
                 if yes:
-                    reads.append((path.name, node.lineno, named or section, node.slice.value, False))
+                    reads.append((_rel(path), node.lineno, named or section, node.slice.value, False))
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
                     and node.func.attr == "get" and node.args and isinstance(node.args[0], ast.Constant):
                 yes, named = _is_settings(node.func.value, local)
                 if yes:
-                    reads.append((path.name, node.lineno, named or section, str(node.args[0].value),
+                    reads.append((_rel(path), node.lineno, named or section, str(node.args[0].value),
                                   len(node.args) > 1))
     return reads
 
@@ -87,7 +91,7 @@ def settings_reads() -> list[tuple[str, int, str | None, str, bool]]:
 def test_the_scan_sees_the_settings_reads():
     reads = settings_reads()
     assert len(reads) > 120  # ~150 today: a scan that finds nothing proves nothing
-    assert ("align.py", "align", "gap_pass") in {(f, s, k) for f, _, s, k, _ in reads}
+    assert ("stages/align/__init__.py", "align", "gap_pass") in {(f, s, k) for f, _, s, k, _ in reads}
 
 
 def test_every_setting_read_exists_in_default_toml_without_a_code_default():

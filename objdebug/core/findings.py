@@ -148,7 +148,7 @@ class Check:
     stage: str = ""
     codes = _CodesOfCheck()
     # codes that judge what a TRAINED model learned: their WARN/FAIL become notes (INFO) on a model
-    # measured untrained (objdebug/model_state.py)
+    # measured untrained (objdebug/pipeline/model_state.py; applied by pipeline/runner.py)
     needs_trained: tuple[str, ...] = ()
 
     def enabled(self, th: Settings) -> bool:
@@ -210,5 +210,5 @@ class Check:
                           condition=condition, value=value)
 
 
-# the one JSON codec (objdebug/jsonsafe.py); the name stays for the modules that import it from here
+# the one JSON codec (objdebug/core/jsonsafe.py); the name stays for the modules that import it from here
 _clean = encode

@@ -246,7 +246,7 @@ class Engine:
         """Per-sample objective outputs float64[N, K], in input order; batched per length bucket.
 
         Under `--workers N` (msrun) each worker evaluates its share of the same batches and the
-        rows are combined with one collective (objdebug/distributed.py): the result is the same
+        rows are combined with one collective (objdebug/engine/distributed.py): the result is the same
         in every worker and equal to a single process's.
         """
         from objdebug.engine.distributed import shard_and_combine

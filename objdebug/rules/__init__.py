@@ -39,7 +39,7 @@ class Rule:
     fix: str
     doc: str
     checks: tuple[str, ...] = ()          # the checks that report this code
-    baseline: str = "none"                # which way the key number is better (objdebug/baseline.py)
+    baseline: str = "none"                # which way the key number is better (objdebug/pipeline/baseline.py)
     baseline_tolerance: float | None = None  # replaces [baseline] abs_tolerance for this code
 
 

@@ -1,4 +1,4 @@
-"""Stage 4, correlate: per-sample loss of the user's objective against human quality scores.
+"""Stage 5, correlate: per-sample loss of the user's objective against human quality scores.
 
 Each scored response is evaluated by the user's objective (prompt + response, prompt and padding
 labelled `label_pad_id`, as in align), giving one loss per row. Lower loss should mean a higher

@@ -1,4 +1,4 @@
-"""Stage 3, decompose: the components of a composite objective (total, c1, c2, ...).
+"""Stage 4, decompose: the components of a composite objective (total, c1, c2, ...).
 
 Values come from the user's objective run per sample over the data (`engine.evaluate`); a batch
 is one engine batch (same bucket grouping, padding rows excluded). Gradient shares come from one

@@ -8,7 +8,7 @@ gradients are reduced inside the compiled graph (see objdebug/engine/gradients.p
 - OBJ205 padding / prompt positions (label == label_pad_id) receive gradient;
 - OBJ206 autodiff disagrees with central finite differences of the real objective;
 - OBJ207 logit-gradient scale differs from a standard mean cross-entropy (reference);
-- OBJ208 logit-gradient direction is not a likelihood's (see objdebug/likelihood.py).
+- OBJ208 logit-gradient direction is not a likelihood's (see objdebug/stages/grad/likelihood.py).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Stage 6, invariants: properties every correct objective has, each the subject of a bug that
+"""Stage 3, invariants: properties every correct objective has, each the subject of a bug that
 shipped in a widely used project (the rule pages cite the reports). Codes OBJ7xx:
 
 - OBJ701 label alignment: the configured label shift gives the clearly lowest loss on real text;
@@ -12,7 +12,7 @@ shipped in a widely used project (the rule pages cite the reports). Codes OBJ7xx
 - OBJ709 rows emptied by truncation, OBJ710 the objective's value on rows with nothing scored.
 
 Every verdict runs the user's objective in graph mode on the model's real logits for the grad
-stage's batch (see invariant_cases/_common.py); the graphs each check uses are in its docstring.
+stage's batch (see _common.py); the graphs each check uses are in its docstring.
 The end-to-end form (no logits) is skipped.
 """
 

@@ -1,4 +1,4 @@
-"""Stage preference: a DPO-family objective on real preference pairs, in graph mode. Codes OBJ8xx:
+"""Stage 6, preference: a DPO-family objective on real preference pairs, in graph mode. Codes OBJ8xx:
 
 - OBJ801 the loss at a zero margin (policy == reference; SimPO: chosen == rejected) is the
   declared loss type's closed form (ln 2 for sigmoid DPO); OBJ802 the rewards there are 0;
@@ -14,7 +14,7 @@
 - OBJ812 share of pairs whose margin prefers the chosen answer (binomial interval); OBJ813 rank
   correlation of the margin with the annotated `strength`.
 
-Every number comes from the user's objective run through MindSpore (objdebug/preference.py); the
+Every number comes from the user's objective run through MindSpore (session.py); the
 closed forms and objdebug's own implicit margins are references, reported as such.
 """
 

@@ -6,7 +6,7 @@
   pipeline cuts them (prompt kept, response cut), packed into `engine.batch_size`-row batches of
   one length bucket (short batches filled with copies of their first row, results dropped);
 - the reference model: the model factory with `[reference] checkpoint` (default: the policy's);
-- the probed policy (objdebug/preference_cells.py) and the user's preference objective, in its form.
+- the probed policy (cells.py) and the user's preference objective, in its form.
 
 Every graph goes through `engine.cell` / `engine.call`, so compiles are counted per stage.
 """

@@ -1,7 +1,7 @@
-"""Stage 5, stress: hostile inputs through the real model and objective, forward and backward.
+"""Stage 7, stress: hostile inputs through the real model and objective, forward and backward.
 
 One Check per case, so each is its own result row and a crash in one does not stop the others.
-Codes OBJ5xx; the cases live in `stress_cases/`, their shared Cells in `stress_cases/_common.py`.
+Codes OBJ5xx; one module per case beside this one, their shared Cells in `_common.py`.
 """
 
 from __future__ import annotations
