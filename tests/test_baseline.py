@@ -192,4 +192,4 @@ def test_cli_gate_fails_on_regression(tmp_path):
     assert reg["verdict"] == "FAIL" and reg["value"] == pytest.approx(5.0 - gap)
     assert new["extra"]["baseline"]["source"] == str(tmp_path / "old.json")
     assert _finding(new, "OBJ003")["verdict"] == "PASS"
-    assert 'name="objdebug.pipeline.baseline"' in (tmp_path / "new.xml").read_text()
+    assert 'name="objdebug.baseline"' in (tmp_path / "new.xml").read_text()
