@@ -77,7 +77,13 @@ class RunResult:
 
 
 def resolve_stages(cfg: Config, profile: Profile, stages: list[str] | None) -> list[str]:
-    return pipeline_order(stages or cfg.run.stages or profile.stages or list(STAGES))
+    from objdebug.stages import OPT_IN
+
+    names = stages or cfg.run.stages or profile.stages or [s for s in STAGES if s not in OPT_IN]
+    if not (stages or cfg.run.stages):  # the profile's choice: opt-in stages join when configured
+        names = list(names) + [s for s, key in OPT_IN.items()
+                               if getattr(cfg, key, None) is not None and s not in names]
+    return pipeline_order(names)
 
 
 def run(cfg: Config, *, stages: list[str] | None = None, profile: Profile | str | None = None,

@@ -28,7 +28,8 @@ DEFAULT = tomllib.loads((ROOT / "checks" / "default.toml").read_text(encoding="u
 SECTIONS = {"align.py": "align", "grad.py": "grad", "decompose.py": "decompose",
             "correlate.py": "correlate", "model_state.py": "model_state", "baseline.py": "baseline",
             "monitor.py": "monitor", "invariant_cases": "invariants", "stress_cases": "stress",
-            "stages/preference.py": "preference", "objdebug/preference.py": "preference"}
+            "stages/preference.py": "preference", "objdebug/preference.py": "preference",
+            "packing_cases": "packing"}
 SETTINGS_NAMES = {"th", "settings"}                    # what a settings section is called in code
 SETTINGS_CALLS = {"_settings", "settings", "section"}  # ... and the calls that return one
 
