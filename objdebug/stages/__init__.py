@@ -28,7 +28,7 @@ REGISTRY: tuple[Stage, ...] = (
     Stage("correlate", "Stage 4: per-sample loss against human quality scores (Pearson with CI, Spearman, Kendall).",
           scores_rows=True),
     Stage("preference", "Preference objectives (DPO, IPO, SimPO, hinge) on real pairs: zero point, symmetry, direction, masking, length, settings, agreement."),
-    Stage("packing", "Packed sequences ([packing] only): document isolation, same loss as unpacked, boundary labels, token weighting.",
+    Stage("packing", "Packed sequences (only with a packing section in the config): document isolation, same loss as unpacked, boundary labels, token weighting.",
           scores_rows=True),
     Stage("stress", "Stage 5: long inputs, all-padding, garbage ids, fp16, padding invariance.", scores_rows=True),
 )
