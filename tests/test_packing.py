@@ -265,3 +265,36 @@ def test_the_cli_fails_the_leaking_fixture(tmp_path):
     codes = {f["code"]: f["verdict"] for r in json.loads(report.read_text())["results"]
              for f in r["findings"]}
     assert codes["OBJ901"] == "FAIL" and json.loads(report.read_text())["stages"] == ["packing"]
+
+
+# --------------------------------------------------------------------------- generated rows
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(3, 9), min_size=2, max_size=4), st.integers(0, 6),
+       st.sampled_from(["BTT", "B1TT"]))
+def test_boundary_inputs_agree_for_any_lengths(lengths, extra, shape):
+    """Positions restart at every document, actual_seq_len are the cumulative ends, and the block
+    mask lets a position see exactly the earlier positions of its own document."""
+    from objdebug.engine.packing import pack_rows, row_arrays
+
+    cfg = _cfg("packing_block_mask", **{"packing.mask_shape": shape,
+                                         "packing.documents": len(lengths)})
+    docs = _docs(cfg, lengths)
+    rows = pack_rows(docs, len(lengths), length=sum(lengths) + extra)
+    a = row_arrays(rows, cfg)
+    ends = np.cumsum(lengths)
+    assert a["actual_seq_len"][0].tolist() == ends.tolist() + [sum(lengths) + extra]
+    starts = np.concatenate([[0], ends[:-1]])
+    for s, n in zip(starts, lengths):
+        assert a["position_ids"][0, s:s + n].tolist() == list(range(n))
+    seg = np.searchsorted(ends, np.arange(sum(lengths) + extra), side="right")
+    seg = np.where(seg < len(lengths), seg, -1)
+    assert (a["segments"][0] == seg).all()
+    mask = a["attention_mask"][0].reshape(a["segments"].shape[1], -1)
+    t = np.arange(len(seg))
+    want = (t[None, :] <= t[:, None]) & (((seg[:, None] == seg[None, :]) & (seg[:, None] >= 0))
+                                        | (t[:, None] == t[None, :]))
+    assert (mask.astype(bool) == want).all()
+    assert int((a["labels"] != -100).sum()) == sum(n - 2 for n in lengths)  # 2 prompt tokens each

@@ -89,7 +89,12 @@ def _measure(ctx, th) -> PackedMeasurement:
                          f"documents with a scored token, but got {len(docs)}.")
     docs = docs[:want]
     rows = pack_rows(docs, per_row)
-    length = engine.bucket(max(r.used for r in rows))
+    longest = max(r.used for r in rows)
+    if engine.max_length and longest > engine.max_length:
+        raise ValueError(f"For '[packing] documents', {per_row} documents per row make rows of up to "
+                         f"{longest} tokens, more than the model's {engine.max_length} positions; "
+                         f"lower [packing] documents or use shorter rows.")
+    length = engine.bucket(longest)
     rows = [PackedRow(r.docs, length) for r in rows]
     batch = _filled(rows, engine.batch_size)
     inputs = packed_inputs(cfg)
