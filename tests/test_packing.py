@@ -127,6 +127,8 @@ def test_row_labels_train_the_boundary_and_separators_end_documents():
     scored = changed.docs[0].labels != -100
     assert (scored == (docs[0].labels != -100)).all()
     assert changed.docs[0].labels[3] == 3  # still predicts the separator
+    none = row_arrays(rows, _cfg("packing_position_ids", **{"packing.boundary": "none"}))
+    assert none["position_ids"][0].tolist() == list(range(9)) + [0, 0, 0]  # nothing resets them
     no_shift = _cfg("packing_position_ids", **{"data.shift": False})
     assert _docs(no_shift, [4])[0].labels.tolist() == [-100, -100, 10, 11]
 
@@ -227,9 +229,12 @@ def test_row_labels_and_a_row_mean_fail_boundary_and_normalisation():
 
 # --------------------------------------------------------------------------- slow: every form
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["packing_block_mask", "packing_actual_seq_len"])
-def test_every_boundary_form_passes_on_the_honouring_model(name):
-    _, _, f = _run(_cfg(name))
+@pytest.mark.parametrize("name, overrides", [
+    ("packing_block_mask", {}), ("packing_actual_seq_len", {}),
+    ("packing_position_ids", {"data.padding_side": "left"}),  # the unpacked rows stay comparable
+])
+def test_every_boundary_form_passes_on_the_honouring_model(name, overrides):
+    _, _, f = _run(_cfg(name, **overrides))
     assert all(f[c].verdict.value == "PASS" for c in ("OBJ901", "OBJ902", "OBJ903", "OBJ904")), \
         {c: x.message for c, x in f.items()}
 

@@ -14,9 +14,10 @@ model is given about their boundaries (`[packing] boundary`):
 - `actual_seq_len`: int32 `[B, D + 1]`, each document's end offset in its row (cumulative
   lengths, MindFormers' convention), then T: the padding after the last document is a segment of
   its own;
-- `none`: the model takes no boundary at all (the stage measures how much packing leaks).
+- `none`: the model takes no boundary at all (the stage measures how much packing leaks); position
+  ids, if the model takes them, run on over the row.
 
-Position ids, when the model takes them, are reset per document in every form; padding gets
+Position ids, when the model takes them, are reset per document in the other forms; padding gets
 position 0 (as `model_inputs` gives it) and its own segment.
 
 Labels: each document is labelled on its own (`data.build_labels`: prompt masked, the last
@@ -179,7 +180,9 @@ def row_arrays(rows: list[PackedRow], cfg) -> dict[str, np.ndarray]:
             ids[i, s:e] = doc.ids
             own[i, s:e] = doc.labels
             seg[i, s:e] = k
-            pos[i, s:e] = np.arange(e - s)
+            # reset per document; with no boundary at all they run on over the row, as a
+            # pipeline that tells the model nothing gives them
+            pos[i, s:e] = np.arange(e - s) if p.boundary != "none" else np.arange(s, e)
             ends[i, k] = e
     labels = own.copy()
     if p.labels == "row":  # a pipeline that shifts the packed row: the boundary is trained

@@ -98,7 +98,7 @@ def _measure(ctx, th) -> PackedMeasurement:
     rows = [PackedRow(r.docs, length) for r in rows]
     batch = _filled(rows, engine.batch_size)
     inputs = packed_inputs(cfg)
-    vocab = engine.vocab_size() or 256
+    vocab = engine.vocab_size()
     arrays = row_arrays(batch, cfg)
     changed = row_arrays(changed_first(batch, cfg, vocab, int(th["seed"])), cfg)
     logits = packed_logits(engine, inputs, arrays)
@@ -113,7 +113,8 @@ def _measure(ctx, th) -> PackedMeasurement:
     for k in range(0, len(flat), size):
         part = flat[k:k + size]
         samples = [Sample(d.id, [], d.ids) for d in part]
-        ids, _ = engine.padding.pack(samples + samples[:1] * (size - len(part)), length)
+        # right-padded whatever [data] padding_side says: position t of the document is column t
+        ids, _ = engine.padding.pack(samples + samples[:1] * (size - len(part)), length, side="right")
         alone[k:k + len(part)] = engine.logits(ids)[:len(part)]
     for i, d in enumerate(flat):
         alone_labels[i, :d.length] = d.labels
@@ -138,7 +139,10 @@ def _measure(ctx, th) -> PackedMeasurement:
             s, e = row.span(k)
             packed_from_alone[i, s:e] = alone[_index(batch, i, k), :d.length]
     packed_out, _, _ = probe.logits(packed_from_alone, arrays["doc_labels"])
-    unpacked_out, _, _ = probe.logits(alone, alone_labels)
+    unpacked = alone.copy()  # zero logits on the padding here too: only the packing differs
+    for i, d in enumerate(flat):
+        unpacked[i, d.length:] = 0.0
+    unpacked_out, _, _ = probe.logits(unpacked, alone_labels)
     # filler row i is a copy of data row i % n: its documents' losses are those rows'
     starts = np.cumsum([0] + [len(r.docs) for r in rows])
     tok = [loss_alone_rows[starts[i % n] + k] for i, r in enumerate(batch) for k in range(len(r.docs))]
