@@ -30,7 +30,7 @@ DEFAULT = tomllib.loads((ROOT / "checks" / "default.toml").read_text(encoding="u
 SECTIONS = {"stages/align": "align", "stages/grad": "grad", "stages/decompose": "decompose",
             "stages/correlate": "correlate", "model_state.py": "model_state", "baseline.py": "baseline",
             "stages/invariants": "invariants", "stages/stress": "stress",
-            "stages/preference": "preference"}
+            "stages/preference": "preference", "stages/packing": "packing"}
 SETTINGS_NAMES = {"th", "settings"}                    # what a settings section is called in code
 SETTINGS_CALLS = {"_settings", "settings", "section"}  # ... and the calls that return one
 

@@ -81,6 +81,20 @@ class DataSpec:
 
 
 @dataclass
+class PackingSpec:
+    """[packing]: how the training pipeline packs several documents into one sequence and how
+    the model sees their boundaries (objdebug/engine/packing.py; off unless the section is set)."""
+
+    boundary: str = ""              # "position_ids" | "attention_mask" | "actual_seq_len" | "none"
+    separator: int | str | None = None  # an id between documents, "eos" ([data] eos_id), or none
+    labels: str = "document"        # "document": each labelled alone | "row": shifted over the row
+    inputs: list[str] | None = None # construct's arguments when packed; default: [model] inputs + the boundary's
+    mask_shape: str = "B1TT"        # the block mask: "BTT" ([B, T, T]) or "B1TT" ([B, 1, T, T])
+    mask_ones: str = "attend"       # what a 1 in the block mask means: "attend" or "masked"
+    documents: int = 3              # documents per packed row
+
+
+@dataclass
 class RunSpec:
     device: str = "CPU"
     mode: str = "graph"
@@ -107,6 +121,7 @@ class Config:
     base_dir: str = "."
     preference: ObjectiveSpec | None = None  # [preference]: a preference objective beside a CE one
     reference: ReferenceSpec | None = None
+    packing: PackingSpec | None = None  # [packing]: the packing stage runs only when it is set
 
     @property
     def end_to_end(self) -> bool:
@@ -124,7 +139,7 @@ class Config:
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         # preference keys appear only when set, so reports of other targets keep their shape
-        for key in ("preference", "reference"):
+        for key in ("preference", "reference", "packing"):
             if out[key] is None:
                 del out[key]
         for section, key in (("objective", "logps"), ("objective", "loss_type"), ("data", "preference")):
@@ -150,7 +165,7 @@ AMP_LEVELS = ("O0", "O1", "O2", "O3")
 AMP_DTYPES = ("float16", "bfloat16")
 
 _SECTIONS = {"model": ModelSpec, "objective": ObjectiveSpec, "data": DataSpec, "run": RunSpec,
-             "preference": ObjectiveSpec, "reference": ReferenceSpec}
+             "preference": ObjectiveSpec, "reference": ReferenceSpec, "packing": PackingSpec}
 _PATH_KEYS = {("model", "checkpoint"), ("objective", "checkpoint"), ("data", "align"), ("data", "scores"),
               ("run", "compile_cache"), ("data", "preference"), ("reference", "checkpoint"),
               ("data", "text")}
@@ -270,7 +285,7 @@ def _build(raw: dict, path: Path, origins: dict[str, str] | None = None) -> Conf
     cfg = Config(objective=sections["objective"], model=sections.get("model"),
                  data=sections.get("data", DataSpec()), run=sections.get("run", RunSpec()),
                  source=str(path), base_dir=str(path.parent), preference=sections.get("preference"),
-                 reference=sections.get("reference"))
+                 reference=sections.get("reference"), packing=sections.get("packing"))
     _validate(cfg, src)
     for section, key in _PATH_KEYS:
         spec = getattr(cfg, section)
@@ -365,6 +380,10 @@ def _validate(cfg: Config, src: _Sources) -> None:
     if r.compile_cache is not None:
         _check_type(r.compile_cache, str, "run.compile_cache", src)
     _validate_precision(r, src)
+    if cfg.packing is not None:
+        from objdebug.engine.packing import validate_packing
+
+        validate_packing(cfg, src)
 
 
 def _validate_precision(r: RunSpec, src: _Sources) -> None:

@@ -40,8 +40,13 @@ REGISTRY: tuple[Stage, ...] = (
           scores_rows=True),
     Stage("preference", "Preference objectives (DPO, IPO, SimPO, hinge) on real pairs: zero point, symmetry, direction, masking, length, settings, agreement."),
     Stage("stress", "Long inputs, all-padding, garbage ids, fp16, padding invariance.", scores_rows=True),
+    Stage("packing", "Packed sequences (only with a packing section in the config): document isolation, same loss as unpacked, boundary labels, token weighting.",
+          scores_rows=True),
 )
 STAGES = tuple(s.name for s in REGISTRY)  # pipeline order
+# stages that run only when the target asks for them (a config section); a run that names no
+# stages gets them only then, so a target without the section reports exactly what it did before
+OPT_IN = {"packing": "packing"}
 
 
 def scores_rows(names) -> bool:
@@ -66,6 +71,9 @@ def stage_skip_reason(config, name: str) -> str | None:
     A target whose [objective] is a preference call has no `loss(logits, labels)`: the stages that
     test one are skipped; only the preference stage runs.
     """
+    if name in OPT_IN and getattr(config, OPT_IN[name], None) is None:
+        return (f"no [{OPT_IN[name]}] section: the {name} stage checks how the pipeline packs "
+                f"documents and runs only when the target describes it (docs/config.md)")
     if name != "preference" and config.objective.call in PREFERENCE_CALLS:
         return (f"[objective] call = \"{config.objective.call}\": the objective takes preference pairs, "
                 f"not (logits, labels); the {name} stage needs a cross-entropy-style objective "

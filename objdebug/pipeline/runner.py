@@ -28,7 +28,7 @@ from objdebug.engine.target import load_target
 from objdebug.pipeline import contract, model_state
 from objdebug.pipeline.context import Context, RunOptions
 from objdebug.pipeline.profile import Profile, code_selected
-from objdebug.pipeline.registry import STAGES, pipeline_order, scores_rows, stage_skip_reason
+from objdebug.pipeline.registry import OPT_IN, STAGES, pipeline_order, scores_rows, stage_skip_reason
 
 ChecksOf = Callable[[str], list[Check]]
 
@@ -75,7 +75,11 @@ class RunResult:
 
 
 def resolve_stages(cfg: Config, profile: Profile, stages: list[str] | None) -> list[str]:
-    return pipeline_order(stages or cfg.run.stages or profile.stages or list(STAGES))
+    names = stages or cfg.run.stages or profile.stages or [s for s in STAGES if s not in OPT_IN]
+    if not (stages or cfg.run.stages):  # the profile's choice: opt-in stages join when configured
+        names = list(names) + [s for s, key in OPT_IN.items()
+                               if getattr(cfg, key, None) is not None and s not in names]
+    return pipeline_order(names)
 
 
 def run_check(check: Check, ctx: Any, th: Settings) -> CheckResult:

@@ -1,0 +1,236 @@
+"""Packed sequences, host side: `[packing]` validated, documents packed into rows the way the
+user's pipeline describes, and the boundary inputs the model takes (no MindSpore here: the config
+validates these keys before MindSpore starts; the Cell that calls the model is
+`objdebug.engine.packed_call.PackedModelCall`).
+
+A packed row holds `documents` documents back to back, then padding to the row length. What the
+model is given about their boundaries (`[packing] boundary`):
+
+- `position_ids`: positions reset to 0 at each document's first token (HF style: only an attention
+  that reads the resets, such as flash-attention's varlen path, keeps documents apart);
+- `attention_mask`: a block-diagonal causal mask (a position sees the earlier positions of its own
+  document only), `[B, T, T]` or `[B, 1, T, T]` (`mask_shape`), 1 meaning attend or masked
+  (`mask_ones`), in `[model] mask_dtype`;
+- `actual_seq_len`: int32 `[B, D + 1]`, each document's end offset in its row (cumulative
+  lengths, MindFormers' convention), then T: the padding after the last document is a segment of
+  its own;
+- `none`: the model takes no boundary at all (the stage measures how much packing leaks); position
+  ids, if the model takes them, run on over the row.
+
+Position ids, when the model takes them, are reset per document in the other forms; padding gets
+position 0 (as `model_inputs` gives it) and its own segment.
+
+Labels: each document is labelled on its own (`data.build_labels`: prompt masked, the last
+position predicts nothing), so nothing is trained across a boundary (`labels = "document"`), or
+as a pipeline that shifts the whole packed row (`labels = "row"`): the position before a boundary
+is then trained on the next document's first token.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from objdebug.engine.data import Sample, build_labels
+from objdebug.core.errors import InputError
+
+BOUNDARIES = ("position_ids", "attention_mask", "actual_seq_len", "none")
+LABEL_MODES = ("document", "row")
+MASK_SHAPES = ("BTT", "B1TT")
+MASK_ONES = ("attend", "masked")
+PACKED_INPUTS = ("input_ids", "attention_mask", "position_ids", "actual_seq_len")
+
+
+# --------------------------------------------------------------------------- config
+def packed_inputs(cfg) -> tuple[str, ...]:
+    """construct's arguments when packed: `[packing] inputs`, else `[model] inputs` with the
+    boundary's own input appended when it is missing."""
+    p = cfg.packing
+    if p.inputs:
+        return tuple(p.inputs)
+    base = tuple(cfg.model.inputs) if cfg.model is not None and cfg.model.inputs else ("input_ids",)
+    if p.boundary in ("position_ids", "attention_mask", "actual_seq_len") and p.boundary not in base:
+        base = base + (p.boundary,)
+    return base
+
+
+def separator_id(cfg) -> int | None:
+    """The id put after each document: `[packing] separator` ("eos": `[data] eos_id`), or None."""
+    sep = cfg.packing.separator
+    return cfg.data.eos_id if sep == "eos" else sep
+
+
+def validate_packing(cfg, src) -> None:
+    """`[packing]` keys (exit 2 on a bad value, one line naming the key)."""
+    p = cfg.packing
+
+    def bad(key: str, expected: str, got) -> InputError:
+        return InputError(f"For 'packing.{key}', the value must be {expected}, but got {got!r}.",
+                          source=src.of(f"packing.{key}"))
+
+    if p.boundary not in BOUNDARIES:
+        raise bad("boundary", f"in {list(BOUNDARIES)} (how the model sees document boundaries)",
+                  p.boundary or None)
+    if p.labels not in LABEL_MODES:
+        raise bad("labels", f"in {list(LABEL_MODES)}", p.labels)
+    if p.mask_shape not in MASK_SHAPES:
+        raise bad("mask_shape", f"in {list(MASK_SHAPES)}", p.mask_shape)
+    if p.mask_ones not in MASK_ONES:
+        raise bad("mask_ones", f"in {list(MASK_ONES)}", p.mask_ones)
+    if isinstance(p.documents, bool) or not isinstance(p.documents, int) or p.documents < 2:
+        raise bad("documents", "an integer >= 2 (documents per packed row)", p.documents)
+    sep = p.separator
+    if sep is not None:
+        if sep == "eos":
+            if cfg.data.eos_id is None:
+                raise InputError("For 'packing.separator' = \"eos\", [data] eos_id must be set, but "
+                                 "it is not.", source=src.of("packing.separator"))
+        elif isinstance(sep, bool) or not isinstance(sep, int) or sep < 0:
+            raise bad("separator", "a token id >= 0 or \"eos\" (leave it out for none)", sep)
+    if cfg.model is None:
+        raise InputError("[packing] needs a [model]: the packing stage calls the model on packed "
+                         "rows (the end-to-end form has no logits)", source=str(src))
+    if p.inputs is not None:
+        if (not isinstance(p.inputs, list) or not all(isinstance(x, str) and x in PACKED_INPUTS
+                                                      for x in p.inputs)
+                or len(set(p.inputs)) != len(p.inputs) or "input_ids" not in p.inputs):
+            raise bad("inputs", f"construct's arguments in order, each once, from "
+                      f"{list(PACKED_INPUTS)} and with 'input_ids'", p.inputs)
+    names = packed_inputs(cfg)
+    if p.boundary != "none" and p.boundary not in names:
+        raise InputError(f"For 'packing.inputs', the list must hold the boundary input "
+                         f"'{p.boundary}', but got {list(names)}.", source=src.of("packing.inputs"))
+    if "actual_seq_len" in names and p.boundary != "actual_seq_len":
+        raise InputError(f"For 'packing.inputs', 'actual_seq_len' is only given with boundary = "
+                         f"\"actual_seq_len\", but boundary is {p.boundary!r}.",
+                         source=src.of("packing.inputs"))
+
+
+# --------------------------------------------------------------------------- documents and rows
+@dataclass
+class Document:
+    """One document as packed: its ids (separator included) and its own labels."""
+
+    id: str
+    ids: list[int]
+    labels: np.ndarray  # int32[n]: what the document alone is trained on
+
+    @property
+    def length(self) -> int:
+        return len(self.ids)
+
+
+def document(sample: Sample, cfg) -> Document:
+    """A data row as one packed document: prompt + response (+ the separator), labelled alone.
+
+    With a separator, the position before it predicts it (the document's end) and the separator
+    itself predicts nothing. Without label shift (the objective shifts), a document's first label
+    is masked: it would be scored on the previous document's last logits."""
+    d = cfg.data
+    prompt, response = list(sample.prompt), list(sample.response)
+    sep = separator_id(cfg)
+    if sep is not None and (prompt + response)[-1:] != [sep]:
+        response = response + [sep]
+    labels = build_labels(prompt, response, d.label_pad_id, d.shift).astype(np.int32)
+    if not d.shift and len(labels):
+        labels[0] = d.label_pad_id
+    return Document(sample.id, prompt + response, labels)
+
+
+@dataclass
+class PackedRow:
+    """Documents back to back in one row of `length` tokens (then padding)."""
+
+    docs: list[Document]
+    length: int
+    starts: list[int] = field(default_factory=list)
+
+    def __post_init__(self):
+        self.starts = list(np.cumsum([0] + [d.length for d in self.docs[:-1]]))
+
+    @property
+    def used(self) -> int:
+        return sum(d.length for d in self.docs)
+
+    def span(self, k: int) -> tuple[int, int]:
+        return self.starts[k], self.starts[k] + self.docs[k].length
+
+
+def pack_rows(docs: list[Document], per_row: int, length: int | None = None) -> list[PackedRow]:
+    """`per_row` documents per row, in order; the rows share one length (the longest, unless given)."""
+    groups = [docs[k:k + per_row] for k in range(0, len(docs) - per_row + 1, per_row)]
+    longest = max(sum(d.length for d in g) for g in groups)
+    return [PackedRow(g, length or longest) for g in groups]
+
+
+def row_arrays(rows: list[PackedRow], cfg) -> dict[str, np.ndarray]:
+    """The packed batch: input_ids, labels (as `[packing] labels` builds them), the documents'
+    own labels (`doc_labels`), segments (document index, -1 on padding) and every boundary input."""
+    d, p = cfg.data, cfg.packing
+    b, t = len(rows), rows[0].length
+    ids = np.full((b, t), d.pad_id, np.int32)
+    own = np.full((b, t), d.label_pad_id, np.int32)
+    seg = np.full((b, t), -1, np.int32)
+    pos = np.zeros((b, t), np.int32)
+    ends = np.full((b, len(rows[0].docs) + 1), t, np.int32)
+    for i, row in enumerate(rows):
+        for k, doc in enumerate(row.docs):
+            s, e = row.span(k)
+            ids[i, s:e] = doc.ids
+            own[i, s:e] = doc.labels
+            seg[i, s:e] = k
+            # reset per document; with no boundary at all they run on over the row, as a
+            # pipeline that tells the model nothing gives them
+            pos[i, s:e] = np.arange(e - s) if p.boundary != "none" else np.arange(s, e)
+            ends[i, k] = e
+    labels = own.copy()
+    if p.labels == "row":  # a pipeline that shifts the packed row: the boundary is trained
+        for i, row in enumerate(rows):
+            for k in range(1, len(row.docs)):
+                s = row.span(k)[0]
+                if d.shift:
+                    labels[i, s - 1] = ids[i, s]
+                else:
+                    labels[i, s] = ids[i, s]
+    # the block mask is the boundary only in that form; else a model that takes a mask gets the
+    # padding mask it gets unpacked (1 on every document token)
+    mask = block_mask(seg, p.mask_shape, p.mask_ones) if p.boundary == "attention_mask" \
+        else (seg >= 0).astype(np.int32)
+    return {"input_ids": ids, "labels": labels, "doc_labels": own, "segments": seg,
+            "position_ids": pos, "actual_seq_len": ends, "attention_mask": mask}
+
+
+def block_mask(segments: np.ndarray, shape: str, ones: str) -> np.ndarray:
+    """int32 block-diagonal causal mask from segment ids ([B, T, T] or [B, 1, T, T]): query t sees
+    key s <= t of its own document; padding (segment -1) sees only itself."""
+    t = segments.shape[1]
+    same = segments[:, :, None] == segments[:, None, :]
+    pad = segments < 0
+    same &= ~(pad[:, :, None] | pad[:, None, :]) | np.eye(t, dtype=bool)[None]
+    allowed = same & np.tril(np.ones((t, t), bool))[None]
+    mask = allowed if ones == "attend" else ~allowed
+    mask = mask.astype(np.int32)
+    return mask[:, None] if shape == "B1TT" else mask
+
+
+def changed_first(rows: list[PackedRow], cfg, vocab: int, seed: int) -> list[PackedRow]:
+    """The rows with the first document's tokens replaced (seeded, same length, the separator
+    kept): what must not reach any later document of the row."""
+    rng = np.random.default_rng(seed)
+    sep = separator_id(cfg)
+    out = []
+    for row in rows:
+        first = row.docs[0]
+        ids = [int(x) for x in rng.integers(0, vocab, first.length)]
+        if sep is not None and first.ids[-1:] == [sep]:
+            ids[-1] = sep
+        labels = first.labels.copy()
+        scored = first.labels != cfg.data.label_pad_id
+        if cfg.data.shift:  # same positions scored, on the new next tokens
+            nxt = np.array(ids[1:] + [cfg.data.label_pad_id], np.int32)
+            labels = np.where(scored, nxt, labels).astype(np.int32)
+        else:
+            labels = np.where(scored, np.array(ids, np.int32), labels).astype(np.int32)
+        out.append(PackedRow([Document(first.id + "~", ids, labels)] + row.docs[1:], row.length))
+    return out

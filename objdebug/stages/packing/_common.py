@@ -1,0 +1,176 @@
+"""The packing stage's one measurement, shared by its four checks (built once per run).
+
+Real rows (`datasets.text_samples`: align good answers, scored responses, the corpus) become
+documents (`engine.packing.document`), `documents` of them per packed row, `rows` rows measured;
+the forward batch is the engine's batch size (short batches filled with copies, as everywhere).
+Every number comes from MindSpore graphs:
+
+- `packing.model` (the user's model through `PackedModelCall`) on the packed rows, and again with
+  each row's first document's tokens replaced;
+- `model.forward` (the unpacked path every other stage uses) on each document alone;
+- `objective.per_sample` (the engine's per-sample objective graph) for per-token losses: the
+  user's objective on rows where exactly one position is labelled, so each value is what the
+  objective itself charges for that token (its own masking and reduction; no loss re-implemented,
+  no `reduction='none'` needed);
+- `grad.logit_probe` (the grad stage's objective gradient w.r.t. the logits) for the logit
+  gradients of a whole packed batch and the batch losses the normalisation check compares.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from objdebug.engine.data import Sample
+from objdebug.engine.packing import (PackedRow, changed_first, document, pack_rows, packed_inputs,
+                                     row_arrays)
+
+
+@dataclass
+class PackedMeasurement:
+    boundary: str
+    inputs: tuple[str, ...]
+    rows: list[PackedRow]              # the measured rows (data rows, no filler)
+    length: int
+    arrays: dict                       # row_arrays of the whole forward batch (filler included)
+    changed_arrays: dict
+    loss: np.ndarray                   # float64[R, T] per-token loss packed (NaN: not scored)
+    loss_changed: np.ndarray           # float64[R, T] with each first document changed
+    loss_alone: list[np.ndarray]       # per document of each row: float64[n] alone, unpacked
+    grad: np.ndarray                   # float32[R, T, V] logit gradient of the packed batch
+    grad_changed: np.ndarray
+    grad_sq: np.ndarray                # float64[R, T] its squared norm per position
+    packed_total: float                # the objective on packed rows of the documents' own logits
+    unpacked_total: float              # ... and on the same documents one per row
+    references: dict = field(default_factory=dict)
+
+
+def _filled(rows: list[PackedRow], size: int) -> list[PackedRow]:
+    return list(rows) + [rows[i % len(rows)] for i in range(size - len(rows))]
+
+
+def per_token(engine, logits: np.ndarray, labels: np.ndarray, label_pad_id: int) -> np.ndarray:
+    """float64[N, T]: the objective on (logits[i], labels with only position t scored) at every
+    scored (i, t), NaN elsewhere; through the engine's per-sample graph, batch_size rows a call."""
+    import mindspore as ms
+
+    out = np.full(labels.shape, np.nan)
+    where = np.argwhere(labels != label_pad_id)
+    size = engine.batch_size
+    for k in range(0, len(where), size):
+        chunk = where[k:k + size]
+        picks = np.concatenate([chunk, np.repeat(chunk[-1:], size - len(chunk), 0)])
+        x = logits[picks[:, 0]]
+        single = np.full((size, labels.shape[1]), label_pad_id, np.int32)
+        single[np.arange(size), picks[:, 1]] = labels[picks[:, 0], picks[:, 1]]
+        vals = engine.per_sample_of(ms.Tensor(x, ms.float32), ms.Tensor(single, ms.int32)).asnumpy()
+        out[chunk[:, 0], chunk[:, 1]] = vals[:len(chunk), 0]
+    return out
+
+
+def measurement(ctx, th) -> PackedMeasurement:
+    return ctx.provide(measurement, lambda: _measure(ctx, th))
+
+
+def _measure(ctx, th) -> PackedMeasurement:
+    from objdebug.pipeline.datasets import text_samples
+    from objdebug.engine.gradients import GradientProbe
+    from objdebug.engine.packed_call import packed_logits
+
+    cfg, engine = ctx.config, ctx.engine
+    pad = cfg.data.label_pad_id
+    per_row = cfg.packing.documents
+    docs = [document(s, cfg) for s in text_samples(ctx)]
+    docs = [d for d in docs if (d.labels != pad).any()]
+    want = int(th["rows"]) * per_row
+    if len(docs) < per_row:
+        raise ValueError(f"For '[packing] documents', the data must hold at least {per_row} "
+                         f"documents with a scored token, but got {len(docs)}.")
+    docs = docs[:want]
+    rows = pack_rows(docs, per_row)
+    longest = max(r.used for r in rows)
+    if engine.max_length and longest > engine.max_length:
+        raise ValueError(f"For '[packing] documents', {per_row} documents per row make rows of up to "
+                         f"{longest} tokens, more than the model's {engine.max_length} positions; "
+                         f"lower [packing] documents or use shorter rows.")
+    length = engine.bucket(longest)
+    rows = [PackedRow(r.docs, length) for r in rows]
+    batch = _filled(rows, engine.batch_size)
+    inputs = packed_inputs(cfg)
+    vocab = engine.vocab_size()
+    arrays = row_arrays(batch, cfg)
+    changed = row_arrays(changed_first(batch, cfg, vocab, int(th["seed"])), cfg)
+    logits = packed_logits(engine, inputs, arrays)
+    logits_changed = packed_logits(engine, inputs, changed)
+    n = len(rows)
+
+    # each document alone, through the unpacked path every other stage uses
+    flat = [d for r in batch for d in r.docs]
+    alone = np.zeros((len(flat), length, logits.shape[-1]), np.float32)
+    alone_labels = np.full((len(flat), length), pad, np.int32)
+    size = engine.batch_size
+    for k in range(0, len(flat), size):
+        part = flat[k:k + size]
+        samples = [Sample(d.id, [], d.ids) for d in part]
+        # right-padded whatever [data] padding_side says: position t of the document is column t
+        ids, _ = engine.padding.pack(samples + samples[:1] * (size - len(part)), length, side="right")
+        alone[k:k + len(part)] = engine.logits(ids)[:len(part)]
+    for i, d in enumerate(flat):
+        alone_labels[i, :d.length] = d.labels
+    real = sum(len(r.docs) for r in rows)
+    loss_alone_rows = per_token(engine, alone[:real], alone_labels[:real], pad)
+    loss_alone, i = [], 0
+    for r in rows:
+        loss_alone.append([loss_alone_rows[i + k, :d.length] for k, d in enumerate(r.docs)])
+        i += len(r.docs)
+
+    loss = per_token(engine, logits[:n], arrays["doc_labels"][:n], pad)
+    loss_changed = per_token(engine, logits_changed[:n], changed["doc_labels"][:n], pad)
+    probe = GradientProbe(engine)
+    _, sq, grad = probe.logits(logits, arrays["labels"])
+    _, _, grad_changed = probe.logits(logits_changed, changed["labels"])
+
+    # normalisation: the same documents' own logits, packed into rows vs one per row, the same
+    # tokens scored: any difference is the objective's weighting, not the model's
+    packed_from_alone = np.zeros_like(logits)
+    for i, row in enumerate(batch):
+        for k, d in enumerate(row.docs):
+            s, e = row.span(k)
+            packed_from_alone[i, s:e] = alone[_index(batch, i, k), :d.length]
+    packed_out, _, _ = probe.logits(packed_from_alone, arrays["doc_labels"])
+    unpacked = alone.copy()  # zero logits on the padding here too: only the packing differs
+    for i, d in enumerate(flat):
+        unpacked[i, d.length:] = 0.0
+    unpacked_out, _, _ = probe.logits(unpacked, alone_labels)
+    # filler row i is a copy of data row i % n: its documents' losses are those rows'
+    starts = np.cumsum([0] + [len(r.docs) for r in rows])
+    tok = [loss_alone_rows[starts[i % n] + k] for i, r in enumerate(batch) for k in range(len(r.docs))]
+    refs = _references(tok, batch)
+    return PackedMeasurement(cfg.packing.boundary, inputs, rows, length, arrays, changed, loss,
+                             loss_changed, loss_alone, grad[:n], grad_changed[:n], sq[:n],
+                             float(packed_out[0]), float(unpacked_out[0]), refs)
+
+
+def _index(batch: list[PackedRow], i: int, k: int) -> int:
+    return sum(len(r.docs) for r in batch[:i]) + k
+
+
+def _references(tok: list[np.ndarray], batch: list[PackedRow]) -> dict:
+    """What each weighting gives on the documents' own per-token losses (float64, on the host;
+    a cross-check of which reduction the objective's batch value matches, reported as such)."""
+    doc_means, row_means, all_tok = [], [], []
+    i = 0
+    for row in batch:
+        vals = []
+        for _ in row.docs:
+            v = tok[i][np.isfinite(tok[i])]
+            doc_means.append(float(v.mean()) if len(v) else 0.0)
+            vals.append(v)
+            i += 1
+        joined = np.concatenate(vals)
+        row_means.append(float(joined.mean()) if len(joined) else 0.0)
+        all_tok.append(joined)
+    everything = np.concatenate(all_tok)
+    return {"token_mean": float(everything.mean()), "token_sum": float(everything.sum()),
+            "document_mean": float(np.mean(doc_means)), "row_mean": float(np.mean(row_means))}

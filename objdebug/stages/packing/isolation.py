@@ -1,0 +1,85 @@
+"""OBJ901 isolation: changing one packed document must not move any other document of the row.
+
+Each measured row's first document has its tokens replaced (same length, seeded); the later
+documents' per-token losses (the user's objective, one position scored) and logit gradients (the
+objective's gradient w.r.t. the logits of the packed batch) are compared with the original row's.
+A model that keeps documents apart gives the same numbers to float32 rounding; one whose attention
+crosses the boundary gives a leak the size of what the changed document told the next one.
+
+Graphs: `packing.model`, `objective.per_sample`, `grad.logit_probe` (see `_common.py`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from objdebug.core.findings import Check, Condition, Verdict, listing
+from objdebug.core.settings import Settings
+from objdebug.stages.packing._common import measurement
+
+# the fix for a leak, by what the model was given about the boundaries
+ADVICE = {
+    "position_ids": ("this attention ignores the position-id resets (only a varlen / flash path reads "
+                     "them): give the model a block-diagonal attention_mask or actual_seq_len, or do "
+                     "not pack with this attention implementation"),
+    "attention_mask": ("the model does not apply the block-diagonal mask it is given (check its "
+                       "shape [packing] mask_shape and meaning mask_ones, and that it is not "
+                       "replaced by a causal mask); or do not pack with it"),
+    "actual_seq_len": ("the model does not cut attention at actual_seq_len (an attention path that "
+                       "ignores it, e.g. without flash attention): use one that reads it, a block "
+                       "mask, or do not pack"),
+    "none": ("the model takes no document boundary at all: packing with it leaks; pass a block "
+             "mask, actual_seq_len or reset position ids to an attention that reads them, or do "
+             "not pack"),
+}
+
+
+class PackingIsolation(Check):
+    name = "packing-isolation"
+    stage = "packing"
+
+    def measure(self, ctx, th: Settings) -> dict[str, Any]:
+        m = measurement(ctx, th)
+        docs, changed = [], []
+        for i, row in enumerate(m.rows):
+            s0, e0 = row.span(0)
+            moved = np.abs(m.loss[i, s0:e0] - m.loss_changed[i, s0:e0])
+            changed.append(float(np.nanmax(moved)) if np.isfinite(moved).any() else 0.0)
+            for k in range(1, len(row.docs)):
+                s, e = row.span(k)
+                dl = np.abs(m.loss[i, s:e] - m.loss_changed[i, s:e])
+                g, gc = m.grad[i, s:e].astype(np.float64), m.grad_changed[i, s:e].astype(np.float64)
+                scale = float(np.abs(g).max())
+                dg = float(np.abs(g - gc).max()) / scale if scale > 0 else 0.0
+                docs.append({"row": i, "document": row.docs[k].id, "changed": row.docs[0].id,
+                             "loss_diff": float(np.nanmax(dl)) if np.isfinite(dl).any() else 0.0,
+                             "grad_rel_diff": dg})
+        return {"boundary": m.boundary, "inputs": list(m.inputs), "length": m.length,
+                "rows": len(m.rows), "documents_per_row": len(m.rows[0].docs), "documents": docs,
+                "max_loss_diff": max(d["loss_diff"] for d in docs),
+                "max_grad_rel_diff": max(d["grad_rel_diff"] for d in docs),
+                "first_document_change": max(changed)}
+
+    def conditions(self, th: Settings) -> list[Condition]:
+        tol, gtol = float(th["isolation_tolerance"]), float(th["gradient_rtol"])
+
+        def judge(v):
+            what = (f"{v['rows']} packed row(s) of {v['documents_per_row']} documents ({v['length']} "
+                    f"tokens, boundary = \"{v['boundary']}\"): changing each row's first document "
+                    f"(its own per-token losses moved by up to {v['first_document_change']:.3g}) moves "
+                    f"the later documents' per-token losses by up to {v['max_loss_diff']:.3g} nats "
+                    f"(tolerance {tol:.0e}) and their logit gradients by {v['max_grad_rel_diff']:.3g} "
+                    f"of their largest entry (tolerance {gtol:.0e})")
+            leaks = [d for d in v["documents"] if d["loss_diff"] > tol or d["grad_rel_diff"] > gtol]
+            if not leaks:
+                return Verdict.PASS, what + "; the documents are isolated", v["max_loss_diff"]
+            worst = max(leaks, key=lambda d: d["loss_diff"])
+            named = listing([f"'{d['document']}' (row {d['row']}, after '{d['changed']}': "
+                             f"{d['loss_diff']:.3g})" for d in leaks], 4)
+            return (Verdict.FAIL, what + f"; packing leaks into {len(leaks)} of "
+                    f"{len(v['documents'])} documents: {named}, worst '{worst['document']}'; "
+                    + ADVICE[v["boundary"]], v["max_loss_diff"])
+
+        return [Condition("OBJ901", f"packed_documents_isolated_within_{tol}", judge)]
