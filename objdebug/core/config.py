@@ -381,8 +381,6 @@ def _validate(cfg: Config, src: _Sources) -> None:
         _check_type(r.compile_cache, str, "run.compile_cache", src)
     _validate_precision(r, src)
     if cfg.packing is not None:
-        from objdebug.engine.packing import validate_packing
-
         validate_packing(cfg, src)
 
 
@@ -470,3 +468,75 @@ def _validate_preference(cfg: Config, src: _Sources) -> None:
                          "the policy and the reference from the model factory", source=src)
     if cfg.reference is not None and cfg.reference.checkpoint is not None:
         _check_type(cfg.reference.checkpoint, str, "reference.checkpoint", src)
+
+
+# --------------------------------------------------------------------------- [packing]
+BOUNDARIES = ("position_ids", "attention_mask", "actual_seq_len", "none")
+LABEL_MODES = ("document", "row")
+MASK_SHAPES = ("BTT", "B1TT")
+MASK_ONES = ("attend", "masked")
+PACKED_INPUTS = ("input_ids", "attention_mask", "position_ids", "actual_seq_len")
+
+
+def packed_inputs(cfg) -> tuple[str, ...]:
+    """construct's arguments when packed: `[packing] inputs`, else `[model] inputs` with the
+    boundary's own input appended when it is missing."""
+    p = cfg.packing
+    if p.inputs:
+        return tuple(p.inputs)
+    base = tuple(cfg.model.inputs) if cfg.model is not None and cfg.model.inputs else ("input_ids",)
+    if p.boundary in ("position_ids", "attention_mask", "actual_seq_len") and p.boundary not in base:
+        base = base + (p.boundary,)
+    return base
+
+
+def separator_id(cfg) -> int | None:
+    """The id put after each document: `[packing] separator` ("eos": `[data] eos_id`), or None."""
+    sep = cfg.packing.separator
+    return cfg.data.eos_id if sep == "eos" else sep
+
+
+def validate_packing(cfg, src) -> None:
+    """`[packing]` keys (exit 2 on a bad value, one line naming the key)."""
+    p = cfg.packing
+
+    def bad(key: str, expected: str, got) -> InputError:
+        return InputError(f"For 'packing.{key}', the value must be {expected}, but got {got!r}.",
+                          source=src.of(f"packing.{key}"))
+
+    if p.boundary not in BOUNDARIES:
+        raise bad("boundary", f"in {list(BOUNDARIES)} (how the model sees document boundaries)",
+                  p.boundary or None)
+    if p.labels not in LABEL_MODES:
+        raise bad("labels", f"in {list(LABEL_MODES)}", p.labels)
+    if p.mask_shape not in MASK_SHAPES:
+        raise bad("mask_shape", f"in {list(MASK_SHAPES)}", p.mask_shape)
+    if p.mask_ones not in MASK_ONES:
+        raise bad("mask_ones", f"in {list(MASK_ONES)}", p.mask_ones)
+    if isinstance(p.documents, bool) or not isinstance(p.documents, int) or p.documents < 2:
+        raise bad("documents", "an integer >= 2 (documents per packed row)", p.documents)
+    sep = p.separator
+    if sep is not None:
+        if sep == "eos":
+            if cfg.data.eos_id is None:
+                raise InputError("For 'packing.separator' = \"eos\", [data] eos_id must be set, but "
+                                 "it is not.", source=src.of("packing.separator"))
+        elif isinstance(sep, bool) or not isinstance(sep, int) or sep < 0:
+            raise bad("separator", "a token id >= 0 or \"eos\" (leave it out for none)", sep)
+    if cfg.model is None:
+        raise InputError("[packing] needs a [model]: the packing stage calls the model on packed "
+                         "rows (the end-to-end form has no logits)", source=str(src))
+    if p.inputs is not None:
+        if (not isinstance(p.inputs, list) or not all(isinstance(x, str) and x in PACKED_INPUTS
+                                                      for x in p.inputs)
+                or len(set(p.inputs)) != len(p.inputs) or "input_ids" not in p.inputs):
+            raise bad("inputs", f"construct's arguments in order, each once, from "
+                      f"{list(PACKED_INPUTS)} and with 'input_ids'", p.inputs)
+    names = packed_inputs(cfg)
+    if p.boundary != "none" and p.boundary not in names:
+        raise InputError(f"For 'packing.inputs', the list must hold the boundary input "
+                         f"'{p.boundary}', but got {list(names)}.", source=src.of("packing.inputs"))
+    if "actual_seq_len" in names and p.boundary != "actual_seq_len":
+        raise InputError(f"For 'packing.inputs', 'actual_seq_len' is only given with boundary = "
+                         f"\"actual_seq_len\", but boundary is {p.boundary!r}.",
+                         source=src.of("packing.inputs"))

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from objdebug.core.config import packed_inputs
 from objdebug.engine.data import Sample
-from objdebug.engine.packing import (PackedRow, changed_first, document, pack_rows, packed_inputs,
-                                     row_arrays)
+from objdebug.engine.packing import PackedRow, changed_first, document, pack_rows, row_arrays
 
 
 @dataclass
