@@ -104,21 +104,44 @@ def test_max_positions_from_config_or_model(tiny_target):
 
 
 def test_probe_length_is_the_first_real_batch_bucket(tiny_target):
-    """The probe's model.forward runs at the gradient batch's shape (first batch_size rows' bucket),
-    so the stages reuse its graph; the smallest bucket when a row is longer than the model takes."""
+    """The probe's model.forward runs at the gradient batch's shape: the bucket its rows (the first
+    batch_size) get under the plan of all rows, so the stages reuse its graph; the smallest bucket
+    when a row is longer than the model takes."""
     from objdebug.core.config import load_config
     from objdebug.engine.core import Engine
+    from objdebug.engine.data import choose_buckets
     from objdebug.engine.target import load_target
 
     rows = [json.loads(x) for x in (tiny_target / "align.jsonl").read_text().splitlines()]
+    every = [len((r["prompt"] + r[k]).encode()) for r in rows for k in ("good", "medium", "bad") if k in r]
     longest = max(len((r["prompt"] + r["good"]).encode()) for r in rows[:8])  # byte tokens
+    planned = min(b for b in choose_buckets(every, 8) if b >= longest)
     engine = Engine(load_target(load_config(tiny_target / "objdebug.toml")), batch_size=8)
-    assert contract.probe_length(engine.target, engine) == engine.bucket(longest) > engine.bucket(1)
-    engine.max_length = longest - 1  # the data errors are named later, where the rows are loaded
+    assert contract.probe_length(engine.target, engine) == planned > engine.bucket(1)
+    engine.max_length = max(every) - 1  # the data errors are named later, where the rows are loaded
     assert contract.probe_length(engine.target, engine) == engine.bucket(1)
     (tiny_target / "align.jsonl").write_text("not json\n")
     engine.max_length = None
     assert contract.probe_length(engine.target, engine) == engine.bucket(1)
+
+
+def test_probe_length_follows_the_plan_not_the_first_rows(tiny_target):
+    """Short first rows, long later ones, one bucket planned for all: the probe runs at that
+    bucket (the one align and grad then use), not at the first rows' own smaller bucket."""
+    from objdebug.core.config import load_config
+    from objdebug.engine.core import Engine
+    from objdebug.engine.data import bucket_length, choose_buckets
+    from objdebug.engine.target import load_target
+
+    short = [{"id": f"s{i}", "prompt": "q", "good": "a" * 20, "medium": "b" * 20, "bad": "c" * 20}
+             for i in range(8)]
+    long = [{"id": f"l{i}", "prompt": "q", "good": "a" * 150, "medium": "b" * 150, "bad": "c" * 150}
+            for i in range(8)]
+    (tiny_target / "align.jsonl").write_text("".join(json.dumps(r) + "\n" for r in short + long))
+    plan = choose_buckets([21] * 24 + [151] * 24, 8)
+    assert plan == (256,) and bucket_length(21) < 256  # the case: one graph serves every row
+    engine = Engine(load_target(load_config(tiny_target / "objdebug.toml")), batch_size=8)
+    assert contract.probe_length(engine.target, engine) == 256
 
 
 # --------------------------------------------------------------------------- real runs

@@ -154,41 +154,66 @@ def _check_objective(out, components: list[str], form: str) -> None:
                      f"but got {_describe(out)}{hint}.")
 
 
-def _first_rows_length(target, n: int) -> int | None:
-    """Tokens (prompt + answer) of the longest of the first `n` data rows, in the order the stages
-    take them (align 'good', scores 'response', then data.text; see datasets.text_samples), read
-    with the tokenizer alone: the model's vocabulary is what the probe is about to learn."""
-    from objdebug.engine.data import Encoder, make_tokenizer, read_jsonl
+def _planned_rows(target) -> tuple[list[int], list[int]]:
+    """(lengths of every row the stages batch, lengths of the rows the first batch takes), read
+    with the tokenizer alone (the model's vocabulary is what the probe is about to learn) and
+    framed as the datasets frame them ([data] bos_id / eos_id; the corpus cut at text_max_tokens):
+    the lengths `datasets.plan_buckets` plans from, in the order `datasets.text_samples` takes
+    them (align 'good', scores 'response', then data.text)."""
+    from objdebug.engine.data import Encoder, frame, make_tokenizer, read_jsonl
+    from objdebug.pipeline.datasets import KINDS, _text_documents
 
     cfg = target.config
     d = cfg.data
     enc = Encoder(tokenizer=make_tokenizer(d.tokenizer, cfg.base_dir), vocab_size=1 << 62)
-    lengths: list[int] = []
-    for path, what, answer in ((d.align, "align", "good"), (d.scores, "scores", "response")):
-        if path and len(lengths) < n:
-            for lineno, row in read_jsonl(path, what)[:n - len(lengths)]:
-                prompt = enc.field(row, "prompt", lineno, required=False) or []
-                lengths.append(len(prompt) + len(enc.field(row, answer, lineno)))
-    if d.text and len(lengths) < n:
-        from objdebug.pipeline.datasets import _text_documents
 
-        for lineno, row in _text_documents(d.text)[:n - len(lengths)]:
-            lengths.append(min(len(enc.field(row, "text", lineno)), d.text_max_tokens))
-    return max(lengths) if lengths else None
+    def framed(prompt, response) -> int:
+        p, r = frame(list(prompt), list(response), d.bos_id, d.eos_id)
+        return len(p) + len(r)
+
+    every, first = [], []
+    if d.align:
+        for lineno, row in read_jsonl(d.align, "align"):
+            prompt = enc.field(row, "prompt", lineno, required=False) or []
+            answers = {k: enc.field(row, k, lineno, required=(k == "good")) for k in KINDS}
+            every += [framed(prompt, a) for a in answers.values() if a is not None]
+            first.append(framed(prompt, answers["good"]))
+    if d.scores:
+        for lineno, row in read_jsonl(d.scores, "scores"):
+            n = framed(enc.field(row, "prompt", lineno, required=False) or [],
+                       enc.field(row, "response", lineno))
+            every.append(n)
+            first.append(n)
+    if d.text:
+        for lineno, row in _text_documents(d.text):
+            n = framed([], enc.field(row, "text", lineno))
+            pieces = [min(d.text_max_tokens, n - k) for k in range(0, n, d.text_max_tokens)]
+            pieces = [p for p in pieces if p >= 2]
+            every += pieces
+            first += pieces
+    return every, first
 
 
 def probe_length(target, engine) -> int:
-    """The probe's length: the bucket of the first real batch, so the stages reuse its graph.
+    """The probe's length: the bucket the first real batch (the gradient batch: the first
+    batch_size rows) gets under the bucket plan of all rows (`datasets.plan_buckets`), so the
+    stages reuse the probe's `model.forward` and per-sample graphs instead of compiling them
+    again at another length.
 
     The smallest bucket when the data cannot tell (no rows, a row longer than the model takes, an
     unreadable file: the stages name those errors, file:line, after the probe)."""
+    from objdebug.engine.data import choose_buckets
+
     try:
-        longest = _first_rows_length(target, engine.batch_size)
+        every, first = _planned_rows(target)
     except Exception:  # the data's own errors are reported where the data is loaded
-        longest = None
-    if not longest or (engine.max_length and longest > engine.max_length):
+        every, first = [], []
+    first = first[:engine.batch_size]
+    if not first or (engine.max_length and max(every) > engine.max_length):
         return engine.bucket(1)
-    return engine.bucket(longest)
+    longest = max(first)
+    plan = choose_buckets(every, engine.batch_size, cap=engine.max_length)
+    return next((b for b in plan if b >= longest), engine.bucket(longest))
 
 
 def _per_sample_outputs(engine, logits, labels) -> tuple[int | None, str]:
