@@ -6,6 +6,8 @@ gradients are reduced inside the compiled graph (see objdebug/engine/gradients.p
 - OBJ201 mean per-parameter gradient norm out of range, OBJ202 max/mean norm imbalance,
   OBJ203 NaN/Inf gradients, OBJ204 disconnected (all-zero) parameters;
 - OBJ205 padding / prompt positions (label == label_pad_id) receive gradient;
+- OBJ209 supervised positions get no gradient (dropped supervision), OBJ210 the label contract
+  (data side, with one row's table): objdebug/stages/supervision.py;
 - OBJ206 autodiff disagrees with central finite differences of the real objective;
 - OBJ207 logit-gradient scale differs from a standard mean cross-entropy (reference);
 - OBJ208 logit-gradient direction is not a likelihood's (see objdebug/likelihood.py).
@@ -533,5 +535,8 @@ class LikelihoodShape(Check):
 
 
 def checks() -> list[Check]:
-    return [GradientHealth(), PaddingLeakage(), LogitGradientScale(), FiniteDifferences(),
-            LikelihoodShape()]
+    # imported here: objdebug.stages.supervision builds on this module's shared providers
+    from objdebug.stages.supervision import SupervisionCoverage
+
+    return [GradientHealth(), PaddingLeakage(), SupervisionCoverage(), LogitGradientScale(),
+            FiniteDifferences(), LikelihoodShape()]
