@@ -494,7 +494,8 @@ class LikelihoodShape(Check):
                              max_smoothing=float(th["likelihood_max_smoothing"]),
                              max_entropy=float(th["likelihood_max_entropy"]),
                              cosine_min=float(th["likelihood_cosine_pass"]),
-                             reweighted_max=float(th["likelihood_reweighted_pass"]))
+                             reweighted_max=float(th["likelihood_reweighted_pass"]),
+                             max_zloss=float(th["likelihood_max_zloss"]))
         return {**v, "loss": float(lg["outputs"][0]), "rows": int(batch.labels.shape[0])}
 
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
@@ -518,8 +519,9 @@ class LikelihoodShape(Check):
                        f"tokens) {v['cosine_ce']:.4f} overall, per token median {pt['median']:.4f} / "
                        f"10th percentile {pt['p10']:.4f}; best likelihood fit (CE + label smoothing <= "
                        f"{th['likelihood_max_smoothing']:g} + entropy |λ| <= "
-                       f"{th['likelihood_max_entropy']:g}: ε {v['smoothing']:.3g}, λ "
-                       f"{v['entropy_weight']:.3g}) cosine {x:.4f}; {rw:.0%} of tokens weighted "
+                       f"{th['likelihood_max_entropy']:g} + z-loss w <= {th['likelihood_max_zloss']:g}: ε "
+                       f"{v['smoothing']:.3g}, λ {v['entropy_weight']:.3g}, w {v['z_loss_weight']:.3g}) "
+                       f"cosine {x:.4f}; {rw:.0%} of tokens weighted "
                        f"outside [1/{v['band']:g}, {v['band']:g}]x that fit (label probability median "
                        f"{v['label_probability']['median']:.3g})")
             rule = (f"pass: fit cosine >= {c_pass:g} and re-weighted <= {w_pass:.0%}; fail: cosine < "
