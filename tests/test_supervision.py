@@ -276,3 +276,25 @@ def test_z_loss_passes_the_ci_gate(tmp_path, name):
            if f["verdict"] in ("WARN", "FAIL", "ERROR")]
     assert proc.returncode == 0 and not bad, "\n".join(bad)
     assert any(f["code"] == "OBJ702" and f["verdict"] == "INFO" for r in data["results"] for f in r["findings"])
+
+
+# --------------------------------------------------------------------------- OBJ210 verdicts
+def _contract_value(**changes):
+    v = {"train_share": [0.4, 0.5], "data_rows": 2, "eos_id": 0, "pad_id": 0, "empty_rows": [],
+         "empty_ids": [], "eos_missing_rows": []}
+    return {**v, **changes}
+
+
+def test_obj210_warns_on_empty_rows_and_missing_eos_and_follows_the_profile():
+    th = PROFILE.section("grad")
+    judge = next(c for c in SupervisionCoverage().conditions(th) if c.code == "OBJ210").judge
+    verdict, msg, _ = judge(_contract_value())
+    assert verdict is Verdict.PASS and "40% .. 50%" in msg and "eos_id 0 is the pad id too" in msg
+    verdict, msg, x = judge(_contract_value(empty_rows=[1], empty_ids=["a002"], eos_missing_rows=[0]))
+    assert verdict is Verdict.WARN and x == 2.0
+    assert "1 rows have no supervised token: a002" in msg and "1 rows do not score EOS (0)" in msg
+    from tests.conftest import settings
+
+    strict = settings("grad", coverage_eos_missing="fail")
+    judge = next(c for c in SupervisionCoverage().conditions(strict) if c.code == "OBJ210").judge
+    assert judge(_contract_value(eos_missing_rows=[0]))[0] is Verdict.FAIL

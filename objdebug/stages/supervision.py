@@ -93,7 +93,11 @@ class SupervisionCoverage(Check):
         out["train_share"] = [c / max(L, 1) for c, L in zip(per_row, lengths)]
         out["empty_rows"] = [b for b in range(rows_real) if per_row[b] == 0]
         out["empty_ids"] = [batch.samples[b].id for b in out["empty_rows"]]
-        out["eos_missing_rows"] = ([b for b in range(rows_real) if per_row[b] and not (labels[b][sup[b]] == eos).any()]
+        # EOS is expected in a framed prompt + response, and in the corpus piece that ends a
+        # document (data.text cuts long documents into consecutive pieces: the others have none)
+        expects = [s.kind != "text" or s.response[-1:] == [eos] for s in batch.samples]
+        out["eos_missing_rows"] = ([b for b in range(rows_real)
+                                    if expects[b] and per_row[b] and not (labels[b][sup[b]] == eos).any()]
                                    if eos is not None else [])
         # ---- objective side (OBJ209)
         zero_floor, resolve_floor = float(th["coverage_zero_floor"]), float(th["coverage_resolve_floor"])
