@@ -21,7 +21,7 @@ class Stage:
 REGISTRY: tuple[Stage, ...] = (
     Stage("align", "Stage 1: loss must order good < medium < bad answers to the same prompt, with a clear gap.",
           scores_rows=True),
-    Stage("grad", "Stage 2: gradient health (norms, disconnected/NaN parameters, padding leakage, autodiff vs finite differences)."),
+    Stage("grad", "Stage 2: gradient health (norms, disconnected/NaN parameters, padding leakage, supervision coverage, autodiff vs finite differences)."),
     Stage("invariants", "Stage 6: invariants of a correct objective (label alignment, logit shift, ignored positions, upstream gradient, unused settings, token weighting, side effects, empty rows)."),
     Stage("decompose", "Stage 3: components of a composite loss: shares, dead terms, scale imbalance, gradient share.",
           scores_rows=True),
