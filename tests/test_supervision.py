@@ -20,6 +20,7 @@ import sys
 
 import numpy as np
 import pytest
+from hypothesis import assume, given, settings as hyp_settings, strategies as st
 
 from objdebug.config import load_config
 from objdebug.context import Context
@@ -298,3 +299,50 @@ def test_obj210_warns_on_empty_rows_and_missing_eos_and_follows_the_profile():
     strict = settings("grad", coverage_eos_missing="fail")
     judge = next(c for c in SupervisionCoverage().conditions(strict) if c.code == "OBJ210").judge
     assert judge(_contract_value(eos_missing_rows=[0]))[0] is Verdict.FAIL
+
+
+# --------------------------------------------------------------------------- OBJ208's z-loss basis
+def test_likelihood_fit_recovers_a_z_loss_weight_and_bounds_it():
+    from objdebug.likelihood import analyse
+
+    rng = np.random.default_rng(1)
+    logits = rng.standard_normal((2, 16, 32)) * 3 + 8.0  # lse ~ 11: the z-loss part is visible
+    labels = rng.integers(0, 32, (2, 16))
+    labels[:, :3] = -100
+    scored = labels != -100
+    x = logits - logits.max(-1, keepdims=True)
+    p = np.exp(x) / np.exp(x).sum(-1, keepdims=True)
+    lse = logits.max(-1) + np.log(np.exp(x).sum(-1))
+    onehot = np.zeros_like(p)
+    np.put_along_axis(onehot, np.where(scored, labels, 0)[..., None], 1.0, -1)
+    for w in (0.0, 1e-4, 1e-3, 5e-3):  # d/dx of ce + w * mean(lse^2): (p - onehot + 2 w lse p) / n
+        g = (p - onehot) + 2 * w * lse[..., None] * p
+        g[~scored] = 0
+        v = analyse(g / scored.sum(), logits, labels, -100, max_zloss=1e-2)
+        assert v["cosine_family"] > 0.99999 and v["reweighted_share"] == 0.0
+        assert v["z_loss_weight"] == pytest.approx(w, abs=1e-9)
+        assert v["shape"].startswith("likelihood")
+    # beyond the bound (w = 0.1) and without the basis (max_zloss = 0) the z part is not absorbed
+    g = (p - onehot) + 0.2 * lse[..., None] * p
+    g[~scored] = 0
+    assert analyse(g / scored.sum(), logits, labels, -100, max_zloss=1e-2)["z_loss_weight"] == 0.0
+    g = (p - onehot) + 2e-3 * lse[..., None] * p
+    g[~scored] = 0
+    assert analyse(g / scored.sum(), logits, labels, -100)["coefficients"]["z_loss"] == 0.0
+
+
+@given(w=st.floats(1e-5, 1e-1), lse=st.floats(1.0, 30.0), hidden=st.floats(1e-3, 1.0))
+@hyp_settings(max_examples=40, deadline=None)
+def test_attribution_property(w, lse, hidden):
+    """Any declared weight and logit level is explained; a hidden linear term above the rule's
+    relative tolerance never is."""
+    c = np.array([1.0, 100.0, 1e4])
+    dz = 2 * c * lse + c * c  # change of mean(lse^2) when every logit moves by c
+    tol = 1e-5 * np.maximum(1.0, w * dz)
+    rows = lambda total: [{"shift": float(ci), "ok": False, "loss_diff": abs(t), "loss_tolerance": float(tl),
+                           "total_change": float(t), "component_changes": [0.0, float(d)], "finite": True}
+                          for ci, t, d, tl in zip(c, total, dz, tol)]
+    assert attribute(rows(w * dz), ["ce", "z_loss"], None, 1e-3)["explained"]
+    # a hidden term inside component_rtol (0.1% of the change) is below what the rule can see
+    assume(hidden > 10 * 1e-3 * w * dz[0])
+    assert not attribute(rows(w * dz + hidden * c), ["ce", "z_loss"], None, 1e-3)["explained"]
