@@ -242,8 +242,9 @@ def test_unexplained_logit_level_terms_still_fail(name, why):
     assert f.verdict is Verdict.FAIL and why in f.message, f.message
 
 
-def test_z_loss_over_ignored_positions_still_fails():
-    t = target("sup_zloss_ignored")
+@pytest.mark.parametrize("name", ["sup_zloss_ignored", "sup_llama_zloss_ignored"])
+def test_z_loss_over_ignored_positions_still_fails(name):
+    t = target(name)
     assert t.run("grad", "padding-leakage")["OBJ205"].verdict is Verdict.FAIL
     assert t.run("invariants", "ignored-positions")["OBJ703"].verdict is Verdict.FAIL
 
@@ -269,7 +270,9 @@ def test_cli_pad_eos_fails_with_the_table(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["sup_zloss", "sup_llama_zloss"])
 def test_z_loss_passes_the_ci_gate(tmp_path, name):
-    """Every stage under ci-gate without the 2048/4096-token inputs: exit 0, OBJ702 a note."""
+    """Every stage under ci-gate without the 2048/4096-token inputs: exit 0, OBJ702 a note.
+    Measured on the shared 2-core machine: demo 2 min 12 s, 2.4 GB peak RSS; Llama fixture 3 min 26 s,
+    5.6 GB (its stress stage)."""
     proc = _cli(tmp_path, "run", "--config", str(TARGETS / name / "objdebug.toml"), "--profile",
                 str(TARGETS / "sup_common" / "ci-gate-short.toml"), "--json", str(tmp_path / "r.json"))
     data = json.loads((tmp_path / "r.json").read_text())
