@@ -362,5 +362,6 @@ def test_cli_grad_demo_end_to_end(tmp_path):
     assert res.exit_code == 0, res.output
     data = json.loads(report.read_text())
     codes = {f["code"]: f["verdict"] for r in data["results"] for f in r["findings"]}
-    assert set(codes) == {"OBJ201", "OBJ202", "OBJ203", "OBJ204", "OBJ205", "OBJ206", "OBJ207", "OBJ208"}
+    assert set(codes) == {"OBJ201", "OBJ202", "OBJ203", "OBJ204", "OBJ205", "OBJ206", "OBJ207", "OBJ208",
+                          "OBJ209", "OBJ210"}
     assert set(codes.values()) == {"PASS"}

@@ -15,6 +15,7 @@ from objdebug.core.findings import Verdict
 from objdebug.report import (TOP_LISTS, compile_cache_line, findings_with, model_state_line, report_stages, summary_counts,
                              write_atomic)
 from objdebug.report.figures import Drawn, draw_all
+from objdebug.report.contract_table import HEADERS as CONTRACT_HEADERS, contract_tables
 
 FILE_NAME = "index.html"
 
@@ -152,6 +153,9 @@ def render(report: dict[str, Any], figures: list[Drawn] | None = None) -> str:
         if meta:
             parts.append(f"<p class=\"muted\">{escape(' · '.join(meta))}</p>")
         parts.append(_findings_table(results))
+        for table in contract_tables(report, stage):  # OBJ210: one row's labels at a glance
+            parts.append(f"<h3>{escape(table['title'])}</h3>"
+                         + _table(CONTRACT_HEADERS, [[escape(str(c)) for c in row] for row in table["rows"]]))
         parts.append(_errors(results))
         for d in figures:
             if d.stage == stage:

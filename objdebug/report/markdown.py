@@ -12,6 +12,7 @@ from typing import Any
 from objdebug.report import (TOP_LISTS, compile_cache_line, findings_with, model_state_line, report_stages, summary_counts,
                              write_atomic)
 from objdebug.report.figures import Drawn, draw_all
+from objdebug.report.contract_table import HEADERS as CONTRACT_HEADERS, contract_tables
 
 FILE_NAME = "report.md"
 
@@ -94,6 +95,8 @@ def render(report: dict[str, Any], figures: list[Drawn] | None = None) -> str:
         lines += _table(["code", "check", "verdict", "value", "message"], rows) if rows \
             else ["_No findings._"]
         lines.append("")
+        for table in contract_tables(report, stage):  # OBJ210: one row's labels at a glance
+            lines += [f"**{_text(table['title'])}**", ""] + _table(CONTRACT_HEADERS, table["rows"]) + [""]
         for r in results:
             if r.get("error"):
                 lines += [f"<details><summary>{r['check']}: exception</summary>", "", "```",

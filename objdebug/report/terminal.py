@@ -7,6 +7,7 @@ from typing import Any
 from tabulate import tabulate
 
 from objdebug.report import compile_cache_line, model_state_line, summary_counts
+from objdebug.report.contract_table import HEADERS as CONTRACT_HEADERS, contract_tables
 
 _COLOURS = {"PASS": "32", "INFO": "34", "WARN": "33", "FAIL": "31", "ERROR": "35", "SKIP": "36"}
 
@@ -62,6 +63,9 @@ def render(report: dict[str, Any], colour: bool = False, verbose: bool = False) 
                 lines.append(f"    fix: {f['fix']}")
             if f["verdict"] == "ERROR" and res.get("error") and verbose:
                 lines.append("    " + res["error"].replace("\n", "\n    "))
+    for table in contract_tables(report):  # OBJ210: shown when coverage did not pass, or -v
+        if verbose or table["failing"]:
+            lines += ["", table["title"], tabulate(table["rows"], headers=CONTRACT_HEADERS, tablefmt="simple")]
     lines.append("")
     lines.append(final_line(report, colour))
     return "\n".join(lines) + "\n"

@@ -228,17 +228,30 @@ class ComponentValues(Check):
         def scale(v):
             if v["single_term"]:
                 return Verdict.SKIP, "single-term objective: no scale to compare", None
-            live = [c for c in v["components"]
-                    if c["zero_batch_fraction"] < 1.0 and math.isfinite(c["mean"]) and c["mean"] != 0]
+            # the terms as they enter the total: the components themselves when the total is their
+            # plain sum; w_i * c_i when only the fitted weights reconstruct it (ce + 1e-3 * z_loss
+            # returned with the raw z_loss: 1.27 vs 228 raw, 1.27 vs 0.23 as trained)
+            r = v.get("reconstruction") or {}
+            ws = r.get("weights") or []
+            weighted = (len(ws) == len(v["components"]) and all(math.isfinite(w) for w in ws)
+                        and r.get("residual", math.inf) <= res_warn
+                        and not r.get("unit_residual", math.inf) <= res_warn)
+            terms = [{**c, "term": (w if weighted else 1.0) * c["mean"]}
+                     for c, w in zip(v["components"], ws if weighted else [1.0] * len(v["components"]))]
+            live = [c for c in terms
+                    if c["zero_batch_fraction"] < 1.0 and math.isfinite(c["term"]) and c["term"] != 0]
             if len(live) < 2:
                 return Verdict.PASS, (f"{len(live)} live component(s): no scale to compare "
                                       f"(dead terms are judged by OBJ301)"), None
-            big = max(live, key=lambda c: abs(c["mean"]))
-            small = min(live, key=lambda c: abs(c["mean"]))
-            x = abs(big["mean"]) / abs(small["mean"])
+            big = max(live, key=lambda c: abs(c["term"]))
+            small = min(live, key=lambda c: abs(c["term"]))
+            x = abs(big["term"]) / abs(small["term"])
             verdict = band(x, pass_if=lambda a: a <= scale_warn, fail_if=lambda a: a > scale_fail)
-            return verdict, (f"largest/smallest |mean component| = {x:.4g} ('{big['name']}' "
-                             f"{big['mean']:.4g} vs '{small['name']}' {small['mean']:.4g}); "
+            what = "|weight x mean component| (weights fitted, OBJ302)" if weighted else "|mean component|"
+            shown = (lambda c: f"{c['term']:.4g} = {c['term'] / c['mean']:.4g} x {c['mean']:.4g}") if weighted \
+                else (lambda c: f"{c['mean']:.4g}")
+            return verdict, (f"largest/smallest {what} = {x:.4g} ('{big['name']}' "
+                             f"{shown(big)} vs '{small['name']}' {shown(small)}); "
                              f"warn > {scale_warn:g}, fail > {scale_fail:g}"), x
 
         return [Condition("OBJ300", "components_reported", inventory),

@@ -6,6 +6,8 @@ gradients are reduced inside the compiled graph (see objdebug/engine/gradients.p
 - OBJ201 mean per-parameter gradient norm out of range, OBJ202 max/mean norm imbalance,
   OBJ203 NaN/Inf gradients, OBJ204 disconnected (all-zero) parameters;
 - OBJ205 padding / prompt positions (label == label_pad_id) receive gradient;
+- OBJ209 supervised positions get no gradient (dropped supervision), OBJ210 the label contract
+  (data side, with one row's table): supervision.py beside this module;
 - OBJ206 autodiff disagrees with central finite differences of the real objective;
 - OBJ207 logit-gradient scale differs from a standard mean cross-entropy (reference);
 - OBJ208 logit-gradient direction is not a likelihood's (see objdebug/stages/grad/likelihood.py).
@@ -25,6 +27,7 @@ from objdebug.pipeline.context import Context
 from objdebug.pipeline.run_data import (fd_directions, grad_batch, grad_probe, logit_gradients,
                                         param_gradients)
 from objdebug.stages.grad.likelihood import analyse as likelihood_shape
+from objdebug.stages.grad.supervision import SupervisionCoverage
 
 _LISTED = 8
 _F32_EPS = 2.0 ** -23
@@ -448,7 +451,8 @@ class LikelihoodShape(Check):
                              max_smoothing=float(th["likelihood_max_smoothing"]),
                              max_entropy=float(th["likelihood_max_entropy"]),
                              cosine_min=float(th["likelihood_cosine_pass"]),
-                             reweighted_max=float(th["likelihood_reweighted_pass"]))
+                             reweighted_max=float(th["likelihood_reweighted_pass"]),
+                             max_zloss=float(th["likelihood_max_zloss"]))
         return {**v, "loss": float(lg["outputs"][0]), "rows": int(batch.labels.shape[0])}
 
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
@@ -472,8 +476,9 @@ class LikelihoodShape(Check):
                        f"tokens) {v['cosine_ce']:.4f} overall, per token median {pt['median']:.4f} / "
                        f"10th percentile {pt['p10']:.4f}; best likelihood fit (CE + label smoothing <= "
                        f"{th['likelihood_max_smoothing']:g} + entropy |λ| <= "
-                       f"{th['likelihood_max_entropy']:g}: ε {v['smoothing']:.3g}, λ "
-                       f"{v['entropy_weight']:.3g}) cosine {x:.4f}; {rw:.0%} of tokens weighted "
+                       f"{th['likelihood_max_entropy']:g} + z-loss w <= {th['likelihood_max_zloss']:g}: ε "
+                       f"{v['smoothing']:.3g}, λ {v['entropy_weight']:.3g}, w {v['z_loss_weight']:.3g}) "
+                       f"cosine {x:.4f}; {rw:.0%} of tokens weighted "
                        f"outside [1/{v['band']:g}, {v['band']:g}]x that fit (label probability median "
                        f"{v['label_probability']['median']:.3g})")
             rule = (f"pass: fit cosine >= {c_pass:g} and re-weighted <= {w_pass:.0%}; fail: cosine < "
@@ -489,5 +494,5 @@ class LikelihoodShape(Check):
 
 
 def checks() -> list[Check]:
-    return [GradientHealth(), PaddingLeakage(), LogitGradientScale(), FiniteDifferences(),
-            LikelihoodShape()]
+    return [GradientHealth(), PaddingLeakage(), SupervisionCoverage(), LogitGradientScale(),
+            FiniteDifferences(), LikelihoodShape()]

@@ -6,10 +6,12 @@ Numpy float64 references, reported as such; the objective's own gradient comes f
     r_t = p_t - onehot(y_t)            a mean cross-entropy's gradient direction (times 1/n)
     s_t = onehot(y_t) - 1/V            what label smoothing adds (CE toward (1-ε) onehot + ε/V)
     e_t = p_t * (log p_t + H(p_t))     what an entropy bonus adds (-dH/dlogits)
+    z_t = lse_t * p_t                  what a z-loss adds (d(lse_t^2)/dlogits / 2; lse_t = log Z_t of
+                                       the raw logits, PaLM / OLMo)
 
-A healthy likelihood objective's gradient is g ~ α r + β s + γ e with ONE set of coefficients
-for all tokens: a masked mean CE (β = γ = 0), label smoothing ε = β/α, "ce - λ·entropy"
-(λ = γ/α). The fit is global least squares over the scored positions (flattened), so:
+A healthy likelihood objective's gradient is g ~ α r + β s + γ e + ζ z with ONE set of
+coefficients for all tokens: a masked mean CE (β = γ = ζ = 0), label smoothing ε = β/α,
+"ce - λ·entropy" (λ = γ/α), "ce + w·mean(lse²)" (w = ζ/2α). The fit is global least squares over the scored positions (flattened), so:
 
 - `cosine_ce`: cos(g, r) flattened, the plain comparison (label smoothing and entropy terms
   lower it on a confident model, where they are most of the gradient by design);
@@ -22,7 +24,7 @@ for all tokens: a masked mean CE (β = γ = 0), label smoothing ε = β/α, "ce 
   per token agrees, the mix does not.
 
 The fit keeps to plausible regularisers (0 <= smoothing <= max_smoothing, |entropy| <=
-max_entropy): near a uniform softmax r, s and e are almost collinear and a free fit would
+max_entropy, 0 <= z-loss weight <= max_zloss): near a uniform softmax r, s and e are almost collinear and a free fit would
 "explain" other shapes with absurd coefficients.
 """
 
@@ -44,7 +46,7 @@ def softmax64(logits: np.ndarray) -> np.ndarray:
     return p / p.sum(axis=-1, keepdims=True)
 
 
-_PAIRS = ("gg", "rr", "ss", "ee", "gr", "gs", "ge", "rs", "re", "se")
+_PAIRS = ("gg", "rr", "ss", "ee", "gr", "gs", "ge", "rs", "re", "se", "zz", "gz", "rz", "sz", "ez")
 _CHUNK_ELEMENTS = 1 << 22  # float64 working set per chunk: a few x 32 MiB, whatever the vocabulary
 
 
@@ -61,8 +63,11 @@ def token_dots(g: np.ndarray, logits: np.ndarray, y: np.ndarray) -> dict[str, np
     for lo in range(0, n, step):
         sl = slice(lo, min(n, lo + step))
         gc = g[sl].astype(np.float64)
-        p = softmax64(logits[sl])
+        x = logits[sl].astype(np.float64)
+        p = softmax64(x)
         logp = np.log(np.maximum(p, 1e-300))
+        top = x.max(-1)
+        lse = top + np.log(np.exp(x - top[:, None]).sum(-1))  # log Z of the raw logits (z = lse p)
         e = p * (logp + (-(p * logp).sum(-1, keepdims=True)))
         rows = np.arange(gc.shape[0])
         yc = y[sl]
@@ -79,6 +84,12 @@ def token_dots(g: np.ndarray, logits: np.ndarray, y: np.ndarray) -> dict[str, np
         out["rs"][sl] = p_y - 1
         out["re"][sl] = (p * e).sum(-1) - e_y
         out["se"][sl] = e_y
+        pe = (p * e).sum(-1)
+        out["zz"][sl] = lse * lse * pp
+        out["gz"][sl] = lse * (gc * p).sum(-1)
+        out["rz"][sl] = lse * (pp - p_y)
+        out["sz"][sl] = lse * (p_y - 1 / vocab)
+        out["ez"][sl] = lse * pe
     return out
 
 
@@ -88,7 +99,8 @@ def _ratio(x: float, y: float) -> float:
 
 def analyse(grad: np.ndarray, logits: np.ndarray, labels: np.ndarray, label_pad_id: int,
             band: float = 2.0, max_smoothing: float = 0.3, max_entropy: float = 0.2,
-            cosine_min: float = 0.99, reweighted_max: float = 0.1) -> dict[str, Any]:
+            cosine_min: float = 0.99, reweighted_max: float = 0.1, max_zloss: float = 0.0
+            ) -> dict[str, Any]:
     """Compare the objective's logit gradient [B, T, V] with the likelihood family (see module)."""
     scored = labels != label_pad_id
     vocab = int(logits.shape[-1])
@@ -120,18 +132,20 @@ def analyse(grad: np.ndarray, logits: np.ndarray, labels: np.ndarray, label_pad_
                           "median": float(np.median(per_token)) if live.any() else float("nan"),
                           "p10": float(np.quantile(per_token, 0.1)) if live.any() else float("nan")})
 
-    # the likelihood family: global least squares g ~ a r + b s + c e, the best admissible fit
-    a, b, c, cos_fit = _family_fit(tot, max_smoothing, max_entropy)
-    out.update(coefficients={"ce": a, "smoothing": b, "entropy": c},
+    # the likelihood family: global least squares g ~ a r + b s + c e + z·zeta, the best admissible fit
+    a, b, c, zeta, cos_fit = _family_fit(tot, max_smoothing, max_entropy, max_zloss)
+    out.update(coefficients={"ce": a, "smoothing": b, "entropy": c, "z_loss": zeta},
                smoothing=b / a if a != 0 else float("nan"),
                entropy_weight=c / a if a != 0 else float("nan"),
+               z_loss_weight=zeta / (2 * a) if a != 0 else float("nan"),
                cosine_family=cos_fit)
 
     # per-token weight of the likelihood part: what is left of g_t after the fitted smoothing and
     # entropy parts, along r_t, relative to the global a (1 for every token of the family).
     # Tokens where |r_t| is below float32 resolution of p - onehot are left out (noise).
     use = d["rr"] > _MIN_R ** 2
-    w = ((d["gr"] - b * d["rs"] - c * d["re"])[use] / (a * d["rr"][use])) if a != 0 else np.array([])
+    w = ((d["gr"] - b * d["rs"] - c * d["re"] - zeta * d["rz"])[use] / (a * d["rr"][use])) if a != 0 \
+        else np.array([])
     if w.size:
         off = (w < 1 / band) | (w > band)
         out.update(weighted_tokens=int(w.size), reweighted_share=float(off.mean()),
@@ -155,32 +169,39 @@ def analyse(grad: np.ndarray, logits: np.ndarray, labels: np.ndarray, label_pad_
     return out
 
 
-def _family_fit(tot: dict[str, float], max_smoothing: float, max_entropy: float):
-    """(a, b, c, cosine): the best cosine among CE alone, + smoothing, + entropy, + both, from the
-    summed dot products (normal equations), keeping only fits with a > 0,
-    0 <= b/a <= max_smoothing and |c/a| <= max_entropy.
+def _family_fit(tot: dict[str, float], max_smoothing: float, max_entropy: float,
+                max_zloss: float = 0.0):
+    """(a, b, c, zeta, cosine): the best cosine among CE alone and CE with any of smoothing,
+    entropy and (when max_zloss > 0) z-loss, from the summed dot products (normal equations),
+    keeping only fits with a > 0, 0 <= b/a <= max_smoothing, |c/a| <= max_entropy and
+    0 <= zeta/2a <= max_zloss (the z-loss weight w in ce + w·mean(lse²)).
 
     Near a uniform softmax r, s and e are almost collinear and a free 3-term fit can explain
     other shapes with absurd coefficients (smoothing 0.98); the bounds keep the family to the
     regularisers people use.
     """
-    gram = np.array([[tot["rr"], tot["rs"], tot["re"]],
-                     [tot["rs"], tot["ss"], tot["se"]],
-                     [tot["re"], tot["se"], tot["ee"]]])
-    rhs = np.array([tot["gr"], tot["gs"], tot["ge"]])
+    gram = np.array([[tot["rr"], tot["rs"], tot["re"], tot["rz"]],
+                     [tot["rs"], tot["ss"], tot["se"], tot["sz"]],
+                     [tot["re"], tot["se"], tot["ee"], tot["ez"]],
+                     [tot["rz"], tot["sz"], tot["ez"], tot["zz"]]])
+    rhs = np.array([tot["gr"], tot["gs"], tot["ge"], tot["gz"]])
+    subsets = [[0], [0, 1], [0, 2], [0, 1, 2]]
+    if max_zloss > 0:
+        subsets += [cols + [3] for cols in subsets]
     best = None
-    for cols in ([0], [0, 1], [0, 2], [0, 1, 2]):
+    for cols in subsets:
         sub = np.ix_(cols, cols)
         coef_sub, *_ = np.linalg.lstsq(gram[sub], rhs[cols], rcond=None)
-        coef = np.zeros(3)
+        coef = np.zeros(4)
         coef[cols] = coef_sub
-        a, b, c = (float(x) for x in coef)
-        if len(cols) > 1 and (not a > 0 or not 0 <= b / a <= max_smoothing or abs(c / a) > max_entropy):
+        a, b, c, zeta = (float(x) for x in coef)
+        if len(cols) > 1 and (not a > 0 or not 0 <= b / a <= max_smoothing or abs(c / a) > max_entropy
+                              or not 0 <= zeta / (2 * a) <= max_zloss):
             continue
         fit_sq = float(coef @ gram @ coef)
         score = _ratio(float(coef @ rhs), np.sqrt(tot["gg"] * fit_sq)) if fit_sq > 0 else float("nan")
-        if best is None or score > best[3] + 1e-12:
-            best = (a, b, c, score)
+        if best is None or score > best[4] + 1e-12:
+            best = (a, b, c, zeta, score)
     return best
 
 
@@ -203,6 +224,8 @@ def name_shape(v: dict[str, Any], cosine_min: float = 0.99, reweighted_max: floa
             parts.append(f"label smoothing ε ≈ {v['smoothing']:.3g}")
         if abs(v["entropy_weight"]) >= 1e-3:
             parts.append(f"entropy bonus λ ≈ {v['entropy_weight']:.3g} in ce - λ·entropy")
+        if v.get("z_loss_weight", 0.0) >= 1e-5:
+            parts.append(f"z-loss w ≈ {v['z_loss_weight']:.3g} in ce + w·mean(lse²)")
         return "likelihood (cross-entropy" + (", " + ", ".join(parts) if parts else "") + ")"
     if v["per_token"]["median"] >= 0.9:  # each token points the likelihood's way; the mix differs
         weights = [b["weight"] for b in v.get("ce_weight_by_label_probability", {}).values()]

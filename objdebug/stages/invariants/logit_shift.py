@@ -19,8 +19,9 @@ a max-subtracted objective is not exact at 1e4: a log-probability formed as x - 
 The position weights are measured, not assumed: at all-equal logits a softmax objective's gradient
 at the label is -w (1 - 1/V), so one more call at logits = 0 (same graph and shape) gives each
 position's w. The safety factor is `rounding_safety`. A missing max subtraction (exp overflows to
-inf, loss NaN) or a term on the absolute logit level (a z-loss: set `logit_shift = "info"`) does
-not pass.
+inf, loss NaN) does not pass, nor does an undeclared term on the absolute logit level. A declared
+component that explains the change (a z-loss returned as (total, ce, z_loss) with
+`objective.components`) is a note naming it: see shift_attribution.py.
 
 Graphs: `invariants.logit_grad[configured]` on the grad stage's batch shape (shared).
 """
@@ -36,6 +37,7 @@ from objdebug.core.findings import Check, Condition, Verdict
 from objdebug.core.settings import Settings
 from objdebug.stages.invariants._common import (F32_EPS, base, batch, fmt, logits, probe, scored,
     skip_end_to_end)
+from objdebug.stages.invariants.shift_attribution import attribute, component_names
 
 
 def position_weights(ctx: Context) -> np.ndarray:
@@ -85,9 +87,16 @@ class LogitShift(Check):
                          "grad_diff": g_diff, "grad_tolerance": grad_tol,
                          "grad_rel": g_diff / gmax if gmax > 0 else g_diff,
                          "max_rounding": float(np.abs(delta).max()), "spacing": spacing,
-                         "ok": bool(loss_diff <= loss_tol and g_diff <= grad_tol)})
+                         "ok": bool(loss_diff <= loss_tol and g_diff <= grad_tol),
+                         # signed changes of the total and of each declared component (shift_attribution)
+                         "total_change": float(p.outputs[0] - ref.outputs[0]),
+                         "component_changes": [float(a - b) for a, b in zip(p.outputs[1:], ref.outputs[1:])],
+                         "finite": bool(np.isfinite(p.outputs).all() and np.isfinite(p.grad).all())})
+        names = component_names(ctx.config, len(ref.outputs))
+        primary = ctx.config.objective.primary
         return {"loss": ref.loss, "max_grad": gmax, "weight_sum": big_w, "max_weight": max_w,
-                "rows": rows}
+                "rows": rows, "components": names, "primary": primary or (names[0] if names else None),
+                "attribution": attribute(rows, names, primary, float(th["component_rtol"]))}
 
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
         verdict = Verdict.from_setting(th["logit_shift"], "[invariants] logit_shift")
@@ -100,6 +109,16 @@ class LogitShift(Check):
             what = (f"objective at logits + c vs logits (loss {fmt(v['loss'])}, position weights sum "
                     f"{v['weight_sum']:.3g}, max {v['max_weight']:.3g}): {shown}")
             bad = [r for r in v["rows"] if not r["ok"]]
+            att = v.get("attribution") or {}
+            if bad and att.get("explained"):
+                parts = ", ".join(f"'{n}' (x {w:.3g})" for n, w in zip(att["components"], att["weights"]))
+                worst = bad[-1]
+                return Verdict.INFO, (what + f"; from +{bad[0]['shift']:g} the total moves (|Δ| "
+                                      f"{fmt(worst['loss_diff'])} at +{worst['shift']:g}) and the declared "
+                                      f"component {parts} explains it (fit residual {att['residual']:.2g}): "
+                                      f"a term on the logit level by design (a z-loss); the task component "
+                                      f"'{v['primary']}' is invariant within the rounding of x + c"), \
+                    float(bad[0]["shift"])
             if bad:
                 overflow = [r for r in bad if not (np.isfinite(r["loss"]) and np.isfinite(r["grad_rel"]))]
                 if overflow:
@@ -107,7 +126,8 @@ class LogitShift(Check):
                            "softmax overflows (no max subtraction)")
                 else:
                     why = (f"from +{bad[0]['shift']:g} beyond the float32 rounding of the shifted "
-                           "logits: the objective depends on the absolute logit level")
+                           "logits: the objective depends on the absolute logit level"
+                           + (f" ({att['why']})" if att.get("why") and v.get("components") else ""))
                 return verdict, what + "; " + why, float((overflow or bad)[0]["shift"])
             return Verdict.PASS, what + "; invariant within the rounding of x + c", \
                 float(max(r["grad_rel"] for r in v["rows"]))
