@@ -55,18 +55,33 @@ def _vocab_skip(ctx: Context) -> str | None:
 
 
 def random_batch(ctx: Context) -> tuple[np.ndarray, np.ndarray]:
-    """[batch_size, short_length] uniformly random in-vocabulary ids, every next token scored."""
+    """[batch_size, T] uniformly random in-vocabulary ids, every next token scored, at the length
+    of the model.forward graph the contract probe compiled (the planned bucket the stages use),
+    so scoring them compiles nothing new; short_length where the probe ran no model."""
     def build():
         th = ctx.profile.section("stress")
-        length, vocab = short_length(th), ctx.engine.vocab_size()
+        vocab = ctx.engine.vocab_size()
+        length = int(ctx.target.info.get("contract", {}).get("length") or short_length(th))
         if not vocab:
             raise ValueError("the vocabulary size is unknown: set data.vocab_size for the "
                              "end-to-end form")
-        rng = np.random.default_rng(int(th["seed"]))
-        rows = [Sample(id=f"random-{i}", prompt=[], response=[int(t) for t in rng.integers(0, vocab, length)])
-                for i in range(ctx.engine.batch_size)]
-        return packed(ctx, rows, length)
+        return _random_rows(ctx, ctx.engine.batch_size, length, int(th["seed"]))
     return ctx.provide(random_batch, build)
+
+
+def random_row(ctx: Context) -> tuple[np.ndarray, np.ndarray]:
+    """One [1, short_length] row of random ids (another draw): the gradient of random tokens, on
+    the batch-1 graph the all-padding batch and the long-input reference share."""
+    th = ctx.profile.section("stress")
+    return ctx.provide(random_row, lambda: _random_rows(ctx, 1, short_length(th), int(th["seed"]) + 1))
+
+
+def _random_rows(ctx: Context, n: int, length: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    vocab = ctx.engine.vocab_size()
+    rows = [Sample(id=f"random-{i}", prompt=[], response=[int(t) for t in rng.integers(0, vocab, length)])
+            for i in range(n)]
+    return packed(ctx, rows, length)
 
 
 def label_batch(ctx: Context) -> tuple[np.ndarray, np.ndarray, Any]:
@@ -99,7 +114,7 @@ class RandomIds(Check):
     def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         ids, labels = random_batch(ctx)
         losses = ctx.engine.per_sample_raw(ids, labels)[:, 0]
-        grad = loss_and_grad(ctx, ids[:1], labels[:1])
+        grad = loss_and_grad(ctx, *random_row(ctx))
         vocab = ctx.engine.vocab_size()
         return {"vocab": vocab, "log_vocab": math.log(vocab), "shape": list(ids.shape),
                 "losses": losses, "mean_loss": float(np.mean(losses)),
@@ -114,7 +129,7 @@ class RandomIds(Check):
             x, lv = v["mean_loss"], v["log_vocab"]
             ratio = x / lv
             msg = (f"{v['shape'][0]}x{v['shape'][1]} random ids: mean loss {x:.4g} (min {v['min_loss']:.4g})"
-                   f" = {ratio:.3g} x log(V={v['vocab']}) = {lv:.4g}; gradients of row 0: norm "
+                   f" = {ratio:.3g} x log(V={v['vocab']}) = {lv:.4g}; gradients of a random row: norm "
                    f"{v['grad_norm']:.3g}, {v['nonfinite_params']}/{v['n_params']} non-finite")
             if not np.all(np.isfinite(v["losses"])) or v["nonfinite_params"]:
                 return Verdict.FAIL, msg + "; NaN/Inf on random tokens", ratio
