@@ -27,6 +27,7 @@ from objdebug.stages.correlate import ScoreCorrelation, measure_vectors
 
 SCATTER_NAME = "correlate_scatter.png"  # the figure a run with --out writes (report/figures.py)
 from objdebug.engine.target import load_target
+from objdebug.pipeline.runner import run_check  # the runner reviews verdicts (untrained-model notes)
 
 from .conftest import FIXTURES, ROOT, TARGETS, settings
 
@@ -52,7 +53,7 @@ def correlate(bigram, scores, out_dir=None):
     path = str(DATA / f"{scores}.jsonl") if scores else None
     ctx = Context(config=replace(cfg, data=replace(cfg.data, scores=path)), target=target,
                   engine=engine, profile=profile, out_dir=out_dir)
-    result = ScoreCorrelation().run(ctx, profile.section("correlate"))
+    result = run_check(ScoreCorrelation(), ctx, profile.section("correlate"))
     assert result.error is None, result.error
     return result, ctx
 
@@ -319,4 +320,4 @@ def test_bad_profile_setting_is_input_error(bigram, tmp_path):
     ctx = Context(config=cfg, target=target, engine=engine, profile=load_profile(str(prof)))
     with pytest.raises(InputError, match=r"For '\[correlate\] ci_method', the value must be in "
                                          r"\['bca', 'percentile'\], but got 'basic'"):
-        ScoreCorrelation().run(ctx, ctx.profile.section("correlate"))
+        run_check(ScoreCorrelation(), ctx, ctx.profile.section("correlate"))

@@ -15,6 +15,7 @@ from objdebug.core.errors import InputError
 from objdebug.core.findings import Verdict
 from objdebug.pipeline.profile import load_profile
 from objdebug.stages import decompose
+from objdebug.pipeline.runner import run_check  # the runner reviews verdicts (untrained-model notes)
 
 TARGETS = Path(__file__).resolve().parent.parent / "fixtures" / "targets"
 CODES = ("OBJ300", "OBJ301", "OBJ302", "OBJ303", "OBJ304", "OBJ305")
@@ -30,7 +31,7 @@ def run_stage(name):
     profile = load_profile("default")
     ctx = Context(config=cfg, target=target, engine=Engine(target, batch_size=8), profile=profile)
     ctx.engine.stage = "decompose"
-    results = [c.run(ctx, profile.section("decompose")) for c in decompose.checks()]
+    results = [run_check(c, ctx, profile.section("decompose")) for c in decompose.checks()]
     verdicts = {f.code: f.verdict for r in results for f in r.findings}
     return ctx, results, verdicts
 
@@ -198,7 +199,7 @@ def test_components_count_mismatch_is_an_input_error(runs):
     ctx.forget(decompose.component_values)
     try:
         with pytest.raises(InputError, match="objective.components"):
-            decompose.ComponentValues().run(ctx, ctx.profile.section("decompose"))
+            run_check(decompose.ComponentValues(), ctx, ctx.profile.section("decompose"))
     finally:
         ctx.config.objective.components = saved
         ctx.forget(decompose.component_values)

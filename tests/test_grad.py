@@ -31,6 +31,7 @@ from objdebug.rules import get_rule  # noqa: E402
 from objdebug.stages import grad as G  # noqa: E402
 from objdebug.stages import stage_checks  # noqa: E402
 from objdebug.engine.target import load_target  # noqa: E402
+from objdebug.pipeline.runner import run_check  # noqa: E402  (the runner reviews verdicts)
 
 TARGETS = ROOT / "fixtures" / "targets"
 PROFILE = load_profile("default")
@@ -62,8 +63,8 @@ def ctx_of():
     return get
 
 
-def run_check(ctx: Context, cls) -> dict:
-    res = cls().run(ctx, TH)
+def findings_of(ctx: Context, cls) -> dict:
+    res = run_check(cls(), ctx, TH)
     assert res.error is None, res.error
     return {"value": res.value, **{f.code: f for f in res.findings}}
 
@@ -71,7 +72,7 @@ def run_check(ctx: Context, cls) -> dict:
 def run_all(ctx: Context) -> dict:
     out = {}
     for check in stage_checks("grad"):
-        res = check.run(ctx, TH)
+        res = run_check(check, ctx, TH)
         assert res.error is None, res.error
         out[check.name] = res.value
         out.update({f.code: f for f in res.findings})
@@ -206,7 +207,7 @@ def test_mindspore_cross_entropy_with_matching_ignore_index_passes(ctx_of):
 # --------------------------------------------------------------------------- broken
 def test_ignore_index_mismatch_leaks_into_padding(ctx_of):
     ctx = ctx_of("grad_ignore_mismatch")
-    out = run_check(ctx, G.PaddingLeakage)
+    out = findings_of(ctx, G.PaddingLeakage)
     v, f = out["value"], out["OBJ205"]
     batch = G.grad_batch(ctx)
     masked = batch.labels == 0
@@ -218,7 +219,7 @@ def test_ignore_index_mismatch_leaks_into_padding(ctx_of):
     everything = np.ones_like(masked)
     sq = ce_grad_sq(logits, batch.labels, everything)
     assert v["leak_share"] == pytest.approx(sq[masked].sum() / sq.sum(), rel=1e-4)
-    scale = run_check(ctx, G.LogitGradientScale)
+    scale = findings_of(ctx, G.LogitGradientScale)
     n = int((~masked).sum())
     assert scale["value"]["ratio"] == pytest.approx(n / masked.size, rel=1e-4)
     assert "masked ones included" in scale["value"]["cause"]
@@ -226,7 +227,7 @@ def test_ignore_index_mismatch_leaks_into_padding(ctx_of):
 
 def test_temperature_scales_logit_gradient_about_tenfold(ctx_of):
     ctx = ctx_of("grad_temperature")
-    out = run_check(ctx, G.LogitGradientScale)
+    out = findings_of(ctx, G.LogitGradientScale)
     batch = G.grad_batch(ctx)
     logits = ctx.engine.logits(batch.input_ids)
     scored = batch.labels != -100
@@ -240,7 +241,7 @@ def test_temperature_scales_logit_gradient_about_tenfold(ctx_of):
 
 def test_sum_reduction_scales_by_number_of_scored_tokens(ctx_of):
     ctx = ctx_of("grad_sum")
-    out = run_check(ctx, G.LogitGradientScale)
+    out = findings_of(ctx, G.LogitGradientScale)
     n = int((G.grad_batch(ctx).labels != -100).sum())
     assert out["value"]["ratio"] == pytest.approx(n, rel=1e-4)
     assert out["OBJ207"].verdict == Verdict.FAIL
@@ -249,22 +250,22 @@ def test_sum_reduction_scales_by_number_of_scored_tokens(ctx_of):
 
 def test_nan_loss_fails_and_blocks_other_judgements(ctx_of):
     ctx = ctx_of("grad_nan")
-    out = run_check(ctx, G.GradientHealth)
+    out = findings_of(ctx, G.GradientHealth)
     assert out["OBJ203"].verdict == Verdict.FAIL
     assert not np.isfinite(out["value"]["loss"]) and out["value"]["nonfinite_total"] > 0
     assert out["OBJ201"].verdict == out["OBJ202"].verdict == Verdict.SKIP
-    assert run_check(ctx, G.FiniteDifferences)["OBJ206"].verdict == Verdict.SKIP
+    assert findings_of(ctx, G.FiniteDifferences)["OBJ206"].verdict == Verdict.SKIP
 
 
 def test_argmax_and_unused_parameters_are_disconnected(ctx_of):
-    out = run_check(ctx_of("grad_argmax"), G.GradientHealth)
+    out = findings_of(ctx_of("grad_argmax"), G.GradientHealth)
     assert out["OBJ204"].verdict == Verdict.FAIL
     assert out["value"]["disconnected"] == ["route", "unused"]
     assert "route, unused" in out["OBJ204"].message
 
 
 def test_lying_bprop_disagrees_with_finite_differences(ctx_of):
-    out = run_check(ctx_of("grad_lying_bprop"), G.FiniteDifferences)
+    out = findings_of(ctx_of("grad_lying_bprop"), G.FiniteDifferences)
     assert out["OBJ206"].verdict == Verdict.FAIL
     for r in out["value"]["directions"]:  # the bprop halves the gradient: autodiff = FD / 2
         assert r["autodiff"] == pytest.approx(0.5 * r["finite_difference"], rel=2e-2)
@@ -287,7 +288,7 @@ def test_end_to_end_healthy(ctx_of):
 
 def test_end_to_end_padding_changes_loss(ctx_of):
     ctx = ctx_of("grad_e2e_leak")
-    out = run_check(ctx, G.PaddingLeakage)
+    out = findings_of(ctx, G.PaddingLeakage)
     v = out["value"]
     assert out["OBJ205"].verdict == Verdict.FAIL
     assert v["form"] == "end-to-end" and v["changed"] == v["rows"] == 8
@@ -301,7 +302,7 @@ def test_bad_batch_size_is_an_input_error(ctx_of):
     ctx = Context(config=base.config, target=base.target, engine=base.engine, profile=PROFILE,
                   options={"batch_size": 0})
     with pytest.raises(InputError, match="--batch-size"):
-        G.GradientHealth().run(ctx, TH)
+        run_check(G.GradientHealth(), ctx, TH)
 
 
 def test_samples_option_fills_the_batch_with_copies_and_reuses_the_graph(ctx_of):
@@ -310,7 +311,7 @@ def test_samples_option_fills_the_batch_with_copies_and_reuses_the_graph(ctx_of)
     before = base.engine.compiles.count
     ctx = Context(config=base.config, target=base.target, engine=base.engine, profile=PROFILE,
                   options={"batch_size": 8, "samples": 3})
-    out = run_check(ctx, G.GradientHealth)
+    out = findings_of(ctx, G.GradientHealth)
     assert out["value"]["batch"]["data_rows"] == 3 and out["value"]["batch"]["filled_rows"] == 5
     assert out["OBJ203"].verdict == Verdict.PASS
     assert base.engine.compiles.count == before  # same shape, same compiled probe
@@ -322,7 +323,7 @@ def test_target_without_trainable_parameters_skips_parameter_checks(ctx_of, monk
     ctx = Context(config=base.config, target=base.target, engine=base.engine, profile=PROFILE)
     out = {}
     for check in stage_checks("grad"):
-        res = check.run(ctx, TH)
+        res = run_check(check, ctx, TH)
         assert res.error is None, res.error  # was: GradientProbe raised -> four ERRORs
         out.update({f.code: f for f in res.findings})
     for code in ("OBJ201", "OBJ206"):

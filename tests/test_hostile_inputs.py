@@ -9,6 +9,7 @@ import pytest
 
 from .conftest import cli_exit_2
 from typer.testing import CliRunner
+from objdebug.pipeline.runner import run_check  # the runner reviews verdicts (untrained-model notes)
 
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -157,7 +158,7 @@ def test_padding_label_out_of_range_for_the_objective_is_explained(tiny_target):
                                                                  "data.vocab_size": 256})
     target = load_target(cfg)
     ctx = Context(config=cfg, target=target, engine=Engine(target), profile=load_profile("default"))
-    (f,) = LabelPadMasking().run(ctx, ctx.profile.section("align")).findings
+    (f,) = run_check(LabelPadMasking(), ctx, ctx.profile.section("align")).findings
     assert f.verdict.value == "FAIL"
     assert "the objective rejects label_pad_id=-100" in f.message
     assert "set the objective's ignore_index to -100, or data.label_pad_id" in f.message

@@ -36,6 +36,7 @@ from .conftest import ROOT, TARGETS
 from .conftest import settings
 from objdebug.pipeline.run_data import grad_batch
 from objdebug.stages.invariants._common import logits, micro_probes
+from objdebug.pipeline.runner import run_check  # the runner reviews verdicts (untrained-model notes)
 
 PROFILE = TARGETS / "inv_common" / "profile.toml"
 CHECKS = ["side-effects", "label-alignment", "logit-shift", "upstream-gradient", "ignored-positions",
@@ -70,7 +71,7 @@ class Target:
         if name not in self.results:
             check = next(c for c in invariants.checks() if c.name == name)
             with runtime.scratch_dir():
-                self.results[name] = check.run(self.ctx, self.th)
+                self.results[name] = run_check(check, self.ctx, self.th)
         return self.results[name]
 
     def verdicts(self, names=CHECKS) -> dict[str, Verdict]:
@@ -429,6 +430,6 @@ def test_end_to_end_form_is_skipped_with_a_reason():
     engine = Engine(load_target(cfg), batch_size=4)
     ctx = Context(config=cfg, target=engine.target, engine=engine, profile=profile)
     for check in invariants.checks():
-        res = check.run(ctx, profile.section("invariants"))
+        res = run_check(check, ctx, profile.section("invariants"))
         assert [f.verdict for f in res.findings] == [Verdict.SKIP] and "end-to-end" in res.findings[0].message
     assert engine.compiles.count == 0

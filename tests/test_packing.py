@@ -20,6 +20,7 @@ import pytest
 
 from objdebug.core.config import load_config
 from objdebug.core.errors import InputError
+from objdebug.pipeline.runner import run_check  # the runner reviews verdicts (untrained-model notes)
 
 from .conftest import ROOT, TARGETS, cli_exit_2
 
@@ -151,7 +152,7 @@ def _run(cfg):
     th = profile.section("packing")
     findings = {}
     for check in stage_checks("packing"):
-        res = check.run(ctx, th)
+        res = run_check(check, ctx, th)
         assert res.error is None, res.error
         findings.update({f.code: f for f in res.findings})
     return ctx, th, findings

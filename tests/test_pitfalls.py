@@ -21,6 +21,7 @@ from objdebug.stages.grad.likelihood import analyse
 from objdebug.pipeline.profile import load_profile
 from objdebug.rules import get_rule
 from objdebug.stages import decompose, grad
+from objdebug.pipeline.runner import run_check  # the runner reviews verdicts (untrained-model notes)
 
 from .conftest import TARGETS
 
@@ -77,7 +78,7 @@ def finding(name: str, stage: str, code: str):
     ctx = context(name)
     module = {"decompose": decompose, "grad": grad}[stage]
     check = next(c for c in module.checks() if code in c.codes)
-    res = check.run(ctx, PROFILE.section(stage))
+    res = run_check(check, ctx, PROFILE.section(stage))
     assert res.error is None, res.error
     return res, next(f for f in res.findings if f.code == code)
 

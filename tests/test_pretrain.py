@@ -30,6 +30,7 @@ from objdebug.pipeline.profile import load_profile
 from objdebug.report import terminal
 from objdebug.stages import align, correlate, grad, stress
 from objdebug.engine.target import load_target
+from objdebug.pipeline.runner import run_check  # the runner reviews verdicts (untrained-model notes)
 
 from .conftest import ROOT, TARGETS
 
@@ -171,7 +172,7 @@ class Target:
     def run(self, check):
         self.ctx.engine.stage = check.stage
         with runtime.scratch_dir():
-            return check.run(self.ctx, self.profile.section(check.stage))
+            return run_check(check, self.ctx, self.profile.section(check.stage))
 
     def verdicts(self, check) -> dict[str, list[Verdict]]:
         out: dict[str, list[Verdict]] = {}

@@ -30,6 +30,7 @@ from .conftest import settings
 from objdebug.stages.stress._common import token_stream
 from objdebug.stages.stress.garbage_ids import label_batch, random_batch
 from objdebug.stages.stress.low_precision import logits_batch
+from objdebug.pipeline.runner import run_check  # the runner reviews verdicts (untrained-model notes)
 
 PROFILE = TARGETS / "stress_common" / "profile.toml"
 
@@ -51,7 +52,7 @@ class Target:
         if name not in self.results:
             check = next(c for c in stress.checks() if c.name == name)
             with runtime.scratch_dir():
-                self.results[name] = check.run(self.ctx, self.th)
+                self.results[name] = run_check(check, self.ctx, self.th)
         return self.results[name]
 
     def verdicts(self, name: str) -> dict[str, list[Verdict]]:

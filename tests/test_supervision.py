@@ -36,6 +36,7 @@ from objdebug.stages import stage_checks
 from objdebug.pipeline.run_data import grad_batch, logit_gradients
 from objdebug.stages.invariants.shift_attribution import attribute
 from objdebug.stages.grad.supervision import SupervisionCoverage, _periodic, describe
+from objdebug.pipeline.runner import run_check  # the runner reviews verdicts (untrained-model notes)
 
 from .conftest import ROOT, TARGETS
 
@@ -173,7 +174,7 @@ class Target:
     def run(self, stage: str, name: str) -> dict:
         check = next(c for c in stage_checks(stage) if c.name == name)
         with runtime.scratch_dir():
-            res = check.run(self.ctx, PROFILE.section(stage))
+            res = run_check(check, self.ctx, PROFILE.section(stage))
         assert res.error is None, res.error
         return {"value": res.value, **{f.code: f for f in res.findings}}
 
