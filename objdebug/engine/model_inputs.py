@@ -113,8 +113,10 @@ def wrap(model, cfg, output: Any = None):
     if model is None or is_wrapped(model) or (output is None and not configured(cfg)):
         return model
     from objdebug.engine.cells import ModelCall
+    from objdebug.engine.signature import check_names
 
     spec = cfg.model
+    check_names(model, model_inputs(cfg), "model.inputs")  # bound by name: each must be construct's
     chosen = output if output is not None else (spec.output if spec.output is not None else FIRST)
     return ModelCall(model, model_inputs(cfg), spec.mask_dtype, chosen)
 

@@ -43,6 +43,7 @@ from objdebug.findings import Check, Condition, Verdict
 from objdebug.settings import Settings
 from objdebug.stages.stress_cases._common import (POISONED, error_line, forward_loss, loss_and_grad,
                                                   objective_on_logits, packed, short_length)
+from objdebug.engine import position_limit
 
 _PROBE_POSITION = 5
 _NO_VOCAB = ("the vocabulary size is unknown (the end-to-end form does not expose logits): set "
@@ -58,7 +59,7 @@ def random_batch(ctx: Context) -> tuple[np.ndarray, np.ndarray]:
     """[batch_size, short_length] uniformly random in-vocabulary ids, every next token scored."""
     def build():
         th = ctx.profile.section("stress")
-        length, vocab = short_length(th), ctx.engine.vocab_size()
+        length, vocab = position_limit.cap(short_length(th), ctx), ctx.engine.vocab_size()
         if not vocab:
             raise ValueError("the vocabulary size is unknown: set data.vocab_size for the "
                              "end-to-end form")
