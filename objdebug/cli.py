@@ -91,6 +91,9 @@ def _quiet_mindspore(debug: bool) -> None:
     """MindSpore's own `[ERROR]` log lines (a missing libcuda for `--device GPU`, a compile
     failure's dump) reach the terminal only under --debug; objdebug reports the error itself in one
     line. Takes effect when MindSpore is first imported, which the commands do lazily."""
+    from objdebug.engine.third_party_logs import silence
+
+    silence(debug)  # the user's libraries' INFO lines too (MindFormers, an HF-style port's banner)
     if _USER_GLOG is None:
         from objdebug.engine.runtime import quiet_mindspore
 
