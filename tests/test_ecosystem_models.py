@@ -289,3 +289,54 @@ def test_done_when_model_itself_gives_the_same_align_numbers(split, e2e, tmp_pat
     assert rows[split].keys() == rows[e2e].keys() and len(rows[split]) == 24
     for key, losses in rows[split].items():
         assert rows[e2e][key] == pytest.approx(losses, rel=1e-6, abs=1e-7)
+
+
+# --------------------------------------------------------------------------- init (item 4)
+@pytest.mark.parametrize("factory, output, calls", [
+    ("fixtures.ecosystem.hf_style:build_hf_style", "logits", "a mapping with keys ['logits']"),
+    ("fixtures.ecosystem.mindformers_style:build_mindformers_style", 0, "a tuple of 3")])
+def test_init_reads_the_models_construct_and_output(factory, output, calls, tmp_path):
+    from objdebug.config import load_config
+    from objdebug.init import init_config
+
+    out = tmp_path / "objdebug.toml"
+    said = []
+    code = init_config(factory, "fixtures.llama.objectives:MaskedMeanCE",
+                       checkpoint=str(ROOT / "fixtures" / "ecosystem" / "ecosystem.ckpt"),
+                       data=[str(ROOT / "objdebug" / "demo" / "align.jsonl")], output=str(out),
+                       echo=said.append)
+    assert code == 0, said
+    text = out.read_text()
+    cfg = load_config(out)
+    assert cfg.model.inputs == ["input_ids", "attention_mask", "position_ids"]
+    assert cfg.model.output == output and calls in text
+    assert cfg.data.max_length is None and "max_length: 512" in "\n".join(said)
+    if "mindformers" in factory:  # construct takes labels: the end-to-end form is offered
+        assert "it can be the end-to-end target itself" in text and f'factory = "{factory}"' in text
+
+
+# --------------------------------------------------------------------------- compile cache (item 5)
+def test_the_cache_line_says_why_a_cache_is_not_kept():
+    from objdebug.report import compile_cache_line
+
+    report = {"extra": {"compile_cache": {"status": "cold", "hits": 0, "misses": 25,
+                                          "unsafe": "a graph was compiled outside the engine"}}}
+    assert compile_cache_line(report) == ("compile cache cold: 0 hits, 25 misses; not kept for the next "
+                                          "run: a graph was compiled outside the engine")
+    assert compile_cache_line(report, short=True) == "compile cache cold: 0 hits, 25 misses"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["eco_hf", "eco_mf_e2e"])
+def test_done_when_a_second_run_with_inputs_and_output_is_warm(name, tmp_path):
+    import time
+
+    env_args = ["run", "-c", str(ECO[name]), "--stages", "grad,decompose", "--compile-cache", "cache"]
+    seconds = []
+    for _ in range(2):
+        start = time.perf_counter()
+        res = _cli(env_args, tmp_path)
+        seconds.append(time.perf_counter() - start)
+        assert res.returncode == 0, res.stderr[-2000:]
+    assert "compile cache warm: 4 hits, 0 misses" in res.stdout
+    assert seconds[1] <= 0.6 * seconds[0]

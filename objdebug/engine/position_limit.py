@@ -15,13 +15,14 @@ from typing import Any
 
 
 def limit(ctx) -> int | None:
-    value = getattr(ctx.engine, "max_length", None)
+    value = getattr(getattr(ctx, "engine", None), "max_length", None)  # no engine: no limit known
     return int(value) if value else None
 
 
 def source(ctx) -> str:
     """Where the limit comes from, for messages: 'data.max_length' or 'config.seq_length' ..."""
-    info = ctx.target.info.get("contract", {}) if hasattr(ctx, "target") else {}
+    target = getattr(ctx, "target", None)
+    info = target.info.get("contract", {}) if target is not None else {}
     return info.get("max_length_source") or "the model's position limit"
 
 
