@@ -50,6 +50,7 @@ def test_first_line_skips_empty_lines_and_rulers():
 
     assert first_line(RuntimeError(MS_TEXT)) == "Kernel select failed:"
     assert first_line(RuntimeError("\n\n  ---- \n")) == "RuntimeError"
+    assert first_line(ValueError("-1 is not a valid id")) == "-1 is not a valid id"
     assert summary(ValueError("\nbad shape [2, 618]")) == "ValueError: bad shape [2, 618]"
 
 

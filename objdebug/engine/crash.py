@@ -22,7 +22,9 @@ def first_line(exc: BaseException | str) -> str:
     """The first line with a letter in it, without rulers; the exception's type when none."""
     text = str(exc)
     for line in text.splitlines():
-        line = line.strip(" -=\t")
+        line = line.strip()
+        if line.startswith("- "):  # MindSpore's "- C++ Call Stack:" headings (not "-1 is ...")
+            line = line[2:].strip()
         if any(c.isalpha() for c in line):
             return line
     return type(exc).__name__ if isinstance(exc, BaseException) else ""
