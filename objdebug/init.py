@@ -222,7 +222,7 @@ _HEADER = """\
 
 
 def render(found: Findings) -> str:
-    order = {"model": ["factory", "kwargs", "checkpoint", "inputs"],
+    order = {"model": ["factory", "kwargs", "checkpoint", "inputs", "output"],
              "objective": ["factory", "kwargs", "call"],
              "data": ["tokenizer", "bos_id", "eos_id", "pad_id", "label_pad_id", "shift", "vocab_size",
                       "max_length", "align", "scores", "preference", "text"],
@@ -299,6 +299,13 @@ def init_config(model: str, objective: str, checkpoint: str | None = None, data:
     runtime.setup(device, "graph", 0)
     with runtime.scratch_dir():
         target = load_target(cfg)  # InputError (exit 2): import, factory or checkpoint problems
+        from objdebug import init_model_io
+        from objdebug.engine import model_inputs
+
+        # the user's model, not objdebug's wrapper: its construct and what it returns
+        io = init_model_io.read(model_inputs.unwrap(target.model))
+        cfg.model.inputs, cfg.model.output = io["inputs"], io["output"]
+        target.model = model_inputs.wrap(model_inputs.unwrap(target.model), cfg)
         info, error = _probe_contract(cfg, target)
         ignore = getattr(target.objective, "ignore_index", objective_defaults.get("ignore_index"))
         kwargs = {"ignore_index": ignore} if isinstance(ignore, int) and not isinstance(ignore, bool) else {}
@@ -311,7 +318,7 @@ def init_config(model: str, objective: str, checkpoint: str | None = None, data:
             found.set("objective", "call", info["call"], "the contract probe ran this calling form")
             vocab = info.get("vocab")
             _longest_input(target, info["engine"], found, max_probe_length)
-        inputs = construct_inputs(target.model)
+        inputs = io["parameters"] or construct_inputs(model_inputs.unwrap(target.model))
 
     if tokenizer:
         found.set("data", "tokenizer", _rel(Path(tokenizer), out.parent) if tokenizer != "bytes" else "bytes")
@@ -346,15 +353,20 @@ def init_config(model: str, objective: str, checkpoint: str | None = None, data:
     if not kinds:
         found.undecided.append("data.align / scores / text: no --data file; add at least one")
     masks = [n for n in inputs[1:] if any(w in n for w in _MASK_WORDS)]
-    if masks:
-        if "inputs" in ModelSpec.__dataclass_fields__:
-            found.set("model", "inputs", inputs, "the model's construct arguments")
-        else:
-            found.undecided.append(f"model inputs: the model's construct takes {inputs}; objdebug passes "
-                                   f"input_ids only")
+    if io["inputs"]:  # what objdebug can build, bound by name
+        found.set("model", "inputs", io["inputs"], f"construct takes {len(inputs)} parameters; these "
+                                                   f"are the ones objdebug builds (bound by name)")
+    elif masks:
+        found.undecided.append(f"model inputs: the model's construct takes {inputs}; objdebug builds "
+                               f"only {list(model_inputs.INPUTS)}")
     elif len(inputs) > 1:
         found.comments.setdefault("model", []).append(
             f"construct takes {inputs}: no mask argument; objdebug passes input_ids only")
+    if io["output"] is not None:
+        found.set("model", "output", io["output"], f"the logits of what construct returns: {io['described']}")
+    if io["labels"]:
+        found.comments.setdefault("model", []).extend(init_model_io.end_to_end_offer(
+            model, found.get("model", "checkpoint")))
     found.set("run", "device", device)
     found.set("run", "mode", "graph")
     found.set("run", "seed", 0)

@@ -24,7 +24,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("objdebug.pipeline",),                                # context, contract, runner, shared run data
     ("objdebug.stages",),                                  # one package per stage
     ("objdebug.monitor", "objdebug.losses", "objdebug.demo"),
-    ("objdebug.api", "objdebug.init"),                     # the library's entry points
+    ("objdebug.api", "objdebug.init", "objdebug.init_model_io"),  # the library's entry points
     ("objdebug.cli",),                                     # the command
 )
 MAX_ROOT_MODULES = 10

@@ -266,14 +266,23 @@ def test_fp16_naive_loss_overflows():
     assert rows[1.0]["loss"] == pytest.approx(rows[1.0]["reference_ce"], rel=1e-2)  # fp16 rounding
     low = t.run("low-precision")
     fp16 = next(f for f in low.findings if "float16" in f.condition and "bfloat16" not in f.condition)
-    assert fp16.verdict == Verdict.FAIL and "NaN/Inf in float16" in fp16.message
+    # trained in float32 (amp_level O0): what float16 would do is a forecast, a note (issue 22)
+    assert fp16.verdict == Verdict.INFO and "NaN/Inf in float16" in fp16.message
+    assert "a forecast" in fp16.message and "O2/O3" in fp16.message
 
 
 def test_nn_cross_entropy_is_nan_in_float16(ms_ce):
     low = ms_ce.run("low-precision")
     fp16 = low.value["dtypes"]["float16"]["rows"]
     assert all(math.isnan(r["loss"]) for r in fp16) and all(math.isfinite(r["fp32_loss"]) for r in fp16)
-    assert Verdict.FAIL in ms_ce.verdicts("low-precision")["OBJ509"]
+    assert Verdict.INFO in ms_ce.verdicts("low-precision")["OBJ509"]  # a forecast at amp_level O0
+
+
+def test_nn_cross_entropy_nan_in_float16_fails_when_trained_at_float16():
+    t = Target("stress_ms_ce", overrides={"run.amp_level": "O2", "run.amp_dtype": "float16"})
+    low = t.run("low-precision")
+    fp16 = next(f for f in low.findings if f.condition == "float16_matches_float32")
+    assert fp16.verdict == Verdict.FAIL and "forecast" not in fp16.message
 
 
 def test_low_precision_healthy_within_tolerance(healthy):

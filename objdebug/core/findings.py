@@ -190,14 +190,17 @@ class Check:
             if swallowed() is not None:  # a signal, turned into an error on the way: stop
                 raise swallowed() from None
             result.error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-            first = result.error.splitlines()[0]
+            from objdebug.core import crash  # a MindSpore text may open with a newline or a ruler
             from objdebug.core.locations import location  # a graph error: name the user's line
+
+            first = crash.summary(exc)
 
             where = location(str(exc))
             if where:
                 first += f" (at {where})"
-            result.findings.append(self._finding(self.codes[0], Verdict.ERROR,
-                                                 f"check '{self.name}' crashed: {first}", ""))
+            crashed = self._finding(self.codes[0], Verdict.ERROR, f"check '{self.name}' crashed: {first}", "")
+            crashed.fix = crash.advice(exc)  # about the crash, not the rule's usual advice
+            result.findings.append(crashed)
             if getattr(ctx, "debug", False):
                 result.error = traceback.format_exc()
         finally:

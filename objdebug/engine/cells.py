@@ -146,24 +146,43 @@ class ModelCall(nn.Cell):
         self.by_index = isinstance(output, int) and not isinstance(output, bool)
         self.by_name = isinstance(output, str) and output not in (FIRST, RAW)
         self.first = output == FIRST  # RAW: neither, the model's result as it is
+        # inputs past input_ids go by NAME (checked against construct's parameters when the
+        # model is wrapped): a library model's mask is rarely its second parameter
+        self.named = self.inputs[1:] if self.inputs[:1] == ("input_ids",) else ()
         self.offset = PAD_OFFSET
         self.below = PAD_BELOW
+
+    def _positions(self, real):
+        count = ops.cumsum(ops.cast(real, ms.int32), 1)
+        return ops.where(real, count - 1, ops.zeros_like(count))
+
+    def _call_by_name(self, ids, real):
+        # literal keyword calls: a **dict built in the graph is a PyExecute node (JIT fallback),
+        # which the compile cache cannot export
+        mask = ops.cast(real, self.mask_dtype)
+        if "attention_mask" in self.named and "position_ids" in self.named:
+            return self.model(ids, attention_mask=mask, position_ids=self._positions(real))
+        if "attention_mask" in self.named:
+            return self.model(ids, attention_mask=mask)
+        return self.model(ids, position_ids=self._positions(real))
 
     def construct(self, input_ids):
         ids = input_ids
         real = input_ids >= self.below
         if self.marked:
             ids = ops.where(real, input_ids, input_ids + self.offset)
-        args = ()
-        for name in self.inputs:  # a tuple of constants: unrolled when the graph compiles
-            if name == "input_ids":
-                args = args + (ids,)
-            elif name == "attention_mask":
-                args = args + (ops.cast(real, self.mask_dtype),)
-            else:
-                count = ops.cumsum(ops.cast(real, ms.int32), 1)
-                args = args + (ops.where(real, count - 1, ops.zeros_like(count)),)
-        out = self.model(*args)
+        if self.named:
+            out = self._call_by_name(ids, real)
+        else:
+            args = ()
+            for name in self.inputs:  # a tuple of constants: unrolled when the graph compiles
+                if name == "input_ids":
+                    args = args + (ids,)
+                elif name == "attention_mask":
+                    args = args + (ops.cast(real, self.mask_dtype),)
+                else:
+                    args = args + (self._positions(real),)
+            out = self.model(*args)
         if self.by_index:
             return out[self.output]
         if self.by_name:
@@ -181,7 +200,10 @@ def wrap(model, cfg, output: Any = None):
     the model itself: the default path compiles exactly the graphs it always did."""
     if model is None or mi.is_wrapped(model) or (output is None and not mi.configured(cfg)):
         return model
+    from objdebug.engine.signature import check_names
+
     spec = cfg.model
+    check_names(model, mi.model_inputs(cfg), "model.inputs")  # bound by name: each must be construct's
     chosen = output if output is not None else (spec.output if spec.output is not None else mi.FIRST)
     return ModelCall(model, mi.model_inputs(cfg), spec.mask_dtype, chosen)
 

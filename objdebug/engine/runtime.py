@@ -37,7 +37,11 @@ def quiet_logs(debug: bool, user_level: str | None) -> None:
     """MindSpore's own `[ERROR]` log lines (a missing libcuda for `--device GPU`, a compile
     failure's dump) reach the terminal only under --debug; objdebug reports the error itself in one
     line. A user's own GLOG_v (`user_level`) is kept. Takes effect when MindSpore is first
-    imported, which the commands do lazily."""
+    imported, which the commands do lazily. The user's libraries' own INFO lines (MindFormers, an
+    HF-style port's banner) are held back the same way."""
+    from objdebug.engine.third_party_logs import silence
+
+    silence(debug)
     if user_level is None:
         os.environ["GLOG_v"] = "3" if debug else "4"  # 4: CRITICAL only
         quiet_mindspore(not debug)

@@ -178,7 +178,12 @@ def load_target(cfg: Config) -> Target:
     if cfg.end_to_end and cfg.objective.checkpoint:
         n_loaded = load_checkpoint_strict(objective, cfg.objective.checkpoint, "objective")
     objective.set_train(False)
-    target = Target(config=cfg, objective=objective, model=model, checkpoint_params=n_loaded)
+    info: dict[str, Any] = {}
+    if cfg.end_to_end:  # a library model (labels by keyword, its own loss, its mode): held as it needs
+        from objdebug.engine import library_model  # imports MindSpore: not at this module's import
+
+        objective = library_model.wrap(objective, cfg, info)
+    target = Target(config=cfg, objective=objective, model=model, checkpoint_params=n_loaded, info=info)
     precision.apply(target)  # [run] amp_level: model (and objective) at the trained precision
     return target
 

@@ -74,7 +74,10 @@ def _model_logits(target, engine, ids, info: dict[str, Any]):
     cfg = target.config
     if mi.is_wrapped(target.model):
         raw_cell = ModelCall(mi.unwrap(target.model), mi.model_inputs(cfg), cfg.model.mask_dtype, mi.RAW)
-        raw = engine.call("contract.model_output", raw_cell, ids)
+        from objdebug.engine.pynative import pynative  # its structure only: no graph (a mapping
+                                                        # output cannot enter the compile cache)
+        with pynative():
+            raw = raw_cell(ids)
     else:  # the default path: the graph every stage shares, as before
         raw = engine.call("model.forward", target.model, ids)
         if isinstance(raw, ms.Tensor):
@@ -292,27 +295,36 @@ def probe(target, engine, length: int | None = None, per_sample: bool = False) -
 def max_positions(target) -> int | None:
     """The longest input the model takes: data.max_length, else a position-table size the model
     names (max_position_embeddings, n_positions, ...; on the model or its `config`)."""
+    return position_table(target)[0]
+
+
+def position_table(target) -> tuple[int | None, str | None]:
+    """(max_positions, where it was read: 'data.max_length', 'config.seq_length', ...)."""
     cfg = target.config.data
     if getattr(cfg, "max_length", None):
-        return int(cfg.max_length)
+        return int(cfg.max_length), "data.max_length"
     from objdebug.engine.model_inputs import unwrap
 
     net = unwrap(target.network)  # the user's model, not objdebug's ModelCall around it
-    for holder in (net, getattr(net, "config", None)):
+    if type(net).__name__ == "LibraryModelLoss":  # the library model as the end-to-end target
+        net = net.model
+    for prefix, holder in (("", net), ("config.", getattr(net, "config", None))):
         for attr in _POSITION_ATTRS:
             value = getattr(holder, attr, None) if holder is not None else None
             if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-                return value
-    return None
+                return value, f"{type(net).__name__}.{prefix}{attr}"
+    return None, None
 
 
 def check_target(target, engine, per_sample: bool = False) -> None:
     """probe() before the stages (`per_sample`: through the per-sample graph a stage will use);
     records what it saw and the model's longest input on the target."""
-    limit = max_positions(target)
+    limit, source = position_table(target)
     engine.max_length = limit  # first: the probe batch must fit the position table too
     info = probe(target, engine, per_sample=per_sample)
     if engine._vocab is None and "vocab" in info:
         engine._vocab = info["vocab"]
     info["max_length"] = limit
+    if source:
+        info["max_length_source"] = f"{source} = {limit}"
     target.info["contract"] = info

@@ -51,8 +51,11 @@ def compile_cache_line(report: dict, short: bool = False) -> str | None:
         why = "" if short or not c.get("reason") else f" ({c['reason']})"
         return f"compile cache {c['status']}{why}"
     hits, misses = c.get("hits", 0), c.get("misses", 0)
-    return (f"compile cache {c['status']}: {hits} hit{'s' if hits != 1 else ''}, "
+    line = (f"compile cache {c['status']}: {hits} hit{'s' if hits != 1 else ''}, "
             f"{misses} miss{'es' if misses != 1 else ''}")
+    if c.get("unsafe") and not short:  # the next run starts cold again: say why (issue 22)
+        line += f"; not kept for the next run: {c['unsafe']}"
+    return line
 
 
 def findings_with(report: dict, verdicts: tuple[str, ...]) -> list[tuple[dict, dict]]:

@@ -75,7 +75,15 @@ class SideEffects(Check):
         if not dropout_cells(ctx.target.model):
             return {}
         b = batch(ctx)
-        x = model_logits_in_train_mode(ctx.engine, b.input_ids)
+        try:
+            x = model_logits_in_train_mode(ctx.engine, b.input_ids)
+        except (TypeError, ValueError, IndexError) as exc:
+            # a library model whose training mode returns its own loss, not logits (MindFormers'
+            # LlamaForCausalLM): no logits to score; a compile error, so no graph is poisoned
+            from objdebug.core.crash import first_line
+
+            return {"model_train_skipped": f"the model in training mode gives no logits "
+                                           f"({type(exc).__name__}: {first_line(exc)})"}
         loss = probe(ctx).forward(x, b.labels).loss
         return {"loss_model_train": loss, "model_train_diff": abs(loss - loss_eval)}
 
@@ -101,6 +109,8 @@ class SideEffects(Check):
             if "loss_model_train" in v:
                 what += (f"; with the model in training mode the loss is {v['loss_model_train']:.6g} "
                          f"(|Δ| {v['model_train_diff']:.3g})")
+            if "model_train_skipped" in v:
+                what += f"; {v['model_train_skipped']}"
             note = f"; dropout Cells: {listing(drops, 6)}" if drops else ""
             if v["train_eval_diff"] == 0.0:
                 if drops:  # the model's dropout changes the logits, not the objective on fixed logits

@@ -16,6 +16,7 @@ from objdebug.pipeline.context import Context
 from objdebug.core.findings import Check, Condition, Verdict
 from objdebug.core.settings import Settings
 from objdebug.stages.stress._common import loss_and_grad, short_length
+from objdebug.engine import position_limit
 
 
 class AllPadding(Check):
@@ -24,7 +25,7 @@ class AllPadding(Check):
 
     def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         cfg = ctx.config.data
-        length = short_length(th)
+        length = position_limit.cap(short_length(th), ctx)  # within the model's positions
         ids = ctx.engine.padding.only((1, length))  # mask all 0 when the model takes one
         labels = np.full((1, length), cfg.label_pad_id, np.int32)
         out = loss_and_grad(ctx, ids, labels)

@@ -43,6 +43,7 @@ from objdebug.core.findings import Check, Condition, Verdict
 from objdebug.core.settings import Settings
 from objdebug.stages.stress._common import (POISONED, error_line, forward_loss, loss_and_grad,
     objective_on_logits, packed, short_length)
+from objdebug.engine import position_limit
 
 _PROBE_POSITION = 5
 _NO_VOCAB = ("the vocabulary size is unknown (the end-to-end form does not expose logits): set "
@@ -61,7 +62,8 @@ def random_batch(ctx: Context) -> tuple[np.ndarray, np.ndarray]:
     def build():
         th = ctx.profile.section("stress")
         vocab = ctx.engine.vocab_size()
-        length = int(ctx.target.info.get("contract", {}).get("length") or short_length(th))
+        length = position_limit.cap(int(ctx.target.info.get("contract", {}).get("length")
+                                        or short_length(th)), ctx)
         if not vocab:
             raise ValueError("the vocabulary size is unknown: set data.vocab_size for the "
                              "end-to-end form")
@@ -73,7 +75,8 @@ def random_row(ctx: Context) -> tuple[np.ndarray, np.ndarray]:
     """One [1, short_length] row of random ids (another draw): the gradient of random tokens, on
     the batch-1 graph the all-padding batch and the long-input reference share."""
     th = ctx.profile.section("stress")
-    return ctx.provide(random_row, lambda: _random_rows(ctx, 1, short_length(th), int(th["seed"]) + 1))
+    length = position_limit.cap(short_length(th), ctx)
+    return ctx.provide(random_row, lambda: _random_rows(ctx, 1, length, int(th["seed"]) + 1))
 
 
 def _random_rows(ctx: Context, n: int, length: int, seed: int) -> tuple[np.ndarray, np.ndarray]:

@@ -18,6 +18,7 @@ from objdebug.core.findings import Check, Condition, Verdict
 from objdebug.core.settings import Settings
 import objdebug.stages.stress.memory as memory
 from objdebug.stages.stress._common import loss_and_grad, packed, short_length, text_sample
+from objdebug.engine import position_limit
 
 
 def _lengths(th: dict[str, Any]) -> list[int]:
@@ -50,7 +51,8 @@ class LongInputs(Check):
         the runs go into `runs` by length."""
         if reference["memory_method"] != "vmhwm-reset":
             return None  # the high-water mark cannot be reset: no per-run peak to fit
-        extra = [int(t) for t in th["memory_calibration_lengths"]]
+        # never past the model's position limit: those lengths cannot run at all
+        extra = sorted({position_limit.cap(int(t), ctx) for t in th["memory_calibration_lengths"]})
         lengths, peaks = [reference["length"]], [reference["peak_rss_bytes"]]
         for length in sorted(set(extra) - {reference["length"]}):  # increasing: the pool grows
             r = self._one(ctx, length)
@@ -64,7 +66,7 @@ class LongInputs(Check):
         n_params = sum(int(p.size) for p in ctx.target.trainable_params())
         shape = memory.model_shape(ctx.target.model or ctx.target.objective, vocab, th)
         safety = float(th["memory_safety"])
-        ref_len = short_length(th)
+        ref_len = position_limit.cap(short_length(th), ctx)
         reference = self._one(ctx, ref_len)
         calibration_runs: dict[int, dict[str, Any]] = {}
         calib = self._calibrate(ctx, th, reference, calibration_runs)
@@ -72,7 +74,14 @@ class LongInputs(Check):
         # a delta after an earlier run undercounts); what a length adds is the peak minus now
         out: dict[str, Any] = {"reference": reference, "vocab": vocab, "model_shape": shape,
                                "memory_safety": safety, "lengths": {}, "calibration": calib}
-        for length in sorted(_lengths(th)):
+        runs_at = position_limit.capped_lengths(_lengths(th), ctx)
+        ran_at: dict[int, dict[str, Any]] = {}  # a length that ran (2048 and 4096 both capped to 512: once)
+        for asked in sorted(runs_at):
+            length = runs_at[asked]
+            if length in ran_at:
+                out["lengths"][str(asked)] = {**ran_at[length], "asked": asked, "capped_to": length,
+                                              "note": position_limit.note(asked, length, ctx)}
+                continue
             static = memory.estimate_bytes(length, vocab, n_params, shape, th)
             # the static estimate is the rule only where calibration cannot run (reported beside
             # the prediction otherwise); the floor keeps a flat fit of small peaks honest
@@ -96,7 +105,10 @@ class LongInputs(Check):
                 row["ratio"] = (row["loss"] / reference["loss"]
                                 if reference["loss"] not in (0.0,) and math.isfinite(reference["loss"])
                                 else float("nan"))
-            out["lengths"][str(length)] = row
+            if asked != length:
+                row.update(asked=asked, capped_to=length, note=position_limit.note(asked, length, ctx))
+            ran_at[length] = row
+            out["lengths"][str(asked)] = row
         avail_now, rss_now = memory.available_bytes(), memory.rss_bytes()
         out["longest_fitting"] = (memory.longest_fitting(calib, rss_now + avail_now / safety)
                                   if calib and avail_now else None)
@@ -120,10 +132,14 @@ class LongInputs(Check):
                            f"safety: ~{v['longest_fitting']} tokens" if v.get("longest_fitting") else "")
                 cost = (f"{r['seconds']:.1f} s incl. compile, measured peak +{_gib(r['peak_delta_bytes'])} "
                         f"(RSS {_gib(r['peak_rss_bytes'])}) vs {fitted}{longest}")
+                if r.get("capped_to") and math.isfinite(r["loss"]) and r["nonfinite_params"] == 0:
+                    # a profile length the model cannot take: a note naming the limit
+                    return Verdict.INFO, (f"{r['note']}: loss {r['loss']:.4g}, gradient norm "
+                                          f"{r['grad_norm']:.3g}, all finite; {cost}"), r["loss"]
                 if math.isfinite(r["loss"]) and r["nonfinite_params"] == 0:
                     return Verdict.PASS, (f"T={length}: loss {r['loss']:.4g}, gradient norm "
                                           f"{r['grad_norm']:.3g}, all finite; {cost}"), r["loss"]
-                return Verdict.FAIL, (f"T={length}: loss {r['loss']:.4g}, {r['nonfinite_params']}/"
+                return Verdict.FAIL, (f"T={r['length']}: loss {r['loss']:.4g}, {r['nonfinite_params']}/"
                                       f"{r['n_params']} parameters with NaN/Inf gradients; {cost}"), \
                     r["loss"]
             return judge

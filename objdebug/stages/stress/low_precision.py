@@ -133,10 +133,29 @@ class LowPrecision(Check):
                              "rel_diff": rel_diff(loss, ref["loss"])})
             else:
                 out[name] = {"rows": rows}
-        return {"shape": list(logits.shape), "dtypes": out}
+        run = ctx.config.run  # the precision the model is trained at: the others are forecasts
+        trained = run.amp_dtype if run.amp_level != "O0" else "float32"
+        return {"shape": list(logits.shape), "dtypes": out, "amp_level": run.amp_level,
+                "trained_dtype": trained}
 
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
         rtols = th["low_precision_rtol"]  # default.toml has float16 and bfloat16; a profile adds dtypes
+        forecast = Verdict.from_setting(th["low_precision_forecast"], "[stress] low_precision_forecast")
+
+        def as_forecast(name: str, judged):
+            """A WARN/FAIL at a dtype the model is not trained at: the profile's forecast verdict,
+            the message saying what would happen at O2/O3."""
+            def judge(v):
+                verdict, msg, key = judged(v)
+                trained = v.get("trained_dtype", name)
+                if verdict in (Verdict.WARN, Verdict.FAIL) and trained != name and forecast is not verdict:
+                    level = v.get("amp_level", "O0")
+                    msg += (f"; a forecast: the model is trained in {trained} ([run] amp_level "
+                            f"{level!r}), so this is what amp_level O2/O3 with amp_dtype {name!r} would "
+                            f"do, not what this training does")
+                    return forecast if forecast.rank < verdict.rank else verdict, msg, key
+                return verdict, msg, key
+            return judge
 
         def judge_dtype(name: str):
             if name not in rtols:  # a dtype the profile added without its tolerance
@@ -168,7 +187,7 @@ class LowPrecision(Check):
             return judge
 
         names = th["low_precision_dtypes"]
-        return [Condition("OBJ509", f"{n}_matches_float32", judge_dtype(n)) for n in names]
+        return [Condition("OBJ509", f"{n}_matches_float32", as_forecast(n, judge_dtype(n))) for n in names]
 
 
 # --------------------------------------------------------------------------- trained precision

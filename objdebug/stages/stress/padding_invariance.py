@@ -26,6 +26,7 @@ from objdebug.core.findings import Check, Condition, Verdict
 from objdebug.core.settings import Settings
 from objdebug.stages.stress._common import (flat_grads, loss_and_grad, packed, rel_diff,
     short_length, text_sample, token_stream)
+from objdebug.engine import position_limit
 
 
 class PaddingInvariance(Check):
@@ -33,8 +34,12 @@ class PaddingInvariance(Check):
     stage = "stress"
 
     def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
-        base = max(short_length(th) - 10, 2)
-        extras = [0] + [int(e) for e in th["pad_extra"]]
+        base = max(position_limit.cap(short_length(th), ctx) - 10, 2)
+        asked = [int(e) for e in th["pad_extra"]]
+        # padding never goes past the model's position limit: an extra that would is cut to fit
+        extras = [0] + sorted({position_limit.cap(base + e, ctx) - base for e in asked} - {0})
+        capped = {e: position_limit.cap(base + e, ctx) - base for e in asked
+                  if position_limit.cap(base + e, ctx) != base + e}
         sample = text_sample(ctx, base, "pad")
         rows, ref_loss, ref_grad = [], None, None
         for extra in extras:
@@ -50,6 +55,9 @@ class PaddingInvariance(Check):
                          "grad_rel_diff": gdiff})
         # np.max, not max(): a NaN at +500 must not hide behind a finite +10 row
         out = {"tokens": base, "rows": rows,
+               **({"capped": {str(e): c for e, c in capped.items()},
+                   "limit": position_limit.limit(ctx), "limit_source": position_limit.source(ctx)}
+                  if capped else {}),
                "max_loss_rel_diff": float(np.max([r["loss_rel_diff"] for r in rows])),
                "max_grad_rel_diff": float(np.max([r["grad_rel_diff"] for r in rows]))}
         if takes_mask(ctx.config):
@@ -81,6 +89,9 @@ class PaddingInvariance(Check):
             lx, gx = v["max_loss_rel_diff"], v["max_grad_rel_diff"]
             msg = (f"{v['tokens']} tokens, padding +0: loss {v['rows'][0]['loss']:.6g}; {shown}; "
                    f"tolerance loss {ltol:g}, gradients {gtol:g} (relative)")
+            if v.get("capped"):  # the profile's extra padding cut to the model's position limit
+                msg += "; " + ", ".join(f"+{e} cut to +{c}" for e, c in v["capped"].items()) + (
+                    f" to stay within the model's {v['limit']} positions ({v['limit_source']})")
             mask_ok = True
             if "mask_rows" in v:  # the model takes an attention mask: padding content under it
                 mx, mg = v["max_mask_loss_rel_diff"], v["max_mask_grad_rel_diff"]
