@@ -32,6 +32,7 @@ from objdebug.progress import Progress, StageSummary
 from objdebug.stages import (STAGES, pipeline_order, scores_rows, skipped, stage_checks,
                              stage_skip_reason)
 from objdebug.engine.target import load_target
+from objdebug import selection
 from objdebug.report.json_report import SCHEMA_VERSION  # noqa: F401  (re-exported)
 
 
@@ -77,7 +78,11 @@ class RunResult:
 
 
 def resolve_stages(cfg: Config, profile: Profile, stages: list[str] | None) -> list[str]:
-    return pipeline_order(stages or cfg.run.stages or profile.stages or list(STAGES))
+    if stages:
+        return pipeline_order(stages)
+    if cfg.run.stages:  # named as the config key, not as a flag the user did not pass
+        return pipeline_order(cfg.run.stages, "run.stages", cfg.source)
+    return pipeline_order(profile.stages or list(STAGES))
 
 
 def run(cfg: Config, *, stages: list[str] | None = None, profile: Profile | str | None = None,
@@ -110,9 +115,16 @@ def run(cfg: Config, *, stages: list[str] | None = None, profile: Profile | str 
         profile = load_profile(profile or cfg.run.profile)
     chosen = resolve_stages(cfg, profile, stages)
     preflight(cfg)  # data-file errors before MindSpore starts
+    # every prefix upper-cased and matching a known code, the whole keeping some code of the
+    # stages that run: a selection that drops everything would pass without checking (issue 23)
+    select = selection.prefixes(select, "--select", "command line")
+    ignore = selection.prefixes(ignore, "--ignore", "command line")
     user_select, user_ignore = select, ignore  # the baseline comparison adds the profile's itself
-    select = list(profile.data.get("select", [])) + list(cfg.run.select) + list(select or [])
-    ignore = list(profile.data.get("ignore", [])) + list(cfg.run.ignore) + list(ignore or [])
+    select = (selection.prefixes(profile.data.get("select", []), "select", profile.source)
+              + selection.prefixes(cfg.run.select, "run.select", cfg.source) + select)
+    ignore = (selection.prefixes(profile.data.get("ignore", []), "ignore", profile.source)
+              + selection.prefixes(cfg.run.ignore, "run.ignore", cfg.source) + ignore)
+    selection.require_something(chosen, select, ignore, baseline=old is not None)
     progress = progress or Progress()  # no display unless the caller passes one
     # the display runs from the first second (importing MindSpore and loading take a while) and
     # stops on any exception, Ctrl-C included, which goes on to the caller
@@ -124,6 +136,9 @@ def run(cfg: Config, *, stages: list[str] | None = None, profile: Profile | str 
         from objdebug import baseline as baseline_mod
 
         baseline_mod.apply(result, old, select=user_select, ignore=user_ignore)
+    empty = selection.nothing_checked(result.results)  # never a pass without a check
+    if empty is not None:
+        result.results.append(empty)
     if out_dir:
         from objdebug.report import json_report
         from objdebug.report.figures import write_pngs
