@@ -41,7 +41,7 @@ def load(path: str) -> dict[str, Any]:
     """An earlier JSON report, checked enough to compare with; InputError names the file."""
     from objdebug.report import json_report
 
-    data = json_report.load(path)
+    data = json_report.load(path, renderable=True)  # findings with code and verdict, tables objects
     results = data.get("results")
     if not isinstance(results, list) or not all(isinstance(r, dict) and isinstance(r.get("findings"), list)
                                                 for r in results):

@@ -5,6 +5,7 @@ Exit codes: 0 all checks pass, 1 a check failed, 2 usage/config/input error, 3 i
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import os
@@ -101,11 +102,12 @@ def _quiet_mindspore(debug: bool) -> None:
 def guarded(debug: bool, fn, *args, **kwargs):
     """Run fn; InputError -> exit 2 with one line, anything else -> exit 3 (traceback with --debug);
     SIGINT/SIGTERM -> one line and exit 130/143, after every cleanup ran."""
+    from objdebug.engine.exit_guard import user_exits
     from objdebug.interrupts import Interrupted, raising_signals, swallowed
 
     _quiet_mindspore(debug)
     try:
-        with raising_signals():
+        with raising_signals(), user_exits():  # the target's sys.exit(0) is not a pass
             try:
                 return fn(*args, **kwargs)
             except (Exception, KeyboardInterrupt) as exc:  # a signal that someone turned into an error
@@ -132,6 +134,19 @@ def guarded(debug: bool, fn, *args, **kwargs):
         first = (str(exc).strip().splitlines() or [""])[0]
         _fail(f"internal error: {type(exc).__name__}: {first} (run with --debug for the traceback)",
               EXIT_INTERNAL_ERROR)
+
+
+@contextlib.contextmanager
+def malformed_report(path: str, debug: bool):
+    """A KeyError/TypeError/... while rendering a saved report -> InputError naming the file."""
+    try:
+        yield
+    except (KeyError, TypeError, AttributeError, IndexError, ValueError) as exc:
+        if debug:
+            traceback.print_exc()
+        what = f"no field {exc.args[0]!r}" if isinstance(exc, KeyError) and exc.args else \
+            f"{type(exc).__name__}: {exc}"
+        raise InputError(f"not a well-formed objdebug report: {what}", source=path) from None
 
 
 def _load(config, demo, sets, device, mode, seed, checkpoint):
@@ -202,6 +217,10 @@ def execute(*, stages, config=None, demo=False, set_=None, device=None, mode=Non
     options = {**settings, **({"expect_trained": True} if expect_trained else {})}
     if workers is not None and workers < 1:
         _fail(f"For '--workers', the value must be >= 1, but got {workers}.", EXIT_INPUT_ERROR)
+    most = os.cpu_count() or 1  # a worker per core at most: msrun takes any number unchecked
+    if workers is not None and workers > most:
+        _fail(f"For '--workers', the value must be <= {most} (this machine's CPU count), but got "
+              f"{workers}.", EXIT_INPUT_ERROR)
     def prepare():
         """Everything that can be wrong before any work: format, config, profile, output paths
         (none may replace an input or another output, all must be writable), the baseline."""
@@ -219,6 +238,8 @@ def execute(*, stages, config=None, demo=False, set_=None, device=None, mode=Non
                                       gitlab=gitlab_path(fmt, gitlab_report)),
                       outputs.config_inputs(cfg, prof.source, baseline))
         old = baseline_mod.load(str(baseline)) if baseline else None
+        if fmt == "github":
+            outputs.check_step_summary(os.environ.get("GITHUB_STEP_SUMMARY"))
         return fmt, cfg, prof, old
 
     if workers and workers > 1 and not distributed.under_msrun():
@@ -365,9 +386,19 @@ def render(
                                       gitlab=gitlab_path(fmt, gitlab_report)),
                       [("the report being rendered", outputs.resolve(result_json))])
         report = json_report.load(str(result_json), renderable=True)
-        api.write_reports(report, junit=junit, junit_warnings_as_skipped=junit_warnings_as_skipped,
-                          html=html, markdown=markdown, gitlab=gitlab_path(fmt, gitlab_report))
-        typer.echo(terminal.render(report, colour=sys.stdout.isatty(), verbose=verbose), nl=False)
+        if fmt == "github":
+            outputs.check_step_summary(os.environ.get("GITHUB_STEP_SUMMARY"))
+        # a field the structure check does not cover, missing or of the wrong type, is the saved
+        # report's problem (exit 2 naming it), not objdebug's; the files are all-or-nothing
+        with malformed_report(str(result_json), debug):
+            api.write_reports(report, junit=junit, junit_warnings_as_skipped=junit_warnings_as_skipped,
+                              html=html, markdown=markdown, gitlab=gitlab_path(fmt, gitlab_report))
+            text = terminal.render(report, colour=sys.stdout.isatty(), verbose=verbose)
+            if fmt == "github":  # what ci_output prints, tried before anything is printed
+                from objdebug.report import github
+
+                ci_annotations(report, fmt), github.summary(report)
+        typer.echo(text, nl=False)
         ci_output(report, fmt)
 
     guarded(debug, body)
@@ -446,6 +477,12 @@ def init_command(
 def main() -> None:
     from objdebug.distributed import serve_if_scheduler
 
+    try:  # every path below is resolved against it; MindSpore aborts (rc 134) without one
+        os.getcwd()
+    except FileNotFoundError:
+        typer.echo("objdebug: error: the working directory no longer exists (it was deleted); "
+                   "cd to an existing directory", err=True)
+        raise SystemExit(EXIT_INPUT_ERROR) from None
     serve_if_scheduler()  # under msrun, the scheduler process only builds the cluster
     app()
 
