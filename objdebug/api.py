@@ -19,7 +19,7 @@ from typing import Any
 
 from objdebug import contract, distributed
 from objdebug.engine import runtime
-from objdebug.engine.compile_cache import default_root, open_cache
+from objdebug.engine.compile_cache import default_root, open_cache, parameter_shapes
 from objdebug.config import Config, load_config  # noqa: F401  (re-exported)
 from objdebug.context import Context, RunOptions
 from objdebug.engine.data import preflight
@@ -229,7 +229,8 @@ def _run_stages(cfg, result, profile, chosen, select, ignore, options, out_dir, 
         # msrun workers would share one directory (and MindSpore writes one folder per rank)
         cache = open_cache(compile_cache, cfg, profile, chosen, dict(options or {}),
                            engine.batch_size,
-                           refuse="not with --workers (one cache per process)" if world.distributed else "")
+                           refuse="not with --workers (one cache per process)" if world.distributed else "",
+                           params=parameter_shapes(target))
         cache.attach(engine)
         with cache:  # writes the cache's manifest after a clean run only
             engine.check = "contract"

@@ -102,6 +102,7 @@ def _quiet_mindspore(debug: bool) -> None:
 def guarded(debug: bool, fn, *args, **kwargs):
     """Run fn; InputError -> exit 2 with one line, anything else -> exit 3 (traceback with --debug);
     SIGINT/SIGTERM -> one line and exit 130/143, after every cleanup ran."""
+    from objdebug.engine.cache_fallback import CacheUnusable, caused_by_cache, rerun_without_cache
     from objdebug.engine.exit_guard import user_exits
     from objdebug.interrupts import Interrupted, raising_signals, swallowed
 
@@ -116,7 +117,11 @@ def guarded(debug: bool, fn, *args, **kwargs):
                 raise
     except typer.Exit:
         raise
+    except CacheUnusable as exc:  # the cache, not the target: the same command, cache off
+        rerun_without_cache(exc.graph)
     except InputError as exc:
+        if caused_by_cache(exc):
+            rerun_without_cache("?")
         if debug:
             traceback.print_exc()
             if getattr(exc, "detail", None):  # e.g. MindSpore's full compile error
@@ -215,6 +220,9 @@ def execute(*, stages, config=None, demo=False, set_=None, device=None, mode=Non
     from objdebug import distributed
 
     options = {**settings, **({"expect_trained": True} if expect_trained else {})}
+    from objdebug.engine.cache_fallback import in_fallback
+
+    no_cache = no_cache or in_fallback()  # rerun after a graph the cache cannot save
     if workers is not None and workers < 1:
         _fail(f"For '--workers', the value must be >= 1, but got {workers}.", EXIT_INPUT_ERROR)
     most = os.cpu_count() or 1  # a worker per core at most: msrun takes any number unchecked

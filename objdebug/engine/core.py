@@ -26,6 +26,7 @@ from objdebug.engine.data import (Batch, Padding, Sample, bucket_length, choose_
                                   group_by_length)
 from objdebug.progress import Progress, shapes_text
 from objdebug.engine.target import Target
+from objdebug.engine.cache_fallback import CacheUnusable, caused_by_cache
 
 
 @dataclass
@@ -133,6 +134,10 @@ class Engine:
         start = time.perf_counter()
         try:
             out = fn(*args)
+        except Exception as exc:
+            if caused_by_cache(exc):  # not the target's fault: the CLI reruns without the cache
+                raise CacheUnusable(name) from exc
+            raise
         finally:
             seconds = time.perf_counter() - start
             self.progress.compile_end(name, shapes, seconds)
