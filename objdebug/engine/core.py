@@ -27,6 +27,7 @@ from objdebug.engine.data import (Batch, Padding, Sample, bucket_length, choose_
 from objdebug.progress import Progress, shapes_text
 from objdebug.engine.target import Target
 from objdebug.engine.cache_fallback import CacheUnusable, caused_by_cache
+from objdebug.interrupts import reassert as reassert_signals
 
 
 @dataclass
@@ -126,7 +127,10 @@ class Engine:
         key = (name, sig)
         self.compiles.uses.setdefault(self.check or self.stage, set()).add(name)
         if key in self._seen:
-            return fn(*args)
+            try:
+                return fn(*args)
+            finally:
+                reassert_signals()  # each graph run re-installs MindSpore's SIGINT handler
         shapes = shapes_text(sig)
         for listener in self._listeners:
             listener.before_compile(name, sig)
@@ -139,6 +143,7 @@ class Engine:
                 raise CacheUnusable(name) from exc
             raise
         finally:
+            reassert_signals()  # MindSpore's runtime took SIGINT over (it turns it into SIGTERM)
             seconds = time.perf_counter() - start
             self.progress.compile_end(name, shapes, seconds)
             for listener in self._listeners:
