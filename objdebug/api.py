@@ -33,6 +33,7 @@ from objdebug.stages import (STAGES, pipeline_order, scores_rows, skipped, stage
                              stage_skip_reason)
 from objdebug.engine.target import load_target
 from objdebug import selection
+from objdebug.engine import watchdog
 from objdebug.report.json_report import SCHEMA_VERSION  # noqa: F401  (re-exported)
 
 
@@ -241,6 +242,7 @@ def _run_stages(cfg, result, profile, chosen, select, ignore, options, out_dir, 
             for stage in chosen:
                 engine.stage = stage
                 progress.stage_start(stage)
+                watchdog.stage(stage)
                 t = time.perf_counter()
                 first_result, first_compile = len(result.results), engine.compiles.count
                 thresholds = profile.section(stage)

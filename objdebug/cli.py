@@ -58,6 +58,7 @@ FormatOpt = Annotated[Optional[str], typer.Option("--output-format", help="text,
 GitlabOpt = Annotated[Optional[Path], typer.Option("--gitlab-report", help="Write a GitLab Code Quality JSON report here (default with --output-format gitlab: gl-code-quality-report.json).")]
 WorkersOpt = Annotated[Optional[int], typer.Option("--workers", help="Run N workers through MindSpore's msrun on this machine; rows are sharded, results combined with collectives (docs/distributed.md).")]
 ExpectTrainedOpt = Annotated[bool, typer.Option("--expect-trained", help="The model is trained: never treat it as untrained (quality checks are judged even at loss ~ log V; see OBJ004).")]
+TimeoutOpt = Annotated[Optional[float], typer.Option("--timeout", help="End the run after this many seconds with exit 3, naming the graph being compiled (default: the profile's timeout; 0: none).")]
 BaselineOpt = Annotated[Optional[Path], typer.Option("--baseline", help="An earlier JSON report: regressions against it are findings (OBJ0xx).")]
 
 
@@ -214,7 +215,7 @@ def execute(*, stages, config=None, demo=False, set_=None, device=None, mode=Non
             select=None, ignore=None, verbose=False, junit=None, junit_warnings_as_skipped=False,
             html=None, markdown=None, baseline=None, compile_cache=None, no_cache=False,
             quiet=False, output_format_=None, gitlab_report=None, workers=None,
-            expect_trained=False, **settings) -> None:
+            expect_trained=False, timeout=None, **settings) -> None:
     """Shared body of `run`, `demo` and the stage commands: one keyword per shared option;
     `settings` are the stage settings a command takes (--synthesize, --batch-size, --samples)."""
     from objdebug import distributed
@@ -223,6 +224,9 @@ def execute(*, stages, config=None, demo=False, set_=None, device=None, mode=Non
     from objdebug.engine.cache_fallback import in_fallback
 
     no_cache = no_cache or in_fallback()  # rerun after a graph the cache cannot save
+    if timeout is not None and not (timeout >= 0 and timeout < float("inf")):
+        _fail(f"For '--timeout', the value must be a number of seconds >= 0, but got {timeout}.",
+              EXIT_INPUT_ERROR)
     if workers is not None and workers < 1:
         _fail(f"For '--workers', the value must be >= 1, but got {workers}.", EXIT_INPUT_ERROR)
     most = os.cpu_count() or 1  # a worker per core at most: msrun takes any number unchecked
@@ -255,12 +259,18 @@ def execute(*, stages, config=None, demo=False, set_=None, device=None, mode=Non
         _launch_workers(workers, debug)
 
     def body():
+        from objdebug.engine import watchdog
+
+        fmt, cfg, prof, old = prepare()
+        watchdog.timeout(timeout if timeout is not None else prof.data.get("timeout", 0.0))
+        run_and_report(fmt, cfg, prof, old)
+
+    def run_and_report(fmt, cfg, prof, old):
         from objdebug import api
         from objdebug.interrupts import Interrupted
         from objdebug.progress import for_stream
         from objdebug.report import json_report, terminal
 
-        fmt, cfg, prof, old = prepare()
         cache = False if no_cache else (str(compile_cache.resolve()) if compile_cache else True)
         result = api.run(cfg, stages=stages, profile=prof, options=options,
                          out_dir=str(out.resolve()) if out else None, strict=strict,
@@ -308,15 +318,17 @@ OPTIONS: dict[str, tuple[Any, Any]] = {
     "compile_cache": (CacheOpt, None), "no_cache": (NoCacheOpt, False), "quiet": (QuietOpt, False),
     "output_format_": (FormatOpt, None), "gitlab_report": (GitlabOpt, None),
     "workers": (WorkersOpt, None), "expect_trained": (ExpectTrainedOpt, False),
+    "timeout": (TimeoutOpt, None),
 }
 # what `run` and each stage command take
 RUN_OPTIONS = ("config", "demo", "set_", "device", "mode", "seed", "checkpoint", "profile",
                "json_path", "out", "strict", "debug", "select", "ignore", "verbose", "synthesize",
                "batch_size", "samples", "junit", "junit_warnings_as_skipped", "html", "markdown",
                "baseline", "compile_cache", "no_cache", "quiet", "output_format_", "gitlab_report",
-               "workers", "expect_trained")
+               "workers", "expect_trained", "timeout")
 DEMO_OPTIONS = ("json_path", "out", "profile", "debug", "verbose", "junit", "html", "markdown",
-                "compile_cache", "no_cache", "quiet", "output_format_", "gitlab_report", "workers")
+                "compile_cache", "no_cache", "quiet", "output_format_", "gitlab_report", "workers",
+                "timeout")
 RENDER_OPTIONS = ("html", "markdown", "junit", "junit_warnings_as_skipped", "verbose", "debug",
                   "output_format_", "gitlab_report")
 
@@ -492,6 +504,9 @@ def main() -> None:
                    "cd to an existing directory", err=True)
         raise SystemExit(EXIT_INPUT_ERROR) from None
     serve_if_scheduler()  # under msrun, the scheduler process only builds the cluster
+    from objdebug.supervisor import supervise
+
+    supervise()  # the command runs in a child: no hang, no pass without a verdict (issue 23)
     app()
 
 

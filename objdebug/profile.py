@@ -217,6 +217,10 @@ def _validate(data: dict[str, Any], source: str) -> None:
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise InputError(f"For '{key}', the value must be a list of code prefixes, but got "
                              f"{value!r}.", source=source)
+    timeout = data.get("timeout", 0.0)
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0:
+        raise InputError(f"For 'timeout', the value must be a number of seconds >= 0 (0: no limit), "
+                         f"but got {timeout!r}.", source=source)
     batch = data["engine"]["batch_size"]  # every profile stands on default.toml
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
         raise InputError(f"For '[engine] batch_size', the value must be an integer >= 1, but got "

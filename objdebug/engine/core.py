@@ -28,6 +28,7 @@ from objdebug.progress import Progress, shapes_text
 from objdebug.engine.target import Target
 from objdebug.engine.cache_fallback import CacheUnusable, caused_by_cache
 from objdebug.interrupts import reassert as reassert_signals
+from objdebug.engine import watchdog
 
 
 @dataclass
@@ -135,6 +136,7 @@ class Engine:
         for listener in self._listeners:
             listener.before_compile(name, sig)
         self.progress.compile_start(name, shapes)  # the display shows what compiles, and for how long
+        watchdog.compiling(name, shapes)  # what a --timeout names
         start = time.perf_counter()
         try:
             out = fn(*args)
@@ -144,6 +146,7 @@ class Engine:
             raise
         finally:
             reassert_signals()  # MindSpore's runtime took SIGINT over (it turns it into SIGTERM)
+            watchdog.compiling(None)
             seconds = time.perf_counter() - start
             self.progress.compile_end(name, shapes, seconds)
             for listener in self._listeners:
