@@ -244,3 +244,26 @@ def test_monitor_log_tolerates_a_cut_last_line(tmp_path):
 def test_monitor_log_says_a_run_report_is_a_run_report():
     out = cli_exit_2(["monitor-log", GOLDEN], "objdebug run report", "objdebug render")
     assert "not valid JSON" not in out
+
+
+@settings(max_examples=30, deadline=None)
+@given(scale=st.sampled_from([1e300, 1e-300, 1e200, 3.7e250]), seed=st.integers(0, 100))
+def test_huge_scores_give_the_same_correlation_and_ci_without_warnings(scale, seed):
+    """Scores of 1e300 gave a CI of [0.000, 0.000] and numpy overflow warnings."""
+    import warnings
+
+    import numpy as np
+
+    from objdebug import stats
+
+    rng = np.random.default_rng(seed)
+    loss = rng.normal(size=20)
+    score = -loss + rng.normal(scale=0.5, size=20)
+    ref = stats.bootstrap_pearson_ci(loss, score, n_resamples=200, seed=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with np.errstate(all="raise"):
+            big = stats.bootstrap_pearson_ci(loss, score * scale, n_resamples=200, seed=0)
+            r = stats.correlations(loss, score * scale)
+    assert r.pearson_r == pytest.approx(stats.correlations(loss, score).pearson_r, abs=1e-12)
+    assert (big.low, big.high) == pytest.approx((ref.low, ref.high), abs=1e-9)

@@ -146,3 +146,93 @@ def test_sigint_after_a_graph_run_stays_sigint(tmp_path, mode, signum):
     proc = subprocess.run([sys.executable, str(script), mode], cwd=tmp_path, capture_output=True,
                           text=True, timeout=120, env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert proc.stdout.strip().splitlines()[-1:] == [str(int(signum))], proc.stdout + proc.stderr
+
+
+# --------------------------------------------------------------------------- leftovers, orphans
+def _dead_pid() -> int:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def test_scratch_of_dead_runs_is_removed_and_nothing_else(tmp_path):
+    from objdebug.engine import leftovers
+
+    def folder(name, owner):
+        p = tmp_path / name
+        p.mkdir()
+        if owner is not None:
+            (p / leftovers.OWNER).write_text(f"{owner}\n")
+        return p
+
+    dead = folder("objdebug-ab12cd34", _dead_pid())
+    msrun = folder("objdebug-msrun-zz99yy88", _dead_pid())
+    live = folder("objdebug-ef56gh78", os.getppid())
+    unowned = folder("objdebug-ij90kl12", None)
+    other = folder("objdebug-test-grad-1csifv73", _dead_pid())  # not a name objdebug makes
+    assert sorted(leftovers.clean_scratch(str(tmp_path))) == sorted([str(dead), str(msrun)])
+    assert live.is_dir() and unowned.is_dir() and other.is_dir()
+
+
+def test_a_killed_runs_scratch_is_removed_by_the_next_run(tiny_target, tmp_path):
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    proc = _popen(tiny_target, tmp)
+    deadline = time.time() + 60
+    while not list(tmp.glob("objdebug-*")):
+        assert proc.poll() is None and time.time() < deadline, proc.communicate()
+        time.sleep(0.1)
+    proc.kill()  # SIGKILL to the supervisor: the child dies with it, nothing is cleaned
+    proc.communicate()
+    time.sleep(1)
+    (left,) = list(tmp.glob("objdebug-*"))
+    _no_process_left(str(tiny_target))
+    again = _popen(tiny_target, tmp)
+    again.communicate(timeout=120)
+    assert again.returncode == 0
+    assert list(tmp.iterdir()) == []  # the killed run's folder, and the new one, are gone
+
+
+def test_a_killed_runs_report_temporary_is_removed(tmp_path):
+    from objdebug.report import write_atomic
+
+    old = tmp_path / ".r.xml.ab12cd34"
+    old.write_text("half a report")
+    os.utime(old, (time.time() - 3600, time.time() - 3600))
+    write_atomic(tmp_path / "r.xml", "<r/>")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.xml"]
+
+
+def test_msrun_missing_leaves_no_folder(tmp_path, monkeypatch):
+    import shutil
+    import tempfile
+
+    from objdebug import distributed
+    from objdebug.errors import InputError
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "bin" / "python"))
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    with pytest.raises(InputError, match="msrun"):
+        distributed.launch(["align"], 2)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow  # two MindSpore workers and msrun's scheduler
+def test_no_worker_outlives_an_interrupted_launcher(tiny_target, tmp_path):
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TMPDIR=str(tmp))
+    proc = subprocess.Popen([sys.executable, "-m", "objdebug.cli", "align", "-q", "--workers", "2"],
+                            cwd=tiny_target, env=env, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while "objdebug_worker.py" not in subprocess.run(["ps", "-eo", "args"], capture_output=True,
+                                                      text=True).stdout:
+        assert proc.poll() is None and time.time() < deadline
+        time.sleep(0.2)
+    time.sleep(5)
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    time.sleep(2)
+    _no_process_left(str(tmp / "objdebug-msrun"))

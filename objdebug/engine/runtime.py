@@ -90,9 +90,11 @@ def device() -> str | None:
 def scratch_dir() -> Iterator[str]:
     """Run the block in a temporary working directory, removed afterwards."""
     old = os.getcwd()
-    from objdebug.engine import watchdog
+    from objdebug.engine import leftovers, watchdog
 
+    leftovers.clean_scratch()  # what runs killed by SIGKILL left
     tmp = tempfile.mkdtemp(prefix="objdebug-")
+    leftovers.mark(tmp)
     os.chdir(tmp)
     watchdog.scratch(tmp)  # removed by the watchdog too, if it has to end a stuck run
     try:
