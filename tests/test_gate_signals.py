@@ -40,7 +40,7 @@ def _popen(target, tmp, *args):
 
 
 def _no_process_left(marker: str) -> None:
-    out = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    out = subprocess.run(["ps", "-eww", "-o", "args"], capture_output=True, text=True).stdout
     assert marker not in out, out
 
 
@@ -226,7 +226,7 @@ def test_no_worker_outlives_an_interrupted_launcher(tiny_target, tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "objdebug.cli", "align", "-q", "--workers", "2"],
                             cwd=tiny_target, env=env, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 120
-    while "objdebug_worker.py" not in subprocess.run(["ps", "-eo", "args"], capture_output=True,
+    while "objdebug_worker.py" not in subprocess.run(["ps", "-eww", "-o", "args"], capture_output=True,
                                                       text=True).stdout:
         assert proc.poll() is None and time.time() < deadline
         time.sleep(0.2)
