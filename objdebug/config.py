@@ -333,7 +333,7 @@ def _check_path_text(value: str, where: str, src: "_Sources") -> None:
     input error, before MindSpore starts, not an OSError deep in a stage."""
     from objdebug.paths import path_problem
 
-    problem = path_problem(value)
+    problem = path_problem(value) if value else None  # '' means unset, as for a missing key
     if problem:
         raise InputError(f"For '{where}', the value must be a usable path, but {problem}.",
                          source=src.of(where))
