@@ -13,7 +13,8 @@ nothing heavy and only:
 - turns a child that ended with 0 without going through Python's exit (os._exit(0) from the
   target's code, which no in-process guard can catch when bound early) into exit 3 with a line:
   a run that did not reach its verdict is never a pass;
-- returns the child's exit code otherwise (a signal's death as 128 + signal).
+- returns the child's exit code otherwise (a signal's death as 128 + signal), 130 for a SIGINT
+  that MindSpore's own handler turned into SIGTERM in the child (interrupts.reassert narrows it).
 It is not used under msrun (the workers and the scheduler) or where fork is unavailable.
 """
 
@@ -145,7 +146,12 @@ def _watch(pid: int, read: int) -> int:
                 child.event(line.decode("utf-8", "replace"))
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
-            return _code(child, status)
+            code = _code(child, status)
+            # MindSpore's runtime turns a SIGINT into SIGTERM inside the child: the supervisor
+            # knows which signal the user sent
+            if got and got[0][0] == signal.SIGINT and code == 128 + signal.SIGTERM:
+                return 128 + signal.SIGINT
+            return code
         now = time.monotonic()
         if child.timeout and now - start > child.timeout:
             child.kill()

@@ -236,3 +236,26 @@ def test_no_worker_outlives_an_interrupted_launcher(tiny_target, tmp_path):
     assert proc.returncode == 130
     time.sleep(2)
     _no_process_left(str(tmp / "objdebug-msrun"))
+
+
+def test_sigint_in_a_later_stage_is_130(tiny_target, tmp_path):
+    """^C after MindSpore ran graphs (here: once the grad stage started) exits 130, not 143."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TMPDIR=str(tmp_path))
+    proc = subprocess.Popen([sys.executable, "-m", "objdebug.cli", "run", "--stages", "align,grad"],
+                            cwd=tiny_target, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        seen = []
+        for line in proc.stderr:
+            seen.append(line)
+            if line.startswith("objdebug: grad"):
+                break
+        assert any(line.startswith("objdebug: grad") for line in seen), seen
+        time.sleep(1)
+        proc.send_signal(signal.SIGINT)
+        err = proc.stderr.read()
+        proc.wait(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, "".join(seen) + err
+    assert "interrupted after stage align" in err, err

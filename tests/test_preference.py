@@ -262,7 +262,8 @@ def test_stage_skips_without_preference_objective():
 def test_other_stages_skip_for_a_preference_objective():
     cfg = load_config(TARGETS / "pref_healthy" / "objdebug.toml")
     res = api.run(cfg, stages=["align", "grad"])
-    assert res.findings and {f.verdict for f in res.findings} == {Verdict.SKIP}
+    assert res.findings and {f.verdict for f in res.findings if f.code != "OBJ005"} == {Verdict.SKIP}
+    assert res.exit_code == 1  # nothing was checked (OBJ005)
     assert 'call = "preference"' in res.findings[0].message
 
 
