@@ -130,3 +130,36 @@ def test_a_graph_the_cache_cannot_save_runs_without_the_cache(tiny_target, tmp_p
     assert "running again without the cache" in proc.stderr and "error" not in proc.stderr
     leftovers = list((tmp_path / "cache").rglob("*.mindir"))
     assert leftovers == []  # the failed process left nothing loadable
+
+
+def test_real_graphs_of_another_objective_copied_in_change_no_verdict(tiny_target, tmp_path):
+    """The issue's poisoning with real MindSpore graphs: the healthy target's warm cache gets the
+    graph files of a broken objective (same shapes). Was exit 1 (FAIL from the planted graphs);
+    now the digests differ, the cache starts cold and the healthy target passes."""
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    env = {k: v for k, v in os.environ.items() if k != "OBJDEBUG_NO_CACHE"}
+    env["PYTHONPATH"] = str(root)
+    cache = tmp_path / "cache"
+
+    def run(*extra):
+        return subprocess.run([sys.executable, "-m", "objdebug.cli", "run", "--stages", "align", "-q",
+                               "--compile-cache", str(cache), *extra], cwd=tiny_target, env=env,
+                              capture_output=True, text=True, timeout=600)
+
+    assert run().returncode == 0
+    assert run("--set", "objective.kwargs={ignore_index=0}").returncode == 1
+    by_kwargs = {json.loads((d / "key.json").read_text())["target"]["objective"]["kwargs"]["ignore_index"]: d
+                 for d in cache.iterdir() if (d / "key.json").is_file()}
+    good, bad = by_kwargs[-100] / "rank_0" / "graph_cache", by_kwargs[0] / "rank_0" / "graph_cache"
+    planted = sorted(bad.glob("*.mindir"))
+    assert planted
+    for f in planted:
+        shutil.copy(f, good / f.name)
+    proc = run()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.startswith("PASSED"), proc.stdout
