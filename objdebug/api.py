@@ -11,6 +11,8 @@ comparison with a baseline and the same report files.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +24,7 @@ from objdebug.core.progress import Progress
 from objdebug.engine import distributed
 from objdebug.engine.compile_cache import default_root
 from objdebug.engine.data import preflight
+from objdebug.pipeline import selection
 from objdebug.pipeline.profile import Profile, load_profile
 from objdebug.pipeline.runner import RunResult, resolve_stages, run_pipeline  # noqa: F401  (re-exported)
 from objdebug.report.json_report import SCHEMA_VERSION  # noqa: F401  (re-exported)
@@ -58,9 +61,16 @@ def run(cfg: Config, *, stages: list[str] | None = None, profile: Profile | str 
         profile = load_profile(profile or cfg.run.profile)
     chosen = resolve_stages(cfg, profile, stages)
     preflight(cfg)  # data-file errors before MindSpore starts
+    # every prefix upper-cased and matching a known code, the whole keeping some code of the
+    # stages that run: a selection that drops everything would pass without checking (issue 23)
+    select = selection.prefixes(select, "--select", "command line")
+    ignore = selection.prefixes(ignore, "--ignore", "command line")
     user_select, user_ignore = select, ignore  # the baseline comparison adds the profile's itself
-    select = list(profile.data.get("select", [])) + list(cfg.run.select) + list(select or [])
-    ignore = list(profile.data.get("ignore", [])) + list(cfg.run.ignore) + list(ignore or [])
+    select = (selection.prefixes(profile.data.get("select", []), "select", profile.source)
+              + selection.prefixes(cfg.run.select, "run.select", cfg.source) + select)
+    ignore = (selection.prefixes(profile.data.get("ignore", []), "ignore", profile.source)
+              + selection.prefixes(cfg.run.ignore, "run.ignore", cfg.source) + ignore)
+    selection.require_something(chosen, select, ignore, baseline=old is not None)
     progress = progress or Progress()  # no display unless the caller passes one
     # the display runs from the first second (importing MindSpore and loading take a while) and
     # stops on any exception, Ctrl-C included, which goes on to the caller
@@ -72,6 +82,9 @@ def run(cfg: Config, *, stages: list[str] | None = None, profile: Profile | str 
         from objdebug.pipeline import baseline as baseline_mod
 
         baseline_mod.apply(result, old, select=user_select, ignore=user_ignore)
+    empty = selection.nothing_checked(result.results)  # never a pass without a check
+    if empty is not None:
+        result.results.append(empty)
     if out_dir:
         from objdebug.report import json_report
         from objdebug.report.figures import write_pngs
@@ -211,7 +224,15 @@ class Request:
     gitlab_report: Path | None = None
     workers: int | None = None
     expect_trained: bool = False
+    timeout: float | None = None  # seconds; None: the profile's `timeout`
     settings: dict[str, Any] = field(default_factory=dict)  # --synthesize, --batch-size, --samples
+
+    @classmethod
+    def of(cls, **opts: Any) -> Request:
+        """A request from a command's keywords; those it has no field for are stage settings."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in opts.items() if k in names},
+                   settings={k: v for k, v in opts.items() if k not in names})
 
     def options(self) -> dict[str, Any]:
         return {**self.settings, **({"expect_trained": True} if self.expect_trained else {})}
@@ -231,8 +252,15 @@ def prepare(req: Request) -> Prepared:
     from objdebug.core import outputs
     from objdebug.pipeline import baseline as baseline_mod
 
+    if req.timeout is not None and not (0 <= req.timeout < float("inf")):
+        raise InputError(f"For '--timeout', the value must be a number of seconds >= 0, but got "
+                         f"{req.timeout}.")
     if req.workers is not None and req.workers < 1:
         raise InputError(f"For '--workers', the value must be >= 1, but got {req.workers}.")
+    most = os.cpu_count() or 1  # a worker per core at most: msrun takes any number unchecked
+    if req.workers is not None and req.workers > most:
+        raise InputError(f"For '--workers', the value must be <= {most} (this machine's CPU "
+                         f"count), but got {req.workers}.")
     fmt = output_format(req.output_format_)
     cfg = load(req.config, req.demo, req.set_, req.device, req.mode, req.seed, req.checkpoint)
     prof = load_profile(req.profile or cfg.run.profile)
@@ -243,7 +271,16 @@ def prepare(req: Request) -> Prepared:
                                   gitlab=gitlab_path(fmt, req.gitlab_report)),
                   outputs.config_inputs(cfg, prof.source, req.baseline))
     old = baseline_mod.load(str(req.baseline)) if req.baseline else None
+    if fmt == "github":
+        outputs.check_step_summary(os.environ.get("GITHUB_STEP_SUMMARY"))
     return Prepared(fmt, cfg, prof, old)
+
+
+def launch(req: Request, argv: list[str]):
+    """`--workers N` outside msrun: the request checked (in milliseconds, not after the workers'
+    cluster timeout), then N msrun workers run this same command line less `--workers`."""
+    prepare(req)
+    return distributed.launch(distributed.without_workers(argv), req.workers)
 
 
 def execute(req: Request, progress: Progress, echo: Callable[[str], None], colour: bool = False) -> int:
@@ -252,8 +289,13 @@ def execute(req: Request, progress: Progress, echo: Callable[[str], None], colou
     from objdebug.core.interrupts import Interrupted
     from objdebug.report import json_report, terminal
 
+    from objdebug.engine import watchdog
+    from objdebug.engine.cache_fallback import in_fallback
+
     p = prepare(req)
-    cache = False if req.no_cache else (str(req.compile_cache.resolve()) if req.compile_cache else True)
+    watchdog.timeout(req.timeout if req.timeout is not None else p.profile.data.get("timeout", 0.0))
+    no_cache = req.no_cache or in_fallback()  # the rerun after a graph the cache cannot save
+    cache = False if no_cache else (str(req.compile_cache.resolve()) if req.compile_cache else True)
     result = run(p.config, stages=req.stages, profile=p.profile, options=req.options(),
                  out_dir=str(req.out.resolve()) if req.out else None, strict=req.strict,
                  select=req.select, ignore=req.ignore, debug=req.debug, progress=progress,
@@ -285,19 +327,39 @@ def render(result_json: Path, *, html=None, markdown=None, junit=None,
            junit_warnings_as_skipped: bool = False, verbose: bool = False,
            output_format_: str | None = None, gitlab_report=None,
            echo: Callable[[str], None] = print, colour: bool = False) -> None:
-    """`objdebug render`: a saved JSON report re-rendered (terminal, and the report files)."""
+    """`objdebug render`: a saved JSON report re-rendered (terminal, and the report files). A
+    field the structure check does not cover, missing or of the wrong type, is the saved report's
+    problem (exit 2 naming it), not objdebug's; the files are all-or-nothing."""
     from objdebug.core import outputs
-    from objdebug.report import json_report, terminal
+    from objdebug.report import github, json_report, terminal
 
     fmt = output_format(output_format_)
     outputs.check(outputs.outputs(junit=junit, html=html, markdown=markdown,
                                   gitlab=gitlab_path(fmt, gitlab_report)),
                   [("the report being rendered", outputs.resolve(result_json))])
     report = json_report.load(str(result_json), renderable=True)
-    write_reports(report, junit=junit, junit_warnings_as_skipped=junit_warnings_as_skipped,
-                  html=html, markdown=markdown, gitlab=gitlab_path(fmt, gitlab_report))
-    echo(terminal.render(report, colour=colour, verbose=verbose).removesuffix("\n"))
+    if fmt == "github":
+        outputs.check_step_summary(os.environ.get("GITHUB_STEP_SUMMARY"))
+    with _malformed_report(str(result_json)):
+        write_reports(report, junit=junit, junit_warnings_as_skipped=junit_warnings_as_skipped,
+                      html=html, markdown=markdown, gitlab=gitlab_path(fmt, gitlab_report))
+        text = terminal.render(report, colour=colour, verbose=verbose)
+        if fmt == "github":  # what ci_output prints, tried before anything is printed
+            ci_annotations(report, fmt), github.summary(report)
+    echo(text.removesuffix("\n"))
     ci_output(report, fmt, echo)
+
+
+@contextlib.contextmanager
+def _malformed_report(path: str):
+    """A KeyError/TypeError/... while rendering a saved report -> InputError naming the file
+    (--debug shows the traceback of the InputError's cause)."""
+    try:
+        yield
+    except (KeyError, TypeError, AttributeError, IndexError, ValueError) as exc:
+        what = f"no field {exc.args[0]!r}" if isinstance(exc, KeyError) and exc.args else \
+            f"{type(exc).__name__}: {exc}"
+        raise InputError(f"not a well-formed objdebug report: {what}", source=path) from exc
 
 
 def explain(code: str) -> str:

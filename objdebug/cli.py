@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import inspect
 import os
@@ -13,7 +12,9 @@ from typing import Annotated, Any, Optional
 
 import typer
 
+from objdebug.core import exits  # no MindSpore: the command builds its help without it
 from objdebug.core.errors import EXIT_INPUT_ERROR
+from objdebug.core.interrupts import raising_signals
 
 _USER_GLOG = os.environ.get("GLOG_v")  # a user's own MindSpore log level is kept (read, not set)
 
@@ -33,13 +34,13 @@ def _fail(message: str, code: int) -> None:
 def guarded(debug: bool, fn, *args, **kwargs):
     """Run fn; an input error -> exit 2 with one line, anything else -> exit 3 (traceback with
     --debug); SIGINT/SIGTERM -> one line and exit 130/143, after every cleanup ran."""
-    from objdebug.core import exits
-    from objdebug.core.interrupts import raising_signals
+    from objdebug.engine.cache_fallback import rerun_when_the_cache_fails
+    from objdebug.engine.exit_guard import user_exits
     from objdebug.engine.runtime import quiet_logs
 
     quiet_logs(debug, _USER_GLOG)
-    try:
-        with raising_signals(), exits.signals_first():
+    try:  # the target's sys.exit(0) is not a pass; a graph the cache cannot save costs a rerun
+        with rerun_when_the_cache_fails(), raising_signals(), user_exits(), exits.signals_first():
             return fn(*args, **kwargs)
     except typer.Exit:
         raise
@@ -49,18 +50,13 @@ def guarded(debug: bool, fn, *args, **kwargs):
 
 
 def execute(*, stages, debug=False, workers=None, quiet=False, **opts) -> None:
-    """Shared body of `run`, `demo` and the stage commands: the options as an api.Request (the
-    ones it has no field for are stage settings: --synthesize, --batch-size, --samples)."""
+    """Shared body of `run`, `demo` and the stage commands: the options as an api.Request."""
     from objdebug import api
     from objdebug.engine import distributed
 
-    fields = {f.name for f in dataclasses.fields(api.Request)}
-    req = api.Request(stages=stages, debug=debug, workers=workers, quiet=quiet,
-                      settings={k: v for k, v in opts.items() if k not in fields},
-                      **{k: v for k, v in opts.items() if k in fields})
+    req = api.Request.of(stages=stages, debug=debug, workers=workers, quiet=quiet, **opts)
     if workers and workers > 1 and not distributed.under_msrun():  # N workers run this command
-        guarded(debug, api.prepare, req)  # in milliseconds, not after the workers' cluster timeout
-        res = guarded(debug, distributed.launch, distributed.without_workers(sys.argv[1:]), workers)
+        res = guarded(debug, api.launch, req, sys.argv[1:])
         if res.failed or res.code >= EXIT_INPUT_ERROR:
             _fail(res.output, res.code)
         typer.echo(res.output, nl=False)
@@ -108,20 +104,20 @@ OPTIONS: dict[str, tuple[Any, Any]] = {
     "output_format_": _opt(Optional[str], None, "--output-format", help="text, github or gitlab (default: github under GitHub Actions, else text). github: annotations on stdout + the Markdown report appended to $GITHUB_STEP_SUMMARY; gitlab: a Code Quality JSON report (--gitlab-report)."),
     "gitlab_report": _opt(Optional[Path], None, "--gitlab-report", help="Write a GitLab Code Quality JSON report here (default with --output-format gitlab: gl-code-quality-report.json)."),
     "workers": _opt(Optional[int], None, "--workers", help="Run N workers through MindSpore's msrun on this machine; rows are sharded, results combined with collectives (docs/distributed.md)."),
+    "timeout": _opt(Optional[float], None, "--timeout", help="End the run after this many seconds with exit 3, naming the graph being compiled (default: the profile's timeout; 0: none)."),
     "expect_trained": _opt(bool, False, "--expect-trained", help="The model is trained: never treat it as untrained (quality checks are judged even at loss ~ log V; see OBJ004)."),
 }
 DebugOpt = OPTIONS["debug"][0]
 RUN_OPTIONS = tuple(OPTIONS)  # what `run` and each stage command take
 DEMO_OPTIONS = ("json_path", "out", "profile", "debug", "verbose", "junit", "html", "markdown",
-                "compile_cache", "no_cache", "quiet", "output_format_", "gitlab_report", "workers")
+                "compile_cache", "no_cache", "quiet", "output_format_", "gitlab_report", "workers",
+                "timeout")
 RENDER_OPTIONS = ("html", "markdown", "junit", "junit_warnings_as_skipped", "verbose", "debug",
                   "output_format_", "gitlab_report")
 
 
 def with_options(*names: str):
-    """Give a command the shared options `names`: a parameter of the command with such a name
-    gets the shared option's type and help, the others follow its own parameters (through
-    **kwargs). Typer reads the signature; the command receives keywords."""
+    """Give a command the shared options `names` (typer reads the signature built here)."""
     def decorate(fn):
         own = [p for p in inspect.signature(fn, eval_str=True).parameters.values()
                if p.kind is not inspect.Parameter.VAR_KEYWORD]
@@ -240,9 +236,12 @@ def init_command(
 
 
 def main() -> None:
+    from objdebug import supervisor
     from objdebug.engine.distributed import serve_if_scheduler
 
+    supervisor.require_working_directory()  # MindSpore aborts (rc 134) without one
     serve_if_scheduler()  # under msrun, the scheduler process only builds the cluster
+    supervisor.supervise()  # the command runs in a child: no hang, no pass without a verdict
     app()
 
 

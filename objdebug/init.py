@@ -260,6 +260,10 @@ def init_config(model: str, objective: str, checkpoint: str | None = None, data:
     from objdebug.engine.data import make_tokenizer
     from objdebug.engine.target import import_factory, load_target
 
+    if isinstance(max_probe_length, bool) or not isinstance(max_probe_length, int) \
+            or max_probe_length < 1:
+        raise InputError(f"For '--max-probe-length', the value must be an integer >= 1, but got "
+                         f"{max_probe_length!r}.")
     out = Path(output).resolve()
     if out.exists():
         raise InputError(f"For '--output', '{output}' already exists; objdebug init never overwrites "

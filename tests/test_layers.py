@@ -25,7 +25,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("objdebug.stages",),                                  # one package per stage
     ("objdebug.monitor", "objdebug.losses", "objdebug.demo"),
     ("objdebug.api", "objdebug.init", "objdebug.init_model_io"),  # the library's entry points
-    ("objdebug.cli",),                                     # the command
+    ("objdebug.cli", "objdebug.supervisor"),              # the command (and the process it runs in)
 )
 MAX_ROOT_MODULES = 10
 MAX_CLI_LINES = 250

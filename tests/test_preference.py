@@ -255,14 +255,16 @@ def test_pairs_healthy_full_stage():
 def test_stage_skips_without_preference_objective():
     cfg = load_config(TARGETS / "grad_healthy" / "objdebug.toml")
     res = api.run(cfg, stages=["preference"])
-    assert res.exit_code == 0 and {f.verdict for f in res.findings} == {Verdict.SKIP}
+    # every check skipped: nothing was checked, which is never a pass (OBJ005, issue 23)
+    assert res.exit_code == 1 and [f.code for f in res.findings if f.verdict is not Verdict.SKIP] == ["OBJ005"]
     assert "no preference objective" in res.findings[0].message
 
 
 def test_other_stages_skip_for_a_preference_objective():
     cfg = load_config(TARGETS / "pref_healthy" / "objdebug.toml")
     res = api.run(cfg, stages=["align", "grad"])
-    assert res.findings and {f.verdict for f in res.findings} == {Verdict.SKIP}
+    assert res.findings and {f.verdict for f in res.findings if f.code != "OBJ005"} == {Verdict.SKIP}
+    assert res.exit_code == 1  # nothing was checked (OBJ005)
     assert 'call = "preference"' in res.findings[0].message
 
 

@@ -179,19 +179,33 @@ def find_config(start: Path | None = None) -> Path | None:
         if not path.is_file():
             continue
         if name == "pyproject.toml":
-            try:
-                if "objdebug" not in _read_toml(path).get("tool", {}):
-                    continue
-            except InputError:
+            # a broken pyproject.toml is reported as such (naming the file), not as "no config":
+            # it may well hold the [tool.objdebug] the user means
+            if not isinstance(_tool_objdebug(_read_toml(path), path), dict):
                 continue
         return path
     return None
 
 
+def _tool_objdebug(raw: dict[str, Any], path: Path) -> Any:
+    """pyproject.toml's [tool.objdebug], or None; `tool = 5` is an InputError naming the file."""
+    tool = raw.get("tool", {})
+    if not isinstance(tool, dict):
+        raise InputError(f"For 'tool', the value must be a table ([tool.objdebug]), but got "
+                         f"{tool!r}.", source=str(path))
+    section = tool.get("objdebug")
+    if section is not None and not isinstance(section, dict):
+        raise InputError(f"For 'tool.objdebug', the value must be a table, but got {section!r}.",
+                         source=str(path))
+    return section
+
+
 def _read_toml(path: Path) -> dict[str, Any]:
     try:
         with open(path, "rb") as fh:
-            return tomllib.load(fh)
+            data = fh.read()
+        # a byte-order mark (Windows editors write one) is not TOML; the data files accept it too
+        return tomllib.loads(data.removeprefix(b"\xef\xbb\xbf").decode("utf-8"))
     except FileNotFoundError:
         raise InputError("config file not found", source=str(path)) from None
     except tomllib.TOMLDecodeError as exc:
@@ -235,7 +249,7 @@ def load_config(path: Path | str | None = None, overrides: dict[str, Any] | None
                 "pass --config PATH, or --demo for the bundled demo target")
     path = Path(path).resolve()
     raw = _read_toml(path)
-    if path.name == "pyproject.toml" and "objdebug" in raw.get("tool", {}):
+    if path.name == "pyproject.toml" and _tool_objdebug(raw, path) is not None:
         raw = raw["tool"]["objdebug"]
     raw = copy.deepcopy(raw)
     origins = {k: origins.get(k, f"--set {k}=...") for k in (overrides or {})} if origins is not None \
@@ -324,6 +338,27 @@ def _check_type(value: Any, types: type | tuple, where: str, src: "_Sources") ->
                          source=src.of(where))
 
 
+INT32_MIN, INT32_MAX = -2 ** 31, 2 ** 31 - 1
+SEED_MAX = 2 ** 32 - 1
+
+
+def _check_range(value: int, low: int, high: int, where: str, src: "_Sources") -> None:
+    if not low <= value <= high:
+        raise InputError(f"For '{where}', the value must be in [{low}, {high}], but got {value}.",
+                         source=src.of(where))
+
+
+def _check_path_text(value: str, where: str, src: "_Sources") -> None:
+    """A path the OS cannot take (empty, NUL, a name or whole path over its limits) is the user's
+    input error, before MindSpore starts, not an OSError deep in a stage."""
+    from objdebug.core.paths import path_problem
+
+    problem = path_problem(value) if value else None  # '' means unset, as for a missing key
+    if problem:
+        raise InputError(f"For '{where}', the value must be a usable path, but {problem}.",
+                         source=src.of(where))
+
+
 def _validate(cfg: Config, src: _Sources) -> None:
     for where, spec in (("model", cfg.model), ("objective", cfg.objective)):
         if spec is None:
@@ -338,6 +373,9 @@ def _validate(cfg: Config, src: _Sources) -> None:
                          f"but got '{cfg.objective.call}'.", source=src.of("objective.call"))
     _validate_preference(cfg, src)
     _check_type(cfg.objective.components, list, "objective.components", src)
+    if not all(isinstance(c, str) for c in cfg.objective.components):
+        raise InputError(f"For 'objective.components', the value must be a list of strings, but got "
+                         f"{cfg.objective.components!r}.", source=src.of("objective.components"))
     if cfg.objective.primary is not None:
         _check_type(cfg.objective.primary, str, "objective.primary", src)
         if cfg.objective.primary not in cfg.objective.components:
@@ -346,14 +384,24 @@ def _validate(cfg: Config, src: _Sources) -> None:
     if not cfg.end_to_end and cfg.objective.checkpoint is not None:
         raise InputError("objective.checkpoint is only for the end-to-end form (no [model]); "
                          "put the checkpoint under [model]", source=str(src))
+    for section, key in sorted(_PATH_KEYS):  # a number or a list here was an internal error (exit 3)
+        spec = getattr(cfg, section)
+        if spec is not None and getattr(spec, key) is not None:
+            _check_type(getattr(spec, key), str, f"{section}.{key}", src)
+            _check_path_text(getattr(spec, key), f"{section}.{key}", src)
     d = cfg.data
+    _check_type(d.tokenizer, str, "data.tokenizer", src)
     _check_type(d.pad_id, int, "data.pad_id", src)
     _check_type(d.label_pad_id, int, "data.label_pad_id", src)
     _check_type(d.shift, bool, "data.shift", src)
+    for key in ("pad_id", "label_pad_id"):  # ids reach MindSpore as int32: 9999999999 would wrap
+        _check_range(getattr(d, key), INT32_MIN, INT32_MAX, f"data.{key}", src)
     if d.vocab_size is not None:
         _check_type(d.vocab_size, int, "data.vocab_size", src)
+        _check_range(d.vocab_size, 1, INT32_MAX, "data.vocab_size", src)
     if d.max_length is not None:
         _check_type(d.max_length, int, "data.max_length", src)
+        _check_range(d.max_length, 1, INT32_MAX, "data.max_length", src)
     if d.text is not None:
         _check_type(d.text, str, "data.text", src)
     _check_type(d.text_max_tokens, int, "data.text_max_tokens", src)
@@ -364,6 +412,7 @@ def _validate(cfg: Config, src: _Sources) -> None:
             if value < 0:
                 raise InputError(f"For 'data.{key}', the value must be a token id >= 0, but got "
                                  f"{value}.", source=src.of(f"data.{key}"))
+            _check_range(value, 0, INT32_MAX, f"data.{key}", src)
     _validate_model_io(cfg, src)
     if d.text_max_tokens < 2:
         raise InputError(f"For 'data.text_max_tokens', the value must be >= 2, but got "
@@ -376,6 +425,14 @@ def _validate(cfg: Config, src: _Sources) -> None:
         raise InputError(f"For 'run.mode', the value must be in {list(MODES)}, but got '{r.mode}'.",
                          source=src.of("run.mode"))
     _check_type(r.seed, int, "run.seed", src)
+    _check_range(r.seed, 0, SEED_MAX, "run.seed", src)  # numpy and MindSpore take a uint32 seed
+    for key in ("stages", "select", "ignore"):  # a string would be read letter by letter
+        value = getattr(r, key)
+        if value is not None and (not isinstance(value, list)
+                                  or not all(isinstance(v, str) for v in value)):
+            raise InputError(f"For 'run.{key}', the value must be a list of strings (e.g. "
+                             f"[\"{'align' if key == 'stages' else 'OBJ1'}\"]), but got {value!r}.",
+                             source=src.of(f"run.{key}"))
     _check_type(r.profile, str, "run.profile", src)
     if r.compile_cache is not None:
         _check_type(r.compile_cache, str, "run.compile_cache", src)

@@ -17,7 +17,7 @@ import threading
 from collections.abc import Iterator
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
-_hold: dict[str, object] = {"depth": 0, "pending": None, "fired": None}
+_hold: dict[str, object] = {"depth": 0, "pending": None, "fired": None, "handler": None}
 
 
 class Interrupted(BaseException):
@@ -65,13 +65,28 @@ def raising_signals() -> Iterator[None]:
         raise Interrupted(signum)
 
     previous = {s: signal.signal(s, handler) for s in SIGNALS}
-    _hold["fired"] = None
+    _hold["fired"], _hold["handler"] = None, handler
     try:
         yield
     finally:
         for s, old in previous.items():
             signal.signal(s, old)
-        _hold["fired"] = None  # the next run in this process starts clean
+        _hold["fired"], _hold["handler"] = None, None  # the next run in this process starts clean
+
+
+def reassert() -> None:
+    """Take SIGINT/SIGTERM back after MindSpore ran a graph.
+
+    MindSpore's runtime installs its own C-level SIGINT handler when it first runs a graph, and
+    that handler turns SIGINT into SIGTERM (measured on 2.10: a ^C after the first stage exited
+    143, not 130). Python's signal.signal still reports our handler, so it is installed again
+    (one sigaction per call) after every compile; a no-op outside raising_signals() or after a
+    signal already fired."""
+    handler = _hold["handler"]
+    if handler is None or _hold["fired"] or threading.current_thread() is not threading.main_thread():
+        return
+    for s in SIGNALS:
+        signal.signal(s, handler)
 
 
 def swallowed() -> Interrupted | None:

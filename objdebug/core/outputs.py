@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from objdebug.core.errors import InputError
+from objdebug.core.paths import path_problem
 
 # the file a directory output writes (figures beside it have their own names)
 _DIR_FILES = {"--html": "index.html", "--markdown": "report.md"}
@@ -46,6 +47,10 @@ def outputs(*, json=None, junit=None, html=None, markdown=None, out=None,
     given = [("--json", json, False), ("--junit", junit, False), ("--html", html, True),
              ("--markdown", markdown, True), ("--out", out, True),
              ("--compile-cache", compile_cache, True), ("--gitlab-report", gitlab, False)]
+    for flag, p, is_dir in given:  # too long for the OS (the report's temporary included)
+        problem = None if p is None else path_problem(str(p), temporary=not is_dir)
+        if problem:
+            raise InputError(f"For '{flag}', the path must be usable, but {problem}.")
     return [Output(flag, resolve(p), is_dir) for flag, p, is_dir in given if p is not None]
 
 
@@ -115,6 +120,10 @@ def _check_writable(o: Output) -> None:
             raise InputError(f"For '{o.flag}', the path must be a directory, but '{p}' is a file.")
         if not o.is_dir and p.is_dir():
             raise InputError(f"For '{o.flag}', the path must be a file, but '{p}' is a directory.")
+    for f in o.files if o.is_dir else []:  # DIR/index.html a directory: the rename would fail
+        if f.is_dir():
+            raise InputError(f"For '{o.flag}', '{f}' must be a file (the report is written "
+                             f"there), but it is a directory.")
     folder = p if o.is_dir else p.parent
     existing = folder
     while not existing.exists():  # the folders write_atomic would create
@@ -129,3 +138,21 @@ def _check_writable(o: Output) -> None:
     except OSError as exc:
         raise InputError(f"For '{o.flag}', cannot write in '{existing}': "
                          f"{exc.strerror or type(exc).__name__}.") from None
+
+
+def check_step_summary(path: str | None) -> None:
+    """$GITHUB_STEP_SUMMARY (`--output-format github`) is appended to after the run: a path that
+    cannot be opened for appending is an InputError now, not an internal error after all the work.
+    Opening it creates the (empty) file GitHub would have created; nothing is written yet."""
+    if not path:
+        return
+    problem = path_problem(path)
+    if problem is None:
+        try:
+            with open(path, "a", encoding="utf-8"):
+                pass
+        except OSError as exc:
+            problem = exc.strerror or type(exc).__name__
+    if problem:
+        raise InputError(f"For '$GITHUB_STEP_SUMMARY' (--output-format github), the job summary "
+                         f"must be a file objdebug can append to, but '{path}': {problem}.")

@@ -30,6 +30,16 @@ def _vectors(x, y) -> tuple[np.ndarray, np.ndarray]:
     return x, y
 
 
+def _scaled(v: np.ndarray) -> np.ndarray:
+    """`v` divided by a power of two near its largest magnitude: exact (no rounding), and the
+    correlations are scale-free, but sums of squares of scores like 1e300 no longer overflow
+    (they gave a CI of [0.000, 0.000] and numpy warnings)."""
+    top = float(np.max(np.abs(v))) if v.size else 0.0
+    if not np.isfinite(top) or top == 0.0:
+        return v
+    return np.ldexp(v, -int(np.frexp(top)[1]))
+
+
 def is_constant(v) -> bool:
     v = np.asarray(v, dtype=np.float64)
     return v.size == 0 or bool(np.all(v == v.flat[0]))
@@ -54,6 +64,7 @@ def correlations(x, y) -> Correlations:
     from scipy import stats
 
     x, y = _vectors(x, y)
+    x, y = _scaled(x), _scaled(y)  # scale-free: no overflow for huge scores
     n = int(x.size)
     nan = float("nan")
     if n < 3 or is_constant(x) or is_constant(y):
@@ -131,6 +142,7 @@ def bootstrap_pearson_ci(x, y, *, n_resamples: int = 2000, level: float = 0.95, 
         raise ValueError(f"For 'bootstrap_pearson_ci', the 'n_resamples' must be >= 1, but got "
                          f"{n_resamples}.")
     x, y = _vectors(x, y)
+    x, y = _scaled(x), _scaled(y)  # scale-free: no overflow for huge scores
     n = x.size
     nan = float("nan")
     if n < 3 or is_constant(x) or is_constant(y):

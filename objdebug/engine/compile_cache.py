@@ -41,9 +41,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from objdebug.engine import cache_files
+
 MANIFEST = "objdebug-manifest.json"
 LOCK = "objdebug.lock"
-SCHEMA = 1
+SCHEMA = 2  # 2: each graph file's sha256 in the manifest (a schema-1 manifest starts cold)
 DEFAULT_DIR = ".objdebug_cache"  # in the working directory, like .pytest_cache
 NO_CACHE_ENV = "OBJDEBUG_NO_CACHE"  # set (not "0"/""): no default cache, e.g. in the test suite
 GITIGNORE = "# Created by objdebug: a local compile cache, never committed.\n*\n"
@@ -101,8 +103,18 @@ def sources_digest(files: list[str]) -> str:
     return h.hexdigest()
 
 
+def parameter_shapes(target: Any) -> list[str]:
+    """'name:dtype[shape]' of every parameter of the target's networks: a model from an installed
+    package (whose source is not hashed) that changed its layers changes the key."""
+    out = []
+    for net in (getattr(target, "model", None), getattr(target, "objective", None)):
+        if net is not None and hasattr(net, "parameters_and_names"):
+            out += [f"{n}:{p.dtype}{list(p.shape)}" for n, p in net.parameters_and_names()]
+    return out
+
+
 def key_parts(cfg: Any, profile: Any, stages: list[str], options: dict[str, Any],
-              batch_size: int) -> dict[str, Any]:
+              batch_size: int, params: list[str] | None = None) -> dict[str, Any]:
     """Everything that decides which graphs a run compiles and what they contain."""
     from objdebug.engine.runtime import versions
 
@@ -126,6 +138,7 @@ def key_parts(cfg: Any, profile: Any, stages: list[str], options: dict[str, Any]
         "options": {k: val for k, val in sorted(options.items()) if val is not None},
         "batch_size": int(batch_size),
         "sources": sources_digest(source_files()),
+        "params": hashlib.sha256("\n".join(params or []).encode()).hexdigest(),
     }
 
 
@@ -192,18 +205,18 @@ class CompileCache:
 
     # ------------------------------------------------------------------ set-up
     def open(self, cfg: Any, profile: Any, stages: list[str], options: dict[str, Any],
-             batch_size: int) -> CompileCache:
+             batch_size: int, params: list[str] | None = None) -> CompileCache:
         """Point MindSpore at this key's directory; must run before the run's first compile."""
         if not self.root:
             return self
         try:
-            self._open(cfg, profile, stages, options, batch_size)
+            self._open(cfg, profile, stages, options, batch_size, params)
         except Exception as exc:  # never let the cache fail a run
             self._disable(f"{type(exc).__name__}: {exc}")
         return self
 
-    def _open(self, cfg, profile, stages, options, batch_size) -> None:
-        parts = key_parts(cfg, profile, stages, options, batch_size)
+    def _open(self, cfg, profile, stages, options, batch_size, params=None) -> None:
+        parts = key_parts(cfg, profile, stages, options, batch_size, params)
         self.key = cache_key(parts)
         self.dir = Path(self.root).expanduser().resolve() / self.key[:24]
         if _process["dir"] is not None or _any_graph_compiled():
@@ -218,7 +231,12 @@ class CompileCache:
         root = self.dir.parent
         if not root.exists():  # ours: keep it out of the user's git
             root.mkdir(parents=True)
-            (root / ".gitignore").write_text(GITIGNORE)
+            cache_files.write_exclusive(root / ".gitignore", GITIGNORE)
+        graphs = self.dir / "rank_0" / "graph_cache"
+        link = cache_files.linked(self.dir, self.dir / "rank_0", graphs)
+        if link is not None:  # MindSpore would write (and read) through it
+            self._disable(f"'{link}' is a symbolic link; objdebug never follows links in its cache")
+            return
         self.dir.mkdir(parents=True, exist_ok=True)
         if not self._lock():
             self._disable(f"'{self.dir}' is in use by another objdebug process")
@@ -226,6 +244,9 @@ class CompileCache:
         manifest = self._read_manifest()
         (self.dir / MANIFEST).unlink(missing_ok=True)  # restored only by a clean close()
         files = self._files()
+        if manifest is not None and not self._digests_match(manifest["events"]):
+            self.reason = "a graph file differs from the one this cache recorded: started cold"
+            manifest = None
         if manifest is None:
             self._remove(set(files))
         else:
@@ -235,14 +256,15 @@ class CompileCache:
         os.environ["MS_COMPILER_CACHE_ENABLE"] = "1"
         os.environ["MS_COMPILER_CACHE_PATH"] = str(self.dir)
         _process["dir"] = str(self.dir)
-        (self.dir / "key.json").write_text(json.dumps(parts, indent=1, sort_keys=True, default=str))
+        cache_files.write_exclusive(self.dir / "key.json",
+                                    json.dumps(parts, indent=1, sort_keys=True, default=str))
         self._last = self._files()
         self.status = "warm" if self.expected else "cold"
 
     def _lock(self) -> bool:
         import fcntl
 
-        fd = os.open(self.dir / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = cache_files.open_lock(self.dir / LOCK)  # never through a planted link
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -258,7 +280,7 @@ class CompileCache:
 
     def _read_manifest(self) -> dict[str, Any] | None:
         try:
-            data = json.loads((self.dir / MANIFEST).read_text())
+            data = json.loads(cache_files.read_text(self.dir / MANIFEST))
         except (OSError, ValueError):
             return None
         if data.get("schema") != SCHEMA or data.get("key") != self.key or not isinstance(
@@ -272,9 +294,19 @@ class CompileCache:
             return {}
         out = {}
         for p in folder.glob("*.mindir"):
+            if p.is_symlink():  # never loaded, never written through
+                p.unlink()
+                continue
             st = p.stat()
             out[p.name] = (st.st_mtime_ns, st.st_size)
         return out
+
+    def _digests_match(self, events: list[dict[str, Any]]) -> bool:
+        """Every graph file the manifest owns is the very file this cache recorded."""
+        folder = self.dir / "rank_0" / "graph_cache"
+        return all(isinstance(e, dict) and (not e.get("file") or (
+            isinstance(e.get("sha256"), str)
+            and cache_files.sha256(folder / str(e["file"])) == e["sha256"])) for e in events)
 
     def _remove(self, names: set[str]) -> None:
         for name in names:
@@ -382,11 +414,12 @@ class CompileCache:
             if not ok or self.unsafe or set(now) != owned:
                 self._remove(set(now))
             else:
+                folder = self.dir / "rank_0" / "graph_cache"
                 body = {"schema": SCHEMA, "key": self.key,
-                        "events": [{k: e[k] for k in ("graph", "shapes", "file")} for e in events]}
-                tmp = self.dir / (MANIFEST + ".tmp")
-                tmp.write_text(json.dumps(body, indent=1))
-                os.replace(tmp, self.dir / MANIFEST)
+                        "events": [{**{k: e[k] for k in ("graph", "shapes", "file")},
+                                    "sha256": cache_files.sha256(folder / e["file"])
+                                    if e.get("file") else None} for e in events]}
+                cache_files.write_exclusive(self.dir / MANIFEST, json.dumps(body, indent=1))
         except Exception as exc:
             self._disable(f"{type(exc).__name__}: {exc}")
         finally:
@@ -414,11 +447,12 @@ class CompileCache:
 
 
 def open_cache(root: str | None, cfg: Any, profile: Any, stages: list[str],
-               options: dict[str, Any], batch_size: int, refuse: str = "") -> CompileCache:
+               options: dict[str, Any], batch_size: int, refuse: str = "",
+               params: list[str] | None = None) -> CompileCache:
     """A cache session for one run (a no-op when `root` is None); never raises. `refuse`: why
     this run must not use it (the cache is then 'unavailable' with that reason)."""
     if root and refuse:
         cache = CompileCache(root)
         cache._disable(refuse)
         return cache
-    return CompileCache(root).open(cfg, profile, stages, options, batch_size)
+    return CompileCache(root).open(cfg, profile, stages, options, batch_size, params)

@@ -26,6 +26,9 @@ from objdebug.engine.data import (Batch, Padding, Sample, bucket_length, choose_
                                   group_by_length)
 from objdebug.core.progress import Progress, shapes_text
 from objdebug.engine.target import Target
+from objdebug.engine.cache_fallback import CacheUnusable, caused_by_cache
+from objdebug.core.interrupts import reassert as reassert_signals
+from objdebug.engine import watchdog
 
 
 @dataclass
@@ -125,15 +128,25 @@ class Engine:
         key = (name, sig)
         self.compiles.uses.setdefault(self.check or self.stage, set()).add(name)
         if key in self._seen:
-            return fn(*args)
+            try:
+                return fn(*args)
+            finally:
+                reassert_signals()  # each graph run re-installs MindSpore's SIGINT handler
         shapes = shapes_text(sig)
         for listener in self._listeners:
             listener.before_compile(name, sig)
         self.progress.compile_start(name, shapes)  # the display shows what compiles, and for how long
+        watchdog.compiling(name, shapes)  # what a --timeout names
         start = time.perf_counter()
         try:
             out = fn(*args)
+        except Exception as exc:
+            if caused_by_cache(exc):  # not the target's fault: the CLI reruns without the cache
+                raise CacheUnusable(name) from exc
+            raise
         finally:
+            reassert_signals()  # MindSpore's runtime took SIGINT over (it turns it into SIGTERM)
+            watchdog.compiling(None)
             seconds = time.perf_counter() - start
             self.progress.compile_end(name, shapes, seconds)
             for listener in self._listeners:

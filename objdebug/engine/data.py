@@ -106,6 +106,10 @@ ROW_FIELDS = {
     "align": ("id", "prompt", "prompt_ids", "good", "good_ids", "medium", "medium_ids", "bad",
               "bad_ids", "meta"),
     "scores": ("id", "prompt", "prompt_ids", "response", "response_ids", "score", "scores", "meta"),
+    # "strenght" would silently drop every strength and leave OBJ813 a SKIP (issue 23)
+    "preference": ("id", "prompt", "prompt_ids", "chosen", "chosen_ids", "rejected", "rejected_ids",
+                   "strength", "meta"),
+    "text": ("id", "text", "text_ids", "meta"),
 }
 
 
@@ -150,6 +154,10 @@ def check_row(row: dict, what: str, source: str, lineno: int) -> None:
         if f"{name}_ids" in row and name in row:
             raise InputError(f"the row has both '{name}' and '{name}_ids'; keep one (text or token "
                              f"ids)", source=source, line=lineno)
+    if what == "align":  # an empty answer scores 0 tokens: an empty 'bad' passes any ordering
+        for name in ("good", "medium", "bad"):
+            if row.get(name) == "" or row.get(f"{name}_ids") == []:
+                raise InputError(f"field '{name}' is empty", source=source, line=lineno)
     if what == "scores":
         if not _finite_number(row.get("score")):
             raise InputError(f"field 'score' must be a finite number, but got {row.get('score')!r}",
@@ -216,8 +224,10 @@ def read_jsonl(path: str | None, what: str) -> list[tuple[int, dict[str, Any]]]:
 def preflight(cfg) -> None:
     """Read the configured data files before MindSpore starts: encoding, JSON and field errors
     cost no model load. (A missing file is reported by the stage that needs it.)"""
-    for what in ("align", "scores"):
+    for what in ("align", "scores", "preference", "text"):
         path = getattr(cfg.data, what)
+        if what == "text" and path and Path(path).suffix.lower() not in (".jsonl", ".json", ".ndjson"):
+            continue  # a plain corpus: one document a line, no fields
         if path and Path(path).is_file():
             read_jsonl(path, what)
 

@@ -194,7 +194,11 @@ def launch(cli_args: list[str], workers: int, *, timeout: float = 3600.0,
     """Run `objdebug <cli_args>` as `workers` msrun workers on this machine; wait; collect."""
     if workers < 2:
         raise InputError(f"For '--workers', the value must be >= 2 to launch workers, but got {workers}.")
+    launcher = _msrun()  # before the folder: a missing msrun leaves nothing behind
+    from objdebug.core import leftovers
+
     root = tempfile.mkdtemp(prefix="objdebug-msrun-")
+    leftovers.mark(root)
     log_dir, result_dir = os.path.join(root, "logs"), os.path.join(root, "results")
     os.makedirs(result_dir)
     entry = os.path.join(root, "objdebug_worker.py")
@@ -207,7 +211,7 @@ def launch(cli_args: list[str], workers: int, *, timeout: float = 3600.0,
     # the workers import the same objdebug as this process
     pkg_root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = pkg_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    cmd = [_msrun(), f"--worker_num={workers}", f"--local_worker_num={workers}",
+    cmd = [launcher, f"--worker_num={workers}", f"--local_worker_num={workers}",
            "--master_addr=127.0.0.1", f"--master_port={_free_port()}", "--join=True",
            f"--log_dir={log_dir}", f"--cluster_time_out={cluster_timeout}", entry, *cli_args]
     # msrun and its workers get a session of their own; whatever ends this wait (a time-out, a
@@ -236,13 +240,22 @@ def launch(cli_args: list[str], workers: int, *, timeout: float = 3600.0,
 
 
 def _stop(proc: subprocess.Popen) -> None:
-    """Kill msrun's whole session (scheduler and workers) and reap msrun."""
+    """Kill msrun's whole session and every process it started, and reap msrun.
+
+    msrun gives each worker a process group of its own, so killing msrun's group alone left the
+    workers running, re-parented to PID 1 (issue 23): every descendant is found first (through
+    /proc) and killed with its group."""
     import signal
 
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+    from objdebug.engine.process_tree import descendants
+
+    family = descendants(proc.pid)
+    for pid in [proc.pid, *family]:
+        for kill, target in ((os.killpg, pid), (os.kill, pid)):
+            try:
+                kill(target, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError, OSError):
+                pass
     proc.wait()
 
 

@@ -104,13 +104,20 @@ def device() -> str | None:
 def scratch_dir() -> Iterator[str]:
     """Run the block in a temporary working directory, removed afterwards."""
     old = os.getcwd()
+    from objdebug.core import leftovers
+    from objdebug.engine import watchdog
+
+    leftovers.clean_scratch()  # what runs killed by SIGKILL left
     tmp = tempfile.mkdtemp(prefix="objdebug-")
+    leftovers.mark(tmp)
     os.chdir(tmp)
+    watchdog.scratch(tmp)  # removed by the watchdog too, if it has to end a stuck run
     try:
         yield tmp
     finally:
         os.chdir(old)
         shutil.rmtree(tmp, ignore_errors=True)
+        watchdog.scratch(tmp, add=False)
 
 
 def versions() -> dict[str, str]:

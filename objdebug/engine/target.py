@@ -18,6 +18,7 @@ from objdebug.engine import model_inputs
 from objdebug.engine import precision
 from objdebug.core.errors import InputError
 from objdebug.core.findings import listing
+from objdebug.engine.exit_guard import user_exits
 
 _MAX_LISTED = 12
 
@@ -39,11 +40,12 @@ def import_factory(spec: str, where: str, base_dir: str) -> Any:
     root = _package_root(module_name.split(".")[0], base_dir)
     if root not in sys.path:
         sys.path.insert(0, root)
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as exc:  # ImportError, or an error raised while importing the user's module
-        raise InputError(f"For '{where}.factory', cannot import module '{module_name}': "
-                         f"{type(exc).__name__}: {exc}") from None
+    with user_exits(f"For '{where}.factory', importing '{module_name}'"):
+        try:
+            module = importlib.import_module(module_name)
+        except Exception as exc:  # ImportError, or an error raised while importing the user's module
+            raise InputError(f"For '{where}.factory', cannot import module '{module_name}': "
+                             f"{type(exc).__name__}: {exc}") from None
     obj = module
     for part in attr.split("."):
         try:
@@ -60,11 +62,12 @@ def _call_factory(spec: str, kwargs: dict, where: str, base_dir: str) -> Any:
     from mindspore import nn
 
     factory = import_factory(spec, where, base_dir)
-    try:
-        cell = factory(**kwargs)
-    except Exception as exc:
-        raise InputError(f"For '{where}.factory', calling '{spec}' with kwargs {kwargs} failed: "
-                         f"{type(exc).__name__}: {exc}") from None
+    with user_exits(f"For '{where}.factory', '{spec}'"):  # sys.exit(0) is not a Cell
+        try:
+            cell = factory(**kwargs)
+        except Exception as exc:
+            raise InputError(f"For '{where}.factory', calling '{spec}' with kwargs {kwargs} "
+                             f"failed: {type(exc).__name__}: {exc}") from None
     if not isinstance(cell, nn.Cell):
         raise InputError(f"For '{where}.factory', '{spec}' must return a mindspore.nn.Cell, "
                          f"but got {type(cell).__name__}.")

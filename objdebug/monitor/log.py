@@ -46,6 +46,13 @@ def load_log(path: str) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str,
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:
+                if lineno == 1 and is_run_report(path):
+                    raise InputError("this is an objdebug run report (--json), not a training-monitor "
+                                     "log; render it with `objdebug render FILE`", source=path) from None
+                if header is not None and not raw.endswith(b"\n") and not fh.read(1):
+                    # the last line, cut: a crashed or killed training run leaves a readable log
+                    header = {**header, "cut_line": lineno}
+                    break
                 raise InputError(f"not valid JSON: {exc.msg} (column {exc.colno})", source=path,
                                  line=lineno) from None
             if not isinstance(obj, dict):
@@ -61,6 +68,10 @@ def load_log(path: str) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str,
                         or not isinstance(obj.get("thresholds", {}), dict):
                     raise InputError("header fields 'components' (a list) and 'thresholds' (an object) "
                                      "are malformed", source=path, line=lineno)
+                for key, value in obj.get("thresholds", {}).items():  # judged as numbers later
+                    if isinstance(value, bool) or not isinstance(value, (int, float)):
+                        raise InputError(f"header threshold '{key}' must be a number, but got "
+                                         f"{value!r}", source=path, line=lineno)
                 header = obj
             elif kind == "step":
                 records.append(_parse_step(obj, path, lineno, header))
@@ -75,6 +86,16 @@ def load_log(path: str) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str,
     if header is None:
         raise InputError("the monitor log is empty", source=path)
     return header, records, end
+
+
+def is_run_report(path: str) -> bool:
+    """True when the whole file is an objdebug JSON run report (what --json writes)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and data.get("tool") == "objdebug" and "schema_version" in data
 
 
 def _lines(fh: Any, path: str):
@@ -137,7 +158,8 @@ def render_report(rep: dict[str, Any], colour: bool = False) -> str:
     lines = [f"objdebug monitor log · {h.get('source', '')} · created {h.get('created', '')} · "
              f"{len(recs)} steps · gradients every {h.get('every')} steps"
              + (f" · stopped: {end.get('reason')}" if end and end.get("stopped") else "")
-             + ("" if end else " · no end record (run interrupted?)")]
+             + ("" if end else " · no end record (run interrupted?)")
+             + (f" · line {h['cut_line']} cut (not read)" if h.get("cut_line") else "")]
     rows = []
     for name in ["loss"] + list(h.get("components", [])):
         vals = np.array([r["loss"] if name == "loss" else r.get("components", {}).get(name, np.nan)

@@ -47,8 +47,29 @@ def load(path: str) -> dict[str, Any]:
                                                 for r in results):
         raise InputError("For '--baseline', the report must have a 'results' list of checks with "
                          "'findings', but it does not", source=path)
+    problem = _shape_problem(data)  # what the comparison reads: exit 2 now, not exit 3 after the run
+    if problem:
+        raise InputError(f"For '--baseline', {problem}", source=path)
     data.setdefault("_source", str(path))
     return data
+
+
+def _shape_problem(data: dict[str, Any]) -> str | None:
+    from objdebug.report.json_report import _VERDICTS
+
+    for key in ("config", "profile"):
+        if key in data and not isinstance(data[key], dict):
+            return f"'{key}' must be an object, but got {type(data[key]).__name__}"
+    if "stages" in data and not isinstance(data["stages"], list):
+        return f"'stages' must be a list, but got {type(data['stages']).__name__}"
+    for i, res in enumerate(data["results"]):
+        for j, f in enumerate(res["findings"]):
+            where = f"results[{i}].findings[{j}]"
+            if not isinstance(f, dict) or not isinstance(f.get("code"), str):
+                return f"'{where}' must be an object with a string 'code'"
+            if f.get("verdict") not in _VERDICTS:
+                return f"'{where}.verdict' must be one of {list(_VERDICTS)}, but got {f.get('verdict')!r}"
+    return None
 
 
 def _longest(code: str, table: dict[str, Any]) -> Any:

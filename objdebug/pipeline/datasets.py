@@ -107,8 +107,9 @@ def align_rows(ctx: Context) -> list[dict[str, Any]]:
         for lineno, raw, rid in _with_ids(read_jsonl(path, "align"), path):
             prompt = enc.field(raw, "prompt", lineno)
             answers = {k: enc.field(raw, k, lineno, required=(k == "good")) for k in KINDS}
-            if not answers["good"]:
-                raise InputError("field 'good' is empty", source=str(path), line=lineno)
+            for kind in KINDS:  # an empty 'bad' scores 0 tokens: it would pass any ordering
+                if answers[kind] is not None and not answers[kind]:
+                    raise InputError(f"field '{kind}' is empty", source=str(path), line=lineno)
             synthetic = []
             if answers["bad"] is None and answers["medium"] is None:
                 if not synthesize:

@@ -178,11 +178,19 @@ def load_profile(name_or_path: str = "default", _depth: int = 0) -> Profile:
     data, source = _read(name_or_path)
     _check_schema(data, _schema(), source)
     parent = data.pop("extends", None)
+    if parent is not None and (not isinstance(parent, str) or not parent):
+        raise InputError(f"For 'extends', the value must be a profile name ({builtin_profiles()}) or "
+                         f"a .toml path, but got {parent!r}.", source=source)
     if parent:
         if _depth > 5:
             raise InputError("profile 'extends' chain is too deep", source=source)
         if str(parent).endswith(".toml") and not Path(parent).is_absolute() and not source.startswith("builtin:"):
             parent = str(Path(source).parent / parent)  # relative to the extending profile
+        elif not parent.endswith(".toml") and not Path(parent).is_file() \
+                and not (_profiles_dir() / f"{parent}.toml").is_file():
+            # the profile that names it is to blame, not '--profile'
+            raise InputError(f"For 'extends', the value must be one of {builtin_profiles()} or a "
+                             f".toml path, but got {parent!r}.", source=source)
         data = _merge(load_profile(parent, _depth + 1).data, data)
     elif source != "builtin:default":
         # every profile stands on default.toml: the one place a setting's default is written
@@ -209,6 +217,10 @@ def _validate(data: dict[str, Any], source: str) -> None:
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise InputError(f"For '{key}', the value must be a list of code prefixes, but got "
                              f"{value!r}.", source=source)
+    timeout = data.get("timeout", 0.0)
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0:
+        raise InputError(f"For 'timeout', the value must be a number of seconds >= 0 (0: no limit), "
+                         f"but got {timeout!r}.", source=source)
     batch = data["engine"]["batch_size"]  # every profile stands on default.toml
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
         raise InputError(f"For '[engine] batch_size', the value must be an integer >= 1, but got "

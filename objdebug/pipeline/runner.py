@@ -22,7 +22,8 @@ from objdebug.core.interrupts import Interrupted, swallowed
 from objdebug.core.progress import Progress, StageSummary
 from objdebug.core.settings import Settings
 from objdebug.engine import distributed, runtime
-from objdebug.engine.compile_cache import open_cache
+from objdebug.engine import watchdog
+from objdebug.engine.compile_cache import open_cache, parameter_shapes
 from objdebug.engine.core import Engine
 from objdebug.engine.target import load_target
 from objdebug.pipeline import contract, model_state
@@ -75,10 +76,13 @@ class RunResult:
 
 
 def resolve_stages(cfg: Config, profile: Profile, stages: list[str] | None) -> list[str]:
-    names = stages or cfg.run.stages or profile.stages or [s for s in STAGES if s not in OPT_IN]
-    if not (stages or cfg.run.stages):  # the profile's choice: opt-in stages join when configured
-        names = list(names) + [s for s, key in OPT_IN.items()
-                               if getattr(cfg, key, None) is not None and s not in names]
+    if stages:
+        return pipeline_order(stages)
+    if cfg.run.stages:  # named as the config key, not as a flag the user did not pass
+        return pipeline_order(cfg.run.stages, "run.stages", cfg.source)
+    # the profile's choice: opt-in stages join when their section is configured
+    names = list(profile.stages or [s for s in STAGES if s not in OPT_IN])
+    names += [s for s, key in OPT_IN.items() if getattr(cfg, key, None) is not None and s not in names]
     return pipeline_order(names)
 
 
@@ -142,7 +146,8 @@ def _run_stages(cfg, result, profile, chosen, select, ignore, options, out_dir, 
         # msrun workers would share one directory (and MindSpore writes one folder per rank)
         cache = open_cache(compile_cache, cfg, profile, chosen, dict(options or {}),
                            engine.batch_size,
-                           refuse="not with --workers (one cache per process)" if world.distributed else "")
+                           refuse="not with --workers (one cache per process)" if world.distributed else "",
+                           params=parameter_shapes(target))
         cache.attach(engine)
         with cache:  # writes the cache's manifest after a clean run only
             engine.check = "contract"
@@ -153,6 +158,7 @@ def _run_stages(cfg, result, profile, chosen, select, ignore, options, out_dir, 
             for stage in chosen:
                 engine.stage = stage
                 progress.stage_start(stage)
+                watchdog.stage(stage)
                 t = time.perf_counter()
                 first_result, first_compile = len(result.results), engine.compiles.count
                 thresholds = profile.section(stage)

@@ -81,6 +81,9 @@ def write_atomic(path: str | os.PathLike, data: str | bytes) -> None:
     """Write to a temporary file beside `path`, then rename: readers never see a half-written file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    from objdebug.core.leftovers import clean_report_temporaries
+
+    clean_report_temporaries(path)  # a killed run's `.NAME.XXXXXXXX`
     mode = "wb" if isinstance(data, bytes) else "w"
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
