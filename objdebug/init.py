@@ -309,7 +309,9 @@ def init_config(model: str, objective: str, checkpoint: str | None = None, data:
         # the user's model, not objdebug's wrapper: its construct and what it returns
         io = init_model_io.read(model_inputs.unwrap(target.model))
         cfg.model.inputs, cfg.model.output = io["inputs"], io["output"]
-        target.model = model_inputs.wrap(model_inputs.unwrap(target.model), cfg)
+        from objdebug.engine.cells import wrap
+
+        target.model = wrap(model_inputs.unwrap(target.model), cfg)
         info, error = _probe_contract(cfg, target)
         ignore = getattr(target.objective, "ignore_index", objective_defaults.get("ignore_index"))
         kwargs = {"ignore_index": ignore} if isinstance(ignore, int) and not isinstance(ignore, bool) else {}

@@ -121,8 +121,8 @@ def _int_lengths(records):
 
 
 def test_stress_inputs_stay_within_data_max_length():
-    """The default profile's 2048/4096-token inputs and +500 padding on a model limited to 160
-    positions: notes naming the limit, the longest length that fits runs, nothing built past it."""
+    """The 2048/4096-token inputs (full's lengths up to 4096) and +500 padding on a model limited to
+    160 positions: notes naming the limit, the longest length that fits runs, nothing built past it."""
     from objdebug.pipeline import contract
     from objdebug.core.config import load_config
     from objdebug.pipeline.context import Context
@@ -142,7 +142,8 @@ def test_stress_inputs_stay_within_data_max_length():
         contract.check_target(target, engine)
         engine.stage = "stress"
         ctx = Context(config=cfg, target=target, engine=engine, profile=profile)
-        th = profile.section("stress")
+        th = profile.section("stress").replace(long_lengths=[2048, 4096])
+        profile.data["stress"]["long_lengths"] = [2048, 4096]
         results = {c.name: c.run(ctx, th) for c in stress.checks()
                    if c.name in ("all-padding", "padding-invariance", "long-inputs")}
     long = [f for f in results["long-inputs"].findings if f.code == "OBJ501"]

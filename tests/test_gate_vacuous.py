@@ -81,7 +81,7 @@ def test_a_prefix_matching_no_code_is_refused(text):
             selection.prefixes([text], "--select")
 
 
-@pytest.mark.parametrize("flag, value", [("--select", "OBJ9"), ("--select", "obj1O5"),
+@pytest.mark.parametrize("flag, value", [("--select", "OBJ99"), ("--select", "obj1O5"),
                                          ("--ignore", "OBX")])
 def test_a_selection_matching_no_code_is_exit_2(tiny_target, flag, value):
     cli_exit_2(["run", "-c", tiny_target / "objdebug.toml", "--stages", "align", flag, value],

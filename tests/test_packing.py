@@ -74,7 +74,7 @@ def test_the_stage_runs_only_with_a_packing_section():
     assert "packing" not in demo.to_dict()                      # ... and so is its report's config
     assert stage_skip_reason(demo, "packing").startswith("no [packing] section")
     packed = _cfg("packing_position_ids", **{"run.stages": []})
-    assert resolve_stages(packed, prof, None)[-2:] == ["packing", "stress"]
+    assert resolve_stages(packed, prof, None)[-2:] == ["stress", "packing"]  # opt-in: after the seven
     assert resolve_stages(packed, prof, ["align"]) == ["align"]  # an explicit choice stands
     assert stage_skip_reason(packed, "packing") is None
     assert packed.to_dict()["packing"]["boundary"] == "position_ids"

@@ -72,7 +72,7 @@ def test_plain_text_one_document_a_line_cut_to_text_max_tokens(tmp_path):
 
 @pytest.mark.parametrize("content, message", [
     ('{"id": "a", "text": "ok"}\n{"id": "b", "text": "ok"\n', "c.jsonl:2: not valid JSON"),
-    ('{"id": "a", "txt": "ok"}\n', "c.jsonl:1: missing field 'text'"),
+    ('{"id": "a", "txt": "ok"}\n', "c.jsonl:1: unknown field 'txt' (did you mean 'text'?)"),
     ('{"id": "a", "text": 3}\n', "c.jsonl:1: field 'text' must be a string"),
     ('{"id": "a", "text": "ok"}\n{"id": "a", "text": "ok"}\n', "c.jsonl:2: duplicate id 'a'"),
     ('{"id": "a", "text": "x"}\n', "c.jsonl:1: field 'text' has 1 token(s)"),
