@@ -30,6 +30,7 @@ import time
 from objdebug.engine import watchdog
 
 GRACE = 5.0  # seconds the child has to stop by itself after a forwarded signal
+RESEND = 0.5  # seconds between forwards of that signal while the child runs (MindSpore may eat one)
 
 
 def require_working_directory() -> None:
@@ -133,9 +134,12 @@ def _watch(pid: int, read: int) -> int:
     child = _Child(pid)
     got: list[tuple[int, float]] = []
 
+    sent = [0.0]
+
     def forward(signum, frame):
         if not got:
             got.append((signum, time.monotonic()))
+            sent[0] = got[0][1]
         try:
             os.kill(pid, signum)
         except ProcessLookupError:
@@ -169,6 +173,14 @@ def _watch(pid: int, read: int) -> int:
             _say(f"timed out after {child.timeout:g} s (--timeout) {child.where()}; no report "
                  f"written")
             return 3
+        if got and now - sent[0] > RESEND:
+            # a signal that arrived while MindSpore ran a graph went to MindSpore's own handler
+            # and may be lost; the child ignores signals once one fired, so sending again is safe
+            sent[0] = now
+            try:
+                os.kill(pid, got[0][0])
+            except ProcessLookupError:
+                pass
         if got and now - got[0][1] > GRACE:
             child.kill()
             signum = got[0][0]
