@@ -132,6 +132,7 @@ def test_a_graph_the_cache_cannot_save_runs_without_the_cache(tiny_target, tmp_p
     assert leftovers == []  # the failed process left nothing loadable
 
 
+@pytest.mark.slow  # 30 s of real runs; test_a_graph_copied_in_from_elsewhere_is_never_loaded is its CI twin
 def test_real_graphs_of_another_objective_copied_in_change_no_verdict(tiny_target, tmp_path):
     """The issue's poisoning with real MindSpore graphs: the healthy target's warm cache gets the
     graph files of a broken objective (same shapes). Was exit 1 (FAIL from the planted graphs);

@@ -193,7 +193,7 @@ def _paths(node, prefix=()):
 _GOLDEN_PATHS = [p for p in _paths(json.loads(GOLDEN.read_text())) if len(p) <= 6]
 
 
-@settings(max_examples=12, deadline=None)
+@settings(max_examples=6, deadline=None)
 @given(path=st.sampled_from(_GOLDEN_PATHS))
 @example(path=("device",))  # was exit 3: KeyError 'device'
 def test_render_of_a_report_missing_a_field_is_never_exit_3(tmp_path_factory, path):
