@@ -183,6 +183,11 @@ class ModelCall(nn.Cell):
                 else:
                     args = args + (self._positions(real),)
             out = self.model(*args)
+        return self._logits(out)
+
+    def _logits(self, out):
+        """The logits in what the model returned: `[model] output` (an index, or a key / attribute
+        name), else the tensor itself or a tuple's first element."""
         if self.by_index:
             return out[self.output]
         if self.by_name:

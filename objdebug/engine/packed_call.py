@@ -31,16 +31,7 @@ class PackedModelCall(ModelCall):
                 args = args + (position_ids,)
             else:
                 args = args + (actual_seq_len,)
-        out = self.model(*args)
-        if self.by_index:
-            return out[self.output]
-        if self.by_name:
-            if isinstance(out, dict):
-                return out[self.output]
-            return getattr(out, self.output)
-        if self.first and isinstance(out, (tuple, list)):
-            return out[0]
-        return out
+        return self._logits(self.model(*args))  # ModelCall's output selection
 
 
 def packed_model(target, inputs) -> PackedModelCall:

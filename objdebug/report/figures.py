@@ -60,18 +60,19 @@ def figure(name: str, title: str, stage: str, requires: str, file: str | None = 
 
 
 # --------------------------------------------------------------------------- helpers
-def _canvas(width: float = 6.4, height: float = 3.6):
+def _canvas(width: float = 6.4, height: float = 3.6, dpi: int = _DPI):
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(width, height), dpi=_DPI)
+    fig = Figure(figsize=(width, height), dpi=dpi)
     FigureCanvasAgg(fig)
     return fig
 
 
-def _png(fig) -> bytes:
+def _png(fig, tight: bool = True) -> bytes:
     buf = io.BytesIO()
-    fig.tight_layout()
+    if tight:
+        fig.tight_layout()
     fig.savefig(buf, format="png", metadata={"Software": None})  # no version: stable bytes
     return buf.getvalue()
 
@@ -299,24 +300,6 @@ def draw_all(report: dict[str, Any]) -> list[Drawn]:
 _SCATTER_DPI = 110
 
 
-def _scatter_canvas(width: float = 6.4, height: float = 4.6):
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(width, height), dpi=_SCATTER_DPI)
-    FigureCanvasAgg(fig)
-    return fig
-
-
-def _scatter_bytes(fig) -> bytes:
-    """The PNG, byte-stable (no matplotlib version in it)."""
-    import io
-
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", metadata={"Software": None})
-    return buf.getvalue()
-
-
 def scatter_loss_vs_score(scores: Sequence[float], losses: Sequence[float], path: str | Path,
                           **kwargs) -> str:
     """scatter_png written atomically to `path` (no half-written file; creates the folder)."""
@@ -343,7 +326,7 @@ def scatter_png(scores: Sequence[float], losses: Sequence[float], *,
     keep = np.isfinite(x) & np.isfinite(y)
     c = np.asarray(lengths, dtype=np.float64)[keep] if lengths is not None else None
     x, y = x[keep], y[keep]
-    fig = _scatter_canvas()
+    fig = _canvas(6.4, 4.6, dpi=_SCATTER_DPI)
     ax = fig.add_subplot(1, 1, 1)
     jitter = np.zeros_like(x)
     if x.size and np.all(x == np.round(x)):
@@ -368,4 +351,4 @@ def scatter_png(scores: Sequence[float], losses: Sequence[float], *,
     ax.set_ylabel("per-sample loss")
     ax.grid(True, alpha=0.3)
     fig.tight_layout()
-    return _scatter_bytes(fig)
+    return _png(fig, tight=False)
