@@ -21,6 +21,8 @@ own and never touches the engine's shared graphs.
 
 from __future__ import annotations
 
+import math
+
 from typing import Any
 
 import numpy as np
@@ -130,3 +132,18 @@ def rel_diff(a: float, b: float) -> float:
     if not (np.isfinite(a) and np.isfinite(b)):
         return float("nan") if a != b else 0.0
     return abs(a - b) / max(abs(b), 1e-12)
+
+
+def ratio_band(x: float, warn: float, fail: float):
+    """A loss ratio (long vs short) judged by band: within [1/warn, warn] PASS, outside
+    [1/fail, fail] FAIL, WARN between; a ratio that is not a finite positive number FAILS.
+    Shared by OBJ502 (long inputs) and OBJ513 (the objective alone)."""
+    from objdebug.core.findings import Verdict
+
+    if not (math.isfinite(x) and x > 0):
+        return Verdict.FAIL
+    if 1 / warn <= x <= warn:
+        return Verdict.PASS
+    if x < 1 / fail or x > fail:
+        return Verdict.FAIL
+    return Verdict.WARN

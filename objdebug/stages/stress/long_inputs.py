@@ -17,7 +17,7 @@ from objdebug.pipeline.context import Context
 from objdebug.core.findings import Check, Condition, Verdict
 from objdebug.core.settings import Settings
 import objdebug.stages.stress.memory as memory
-from objdebug.stages.stress._common import loss_and_grad, packed, short_length, text_sample
+from objdebug.stages.stress._common import loss_and_grad, packed, ratio_band, short_length, text_sample
 from objdebug.engine import position_limit
 
 
@@ -155,13 +155,7 @@ class LongInputs(Check):
             shown = ", ".join(f"T={r['length']}: {r['loss']:.4g} (x{r['ratio']:.3g})" for r in ran)
             msg = (f"loss vs the same text at T={ref['length']} ({ref['loss']:.4g}): {shown}; "
                    f"pass within [1/{warn:g}, {warn:g}]x, fail outside [1/{fail:g}, {fail:g}]x")
-            if not (math.isfinite(x) and x > 0):
-                return Verdict.FAIL, msg, x
-            if 1 / warn <= x <= warn:
-                return Verdict.PASS, msg, x
-            if x < 1 / fail or x > fail:
-                return Verdict.FAIL, msg, x
-            return Verdict.WARN, msg, x
+            return ratio_band(x, warn, fail), msg, x
 
         conds = [Condition("OBJ501", f"finite_at_{t}_tokens", finite_at(t)) for t in _lengths(th)]
         return conds + [Condition("OBJ502", f"loss_ratio_within_{warn:g}x", ratio)]

@@ -26,6 +26,7 @@ from objdebug.pipeline.context import Context
 from objdebug.core.findings import Check, Condition, Verdict
 from objdebug.core.settings import Settings
 import objdebug.stages.stress.memory as memory
+from objdebug.stages.stress._common import ratio_band
 
 GRAPH = "stress.objective_long"
 _MIN_COPIES = 3.0
@@ -163,12 +164,6 @@ class LongObjective(Check):
                                       f"{r['nonfinite_grad']} NaN/Inf gradient elements): " + msg), float("nan")
             worst = max(ran, key=lambda r: abs(math.log(r["ratio"])) if r["ratio"] > 0 else math.inf)
             x = worst["ratio"]
-            if not x > 0:
-                return Verdict.FAIL, msg, x
-            if 1 / warn <= x <= warn:
-                return Verdict.PASS, msg, x
-            if x < 1 / fail or x > fail:
-                return Verdict.FAIL, msg, x
-            return Verdict.WARN, msg, x
+            return ratio_band(x, warn, fail), msg, x
 
         return [Condition("OBJ513", f"objective_long_ratio_within_{warn:g}x", judge)]
