@@ -5,6 +5,11 @@ forward and backward through the user's model and objective. A length whose esti
 would not fit (see `memory.py`) is skipped with the estimate and what is available, never run.
 Codes OBJ501 (finite loss and gradients, per length) and OBJ502 (loss within a band of the
 short-input loss: a sum-reduced loss or positions past the trained range show here).
+
+A length whose estimate is above `isolate_above_gib` runs in a process of its own
+(`objdebug.pipeline.isolation`): the memory it takes returns when that process exits, and a length
+that does not fit after all kills that process, not the run (a SKIP with what it held and what was
+left).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from objdebug.core.settings import Settings
 import objdebug.stages.stress.memory as memory
 from objdebug.stages.stress._common import loss_and_grad, packed, ratio_band, short_length, text_sample
 from objdebug.engine import position_limit
+from objdebug.pipeline import isolation
 
 
 def _lengths(th: dict[str, Any]) -> list[int]:
@@ -29,21 +35,34 @@ def _gib(n: float) -> str:
     return f"{n / memory.GIB:.2f} GiB"
 
 
+def measure_one(ctx: Context, ids, labels) -> dict[str, Any]:
+    """Forward + backward on one long batch: loss, gradient norm, time and peak memory (in this
+    process or, isolated, in the child that runs it)."""
+    with memory.PeakRss() as rss:
+        start = time.perf_counter()
+        out = loss_and_grad(ctx, ids, labels)
+        seconds = time.perf_counter() - start
+    return {"length": int(ids.shape[1]), "ran": True, "loss": out["loss"], "grad_norm": out["grad_norm"],
+            "nonfinite_params": out["nonfinite_params"], "n_params": out["n_params"],
+            "seconds": seconds, "peak_rss_bytes": rss.peak_bytes,
+            "peak_delta_bytes": rss.delta_bytes, "memory_method": rss.method}
+
+
 class LongInputs(Check):
     name = "long-inputs"
     stage = "stress"
 
-    def _one(self, ctx: Context, length: int) -> dict[str, Any]:
+    def _one(self, ctx: Context, length: int, isolate: bool = False) -> dict[str, Any]:
         sample = text_sample(ctx, length, "long")
         ids, labels = packed(ctx, [sample], length)
-        with memory.PeakRss() as rss:
-            start = time.perf_counter()
-            out = loss_and_grad(ctx, ids, labels)
-            seconds = time.perf_counter() - start
-        return {"length": length, "ran": True, "loss": out["loss"], "grad_norm": out["grad_norm"],
-                "nonfinite_params": out["nonfinite_params"], "n_params": out["n_params"],
-                "seconds": seconds, "peak_rss_bytes": rss.peak_bytes,
-                "peak_delta_bytes": rss.delta_bytes, "memory_method": rss.method}
+        if not (isolate and isolation.available()):
+            return measure_one(ctx, ids, labels)
+        try:
+            return {**isolation.run_isolated(ctx, f"{__name__}:measure_one", ids=ids, labels=labels),
+                    "isolated": True}
+        except isolation.KilledForMemory as exc:
+            return {"length": length, "ran": False, "isolated": True, "reason": str(exc),
+                    "child_rss_bytes": exc.child_rss_bytes, "available_bytes": exc.available_bytes}
 
     def _calibrate(self, ctx: Context, th: dict[str, Any], reference: dict[str, Any],
                    runs: dict[int, dict[str, Any]]) -> dict[str, Any] | None:
@@ -92,16 +111,29 @@ class LongInputs(Check):
                                    "estimate_from": "calibration" if calib else "static estimate",
                                    "fit_lengths": calib["lengths"] if calib else None,
                                    "available_bytes": avail}
-            if avail is not None and need * safety > avail:
+            killed = next((r for r in ran_at.values() if r.get("child_rss_bytes") is not None), None)
+            if killed is not None:  # lengths run in increasing order: a longer one needs more
+                row.update(ran=False, reason=(f"T={killed['length']} did not fit in its own process "
+                                              f"(it held {_gib(killed['child_rss_bytes'])}); "
+                                              f"a longer input needs more"))
+            elif (avail is not None and need * safety > avail
+                  and not (isolation.available() and memory.floor_bytes(length, vocab, shape) <= avail)):
                 row.update(ran=False, reason=(f"predicted {_gib(need)} ({row['estimate_from']}) x safety "
                                               f"{safety} > {_gib(avail)} available"))
             else:
                 # a long length that was a calibration length already ran: its numbers stand
-                row.update(calibration_runs.get(length) or self._one(ctx, length))
-                if calib and length not in calib["lengths"]:  # a long length that ran is the best point for the next one
-                    calib = memory.fit_peaks(calib["lengths"] + [length],
-                                             calib["peaks"] + [row["peak_rss_bytes"]])
-                    row["refit"] = calib
+                # an estimate over what is free while the lower bound (one copy of the logits and
+                # the attention scores) fits: measured in a process of its own, where a wrong
+                # estimate costs a SKIP, not the run
+                isolate = (need > float(th["isolate_above_gib"]) * memory.GIB
+                           or (avail is not None and need * safety > avail))
+                row.update(calibration_runs.get(length) or self._one(ctx, length, isolate))
+            # a run in this process is the best point of the fit for the next length (a child's
+            # peak is another process's, not a point of this one's)
+            if row["ran"] and not row.get("isolated") and calib and length not in calib["lengths"]:
+                calib = memory.fit_peaks(calib["lengths"] + [length], calib["peaks"] + [row["peak_rss_bytes"]])
+                row["refit"] = calib
+            if row["ran"]:
                 row["ratio"] = (row["loss"] / reference["loss"]
                                 if reference["loss"] not in (0.0,) and math.isfinite(reference["loss"])
                                 else float("nan"))
@@ -131,7 +163,8 @@ class LongInputs(Check):
                 longest = (f"; longest length that fits {_gib(r['available_bytes'] or 0)} available / "
                            f"safety: ~{v['longest_fitting']} tokens" if v.get("longest_fitting") else "")
                 cost = (f"{r['seconds']:.1f} s incl. compile, measured peak +{_gib(r['peak_delta_bytes'])} "
-                        f"(RSS {_gib(r['peak_rss_bytes'])}) vs {fitted}{longest}")
+                        f"(RSS {_gib(r['peak_rss_bytes'])}{' in its own process' if r.get('isolated') else ''}) "
+                        f"vs {fitted}{longest}")
                 if r.get("capped_to") and math.isfinite(r["loss"]) and r["nonfinite_params"] == 0:
                     # a profile length the model cannot take: a note naming the limit
                     return Verdict.INFO, (f"{r['note']}: loss {r['loss']:.4g}, gradient norm "

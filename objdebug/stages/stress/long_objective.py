@@ -6,12 +6,16 @@ positions of the gradient batch, with the labels they were scored against) are r
 replacement to T positions, so every length sees the same per-token loss distribution: a mean
 reduction gives about the loss of the real rows taken once (the reference, at most
 `objective_reference_rows` of them) at every T, a sum grows ~T / rows, an overflow shows as
-Inf/NaN. Loss and the gradient w.r.t. the logits run in one compiled graph per length, with the
-gradient reduced in graph (squared norm, non-finite count).
+Inf/NaN. Loss and the gradient w.r.t. the logits run in one compiled graph with a dynamic length
+(`Cell.set_inputs`, [1, None, V]: the reference and every long length share one compile; an
+objective that cannot compile with dynamic shapes falls back to one static graph per length),
+with the gradient reduced in graph (squared norm, non-finite count).
 
 Memory: each length runs only if (copies x T x V x 4 bytes) x memory_safety fits MemAvailable,
 with `copies` measured on the lengths already run (peak RSS delta / logits bytes), before the
-first one the profile's `memory_logits_copies`.
+first one the profile's `memory_logits_copies`. A length estimated above `isolate_above_gib` runs
+in a process of its own (`objdebug.pipeline.isolation`), so what it takes returns at its exit and a
+length that does not fit after all is a SKIP with what it held, never a killed run.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from objdebug.pipeline.context import Context
 from objdebug.core.findings import Check, Condition, Verdict
 from objdebug.core.settings import Settings
 import objdebug.stages.stress.memory as memory
+from objdebug.pipeline import isolation
 from objdebug.stages.stress._common import ratio_band
 
 GRAPH = "stress.objective_long"
@@ -75,6 +80,44 @@ def _gib(n: float) -> str:
     return f"{n / memory.GIB:.2f} GiB"
 
 
+def _call(ctx: Context, x, y):
+    """The shared dynamic-length graph; a static one per length where the objective cannot
+    compile with a dynamic length."""
+    import mindspore as ms
+
+    tx, ty = ms.Tensor(x), ms.Tensor(y)
+    static = ctx.provide(_call, lambda: set())  # the graphs that fell back to static shapes
+    if GRAPH not in static:
+        def build():
+            cell = _build(ctx)
+            cell.set_inputs(ms.Tensor(shape=[1, None, x.shape[-1]], dtype=ms.float32),
+                            ms.Tensor(shape=[1, None], dtype=ms.int32))
+            return cell
+        cell = ctx.engine.cell(GRAPH, build)
+        try:  # no shape arguments: one compile for the dynamic graph
+            return ctx.engine.call(GRAPH, lambda: cell(tx, ty))
+        except Exception:
+            if ctx.engine.called(GRAPH):
+                raise  # it compiled before: a genuine run-time error
+            static.add(GRAPH)
+    cell = ctx.engine.cell(f"{GRAPH}.static", lambda: _build(ctx))
+    return ctx.engine.call(f"{GRAPH}.static", cell, tx, ty)
+
+
+def measure_one(ctx: Context, rows, labels, length: int | None, seed: int) -> dict[str, Any]:
+    """The objective alone on the real rows resampled to `length` (None: once, in order): loss,
+    logit-gradient norm, non-finite count, time and peak memory (here, or in the child that runs it)."""
+    with memory.PeakRss() as rss:
+        start = time.perf_counter()
+        x, y = resampled(rows, labels, length, seed) if length else (rows[None], labels[None])
+        loss, sq, bad = _call(ctx, x, y)
+        loss, sq, bad = float(loss.asnumpy()), float(sq.asnumpy()), int(bad.asnumpy())
+        seconds = time.perf_counter() - start
+    return {"length": int(x.shape[1]), "ran": True, "loss": loss, "grad_norm": math.sqrt(sq),
+            "nonfinite_grad": bad, "seconds": seconds, "peak_delta_bytes": rss.delta_bytes,
+            "memory_method": rss.method, "logits_bytes": int(x.nbytes)}
+
+
 class LongObjective(Check):
     name = "long-objective"
     stage = "stress"
@@ -84,21 +127,17 @@ class LongObjective(Check):
             return "end-to-end form: the objective takes input_ids, it cannot run on logits alone"
         return None
 
-    def _one(self, ctx: Context, rows, labels, length: int | None, seed: int) -> dict[str, Any]:
+    def _one(self, ctx: Context, rows, labels, length: int | None, seed: int,
+             isolate: bool = False) -> dict[str, Any]:
         """length None: `rows` as they are, in order (a reference run)."""
-        import mindspore as ms
-
-        cell = ctx.engine.cell(GRAPH, lambda: _build(ctx))
-        with memory.PeakRss() as rss:
-            start = time.perf_counter()
-            x, y = resampled(rows, labels, length, seed) if length else (rows[None], labels[None])
-            length = int(x.shape[1])
-            loss, sq, bad = ctx.engine.call(GRAPH, cell, ms.Tensor(x), ms.Tensor(y))
-            loss, sq, bad = float(loss.asnumpy()), float(sq.asnumpy()), int(bad.asnumpy())
-            seconds = time.perf_counter() - start
-        return {"length": length, "ran": True, "loss": loss, "grad_norm": math.sqrt(sq),
-                "nonfinite_grad": bad, "seconds": seconds, "peak_delta_bytes": rss.delta_bytes,
-                "memory_method": rss.method, "logits_bytes": int(x.nbytes)}
+        if not (isolate and isolation.available()):
+            return measure_one(ctx, rows, labels, length, seed)
+        try:  # the child resamples: only the real rows travel
+            return {**isolation.run_isolated(ctx, f"{__name__}:measure_one", rows=rows, labels=labels,
+                                             length=length, seed=seed), "isolated": True}
+        except isolation.KilledForMemory as exc:
+            return {"length": length, "ran": False, "isolated": True, "reason": str(exc),
+                    "child_rss_bytes": exc.child_rss_bytes}
 
     def _reference(self, ctx: Context, rows, labels, cap: int, seed: int) -> dict[str, Any]:
         """The real rows once, in order (at most `cap`, evenly spaced): the exact mean a mean-reduced
@@ -123,12 +162,21 @@ class LongObjective(Check):
             avail = memory.available_bytes()
             row: dict[str, Any] = {"length": length, "estimate_bytes": need, "copies": copies,
                                    "copies_from": copies_from, "available_bytes": avail}
-            if avail is not None and need * safety > avail:
+            killed = next((r for r in out["lengths"].values() if r.get("child_rss_bytes") is not None), None)
+            if killed is not None:  # increasing lengths: a longer one needs more
+                row.update(ran=False, reason=(f"T={killed['length']} did not fit in its own process "
+                                              f"(it held {_gib(killed['child_rss_bytes'])})"))
+            elif (avail is not None and need * safety > avail
+                  and not (isolation.available() and _MIN_COPIES * length * vocab * 4 <= avail)):
                 row.update(ran=False, reason=(f"estimated {_gib(need)} ({copies:.3g} copies of the "
                                               f"logits, {copies_from}) x safety {safety} > "
                                               f"{_gib(avail)} available"))
-            else:
-                row.update(self._one(ctx, rows, labels, length, seed))
+            else:  # an estimate over what is free, with the lower bound fitting: measured in a
+                # process of its own, where a wrong estimate costs a SKIP, not the run
+                isolate = (need > float(th["isolate_above_gib"]) * memory.GIB
+                           or (avail is not None and need * safety > avail))
+                row.update(self._one(ctx, rows, labels, length, seed, isolate))
+            if row["ran"]:
                 row["ratio"] = (row["loss"] / ref["loss"] if ref["loss"] != 0 and math.isfinite(ref["loss"])
                                 else float("nan"))
                 measured = row["peak_delta_bytes"] / row["logits_bytes"]

@@ -19,6 +19,7 @@ import numpy as np
 from objdebug.pipeline.context import Context
 from objdebug.engine.data import filled_rows
 from objdebug.pipeline.datasets import text_samples
+from objdebug.pipeline.run_data import grad_probe
 from objdebug.core.findings import Check, Condition, Verdict
 from objdebug.core.settings import Settings
 from objdebug.stages.stress._common import (OBJECTIVE_ON_LOGITS, error_line, objective_on_logits,
@@ -55,16 +56,16 @@ def _scales(th: dict[str, Any]) -> list[float]:
 
 
 def _fp32_losses(ctx: Context, th: dict[str, Any]) -> dict[str, Any]:
-    import mindspore as ms
-
     def build():
         logits, labels = logits_batch(ctx)
         out = {}
         for s in _scales(th):
             scaled = logits * np.float32(s)
+            # float32 on the grad stage's objective-on-logits graph (`grad.logit_probe`, the same
+            # [B, T, V] batch shape where the data allows): its first output is the loss
+            outputs, _, _ = grad_probe(ctx).logits(scaled, labels)
             out[s] = {"scale": s, "max_abs_logit": float(np.abs(scaled).max()),
-                      "loss": objective_on_logits(ctx, ms.Tensor(scaled, ms.float32), labels,
-                                                  name=f"{OBJECTIVE_ON_LOGITS}.float32"),
+                      "loss": float(outputs[0]),
                       "reference_ce": reference_ce(scaled, labels, ctx.config.data.label_pad_id)}
         return out
     return ctx.provide(_fp32_losses, build)

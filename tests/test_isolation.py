@@ -1,0 +1,106 @@
+"""Memory-heavy measurements in a process of their own (objdebug/pipeline/isolation.py): the same
+numbers as in the run's own process, on the run's own parameter values, and a child killed for
+memory is a SKIP with what it held, never a dead run."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from objdebug.core.findings import Verdict
+from objdebug.engine import runtime
+from objdebug.pipeline import isolation
+from objdebug.pipeline.runner import run_check
+from objdebug.stages import stress
+
+from .test_stress import Target
+
+pytestmark = pytest.mark.skipif(not isolation.available(), reason="needs /proc to watch the child")
+
+
+def _check(name: str):
+    return next(c for c in stress.checks() if c.name == name)
+
+
+@pytest.fixture(scope="module")
+def target():
+    return Target("stress_healthy")
+
+
+def _perturbed(target):
+    """Scale one parameter in this process: the child must see the run's values, not the
+    checkpoint's (a random-init model is not re-initialised the same way in another process)."""
+    p = target.ctx.target.trainable_params()[0]
+    old = p.asnumpy()
+    import mindspore as ms
+
+    p.set_data(ms.Tensor(old * 1.5))
+    return p, old
+
+
+def test_long_inputs_in_a_child_give_this_process_numbers(target):
+    th = target.th.replace(long_lengths=[128], memory_calibration_lengths=[])
+    p, old = _perturbed(target)
+    try:
+        with runtime.scratch_dir():
+            here = run_check(_check("long-inputs"), target.ctx, th)
+            before = target.ctx.engine.compiles.count
+            child = run_check(_check("long-inputs"), target.ctx, th.replace(isolate_above_gib=0.0))
+    finally:
+        import mindspore as ms
+
+        p.set_data(ms.Tensor(old))
+    assert here.error is None and child.error is None, child.error
+    a, b = here.value["lengths"]["128"], child.value["lengths"]["128"]
+    assert b["isolated"] is True and "isolated" not in a
+    assert b["loss"] == pytest.approx(a["loss"], rel=1e-6)
+    assert b["grad_norm"] == pytest.approx(a["grad_norm"], rel=1e-5)
+    # the child's graph is a graph of the run: it joins the compile log
+    added = target.ctx.engine.compiles.records[before:]
+    assert [r.graph for r in added] == ["stress.loss_and_grad"] and added[0].check == ""
+    finding = next(f for f in child.findings if f.code == "OBJ501")
+    assert finding.verdict == Verdict.PASS and "in its own process" in finding.message
+
+
+def test_long_objective_in_a_child_matches_and_shares_one_dynamic_graph(target):
+    th = target.th.replace(objective_long_lengths=[2048, 4096])
+    with runtime.scratch_dir():
+        here = run_check(_check("long-objective"), target.ctx, th)
+        child = run_check(_check("long-objective"), target.ctx, th.replace(isolate_above_gib=0.0))
+    assert here.error is None and child.error is None, child.error
+    for t in ("2048", "4096"):
+        a, b = here.value["lengths"][t], child.value["lengths"][t]
+        assert b["isolated"] and b["loss"] == pytest.approx(a["loss"], rel=1e-6)
+    # in this process the reference and both lengths ran on one dynamic-length graph
+    graphs = [r.graph for r in target.ctx.engine.compiles.records if r.graph.startswith("stress.objective_long")]
+    assert graphs.count("stress.objective_long") == 3  # one here, one in each child
+    assert "stress.objective_long.static" not in graphs
+
+
+def test_a_child_killed_for_memory_is_a_skip_and_the_run_goes_on(target, monkeypatch):
+    # a floor above any machine's memory: the parent ends every child at once
+    monkeypatch.setenv(isolation.FLOOR_ENV, str(1 << 62))
+    th = target.th.replace(long_lengths=[128, 256], memory_calibration_lengths=[], isolate_above_gib=0.0)
+    with runtime.scratch_dir():
+        res = run_check(_check("long-inputs"), target.ctx, th)
+    assert res.error is None
+    rows = res.value["lengths"]
+    assert rows["128"]["ran"] is False and "killed for memory" in rows["128"]["reason"]
+    assert rows["256"]["ran"] is False and "T=128 did not fit in its own process" in rows["256"]["reason"]
+    verdicts = [(f.code, f.verdict) for f in res.findings]
+    assert verdicts == [("OBJ501", Verdict.SKIP), ("OBJ501", Verdict.SKIP), ("OBJ502", Verdict.SKIP)]
+    assert "GiB" in res.findings[0].message
+
+
+def test_an_error_in_the_child_is_the_checks_error(target):
+    with pytest.raises(isolation.IsolatedError, match="ValueError"):
+        isolation.run_isolated(target.ctx, "tests.test_isolation:_raise", text="no such length")
+    assert isolation.run_isolated(target.ctx, "tests.test_isolation:_echo", x=np.arange(3)) == [0, 1, 2]
+
+
+def _raise(ctx, text):
+    raise ValueError(text)
+
+
+def _echo(ctx, x):
+    return [int(v) for v in x]
