@@ -20,8 +20,9 @@ instead, through its output head:
   through the parent's Cell table, so no parameter is renamed, `trainable_params()` never lists
   the probe, and every other graph is compiled from the model as the user built it;
 - `loss_labels` aligns the batch's labels with the head's positions: logits[t] is scored against
-  labels[t + 1] when the model shifts them itself (measured by the setup probe), and a position
-  without a label (the last one) reads label_pad_id.
+  labels[t + 1] when the model shifts them itself (measured by the setup probe when its loss is a
+  cross-entropy of the logits in its output; else as `[data] shift = false` declares), and a
+  position without a label (the last one) reads label_pad_id.
 
 Graph `library.logit_grad` (static shapes: the grad stage's batch, and the invariants' on it):
 (input_ids, labels) -> (outputs, d total / d probe), then `seen` read back.
@@ -114,10 +115,12 @@ class HeadProbe(nn.Cell):
     """The head's output + `probe` on inputs of its shape, a copy into `seen` (module docstring).
     Another shape (another batch) passes through unchanged: the check is static in the graph."""
 
-    def __init__(self, head, shape: tuple[int, ...]):
+    def __init__(self, head, shape: tuple[int, ...], dtype: str | None = None):
         super().__init__(auto_prefix=False)  # keep the head's parameter names
         self.head = head
         self.shape = tuple(int(d) for d in shape)
+        self.cast = dtype is not None  # the logits handed on in this dtype (low precision, OBJ509)
+        self.dtype = getattr(ms, dtype) if dtype is not None else ms.float32
         self.probe = Parameter(ms.Tensor(np.zeros(self.shape, np.float32)), name=PROBE_NAME)
         self.seen = Parameter(ms.Tensor(np.zeros(self.shape, np.float32)), name=SEEN_NAME,
                               requires_grad=False)
@@ -127,6 +130,8 @@ class HeadProbe(nn.Cell):
         if out.shape != self.shape:
             return out
         ops.assign(self.seen, ops.stop_gradient(ops.cast(out, ms.float32)))
+        if self.cast:
+            return ops.cast(ops.cast(out, ms.float32) + self.probe, self.dtype)
         return out + ops.cast(self.probe, out.dtype)
 
 
@@ -163,11 +168,14 @@ def head_of(target) -> dict[str, Any]:
     if info is None:
         return {"why": "the end-to-end objective is a plain construct(input_ids, labels) Cell, not a "
                        "library model whose output head objdebug probes"}
-    head = info.get("head") or {"why": "the output head was not looked for"}
-    if "path" in head and info.get("shifts_labels") is None:
-        return {"why": "whether the model shifts the labels is not measured (no logits in its "
-                       "output), so its logits cannot be paired with their labels"}
-    return head
+    return info.get("head") or {"why": "the output head was not looked for"}
+
+
+def model_shifts(target) -> bool:
+    """Whether logits[t] is scored against labels[t + 1]: as the setup probe measured it, else as
+    `[data] shift` declares it (false: the labels carry token t at t, the model shifts them)."""
+    measured = ((target.info or {}).get("library_model") or {}).get("shifts_labels")
+    return bool(measured) if measured is not None else not target.config.data.shift
 
 
 def unavailable(target) -> str | None:
@@ -186,12 +194,12 @@ class LibraryLogits:
         if "path" not in self.head:
             raise ValueError(f"For 'LibraryLogits', the target must be a library model with an output "
                              f"head, but got none: {self.head['why']}.")
-        self.shifts = bool(self.target.info["library_model"]["shifts_labels"])
+        self.shifts = model_shifts(self.target)
         self.root = self.target.objective.model  # LibraryModelLoss holds the user's model
         parent_path, _, self.attr = self.head["path"].rpartition(".")
         self.parent = _cell_at(self.root, parent_path) if parent_path else self.root
         self.original = self.parent._cells[self.attr]  # noqa: SLF001
-        self._probes: dict[tuple[int, ...], HeadProbe] = {}
+        self._probes: dict[tuple, HeadProbe] = {}
 
     def shape(self, batch: int, length: int) -> tuple[int, ...]:
         t = length - int(self.head["drop"])
@@ -208,21 +216,25 @@ class LibraryLogits:
         finally:
             cells[self.attr] = self.original
 
-    def run(self, input_ids: np.ndarray, labels: np.ndarray, delta: np.ndarray | None = None) -> dict[str, Any]:
-        """The library loss with the head's output + delta (0 by default) on this batch ->
-        {"outputs" float64[K], "grad" float32[B, T', V] (dLoss/dlogits), "sq" float64[B, T'],
-        "logits" float32[B, T', V] (what the head returned, before the delta), "labels" int[B, T']}."""
+    def run(self, input_ids: np.ndarray, labels: np.ndarray, delta: np.ndarray | None = None,
+            dtype: str | None = None) -> dict[str, Any]:
+        """The library loss with the head's output + delta (0 by default; in `dtype` when given)
+        on this batch -> {"outputs" float64[K], "grad" float32[B, T', V] (dLoss/dlogits), "sq"
+        float64[B, T'], "logits" float32[B, T', V] (what the head returned, before the delta),
+        "labels" int[B, T']}. A graph per batch shape and dtype (one that raised refuses later calls)."""
         b, t = input_ids.shape
         shape = self.shape(b, t)
-        probe = self._probes.get(shape)
+        key = shape + ((dtype,) if dtype else ())
+        probe = self._probes.get(key)
         if probe is None:
-            probe = self._probes[shape] = HeadProbe(self.original, shape)
+            probe = self._probes[key] = HeadProbe(self.original, shape, dtype)
         probe.probe.set_data(ms.Tensor(np.zeros(shape, np.float32) if delta is None
                                        else np.ascontiguousarray(delta, np.float32).reshape(shape)))
-        name = f"{LOGIT_GRAD}[{'x'.join(map(str, shape))}]"
+        graph = LOGIT_GRAD + (f".{dtype}" if dtype else "")
+        name = f"{graph}[{'x'.join(map(str, shape))}]"
         cell = self.engine.cell(name, lambda: _ProbeGrad(self.target.objective, probe.probe))
         with self.installed(probe):
-            outputs, g = self.engine.call(LOGIT_GRAD, cell, ms.Tensor(input_ids, ms.int32),
+            outputs, g = self.engine.call(graph, cell, ms.Tensor(input_ids, ms.int32),
                                           ms.Tensor(labels, ms.int32))
         positions = t - int(self.head["drop"])
         grad = g.asnumpy().reshape(b, positions, -1)
