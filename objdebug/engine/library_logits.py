@@ -8,8 +8,8 @@ instead, through its output head:
 - `find_head` (one PyNative call of the setup probe, forward hooks on every sub-Cell; no number
   judged comes from it) finds the head: the first sub-Cell to return a tensor of the vocabulary's
   width, [B, T', V] or [B*T', V] with T' = T or T - 1 (MindFormers drops the last token before
-  its head). The loss must move when that output moves (checked by a hook that perturbs it), so a
-  vocabulary-wide tensor the loss does not read (a softmax for metrics) is never taken;
+  its head), whose output the loss reads: the loss must move when a hook perturbs that output, so a
+  vocabulary-wide tensor the loss does not read (a softmax for a metric) is passed over;
 - `HeadProbe` wraps that Cell: its output plus `probe`, a [B, T', V] Parameter (0: the logits
   exactly, x + 0 = x), and a copy of the head's output written into `seen` in the graph
   (`ops.assign`). The gradient w.r.t. the probe at 0 IS dLoss/dlogits, exactly, for whatever loss
@@ -43,6 +43,7 @@ LOGIT_GRAD = "library.logit_grad"
 PROBE_NAME = "objdebug_head_probe"
 SEEN_NAME = "objdebug_head_seen"
 _PERTURB = 3.0  # added to one logit of every position by the setup check that the loss reads the head
+_MAX_CANDIDATES = 8  # vocabulary-wide outputs tried, in the order they were computed
 
 
 # --------------------------------------------------------------------------- the setup probe (PyNative)
@@ -90,20 +91,25 @@ def find_head(model, call, batch: int, length: int, vocab: int | None) -> dict[s
     if not order:
         return {"why": "no sub-Cell of the model returns logits of the vocabulary's width "
                        "([B, T, V] or [B*T, V]), so there is no output head to probe"}
-    path, ndim, drop, width = order[0]
-
     def perturb(c, inputs, output):  # one logit per position moves: the loss must follow
         return output + ops.one_hot(ops.zeros(output.shape[:-1], ms.int32), output.shape[-1],
                                     ms.Tensor(_PERTURB, output.dtype), ms.Tensor(0.0, output.dtype))
-    handle = _cell_at(model, path).register_forward_hook(perturb)
-    try:
-        moved = _scalar(call())
-    finally:
-        handle.remove()
-    if not (np.isfinite(base) and np.isfinite(moved)) or moved == base:
-        return {"why": f"the loss does not change when the output of '{path}' (the first sub-Cell "
-                       f"returning vocabulary-wide values) changes: it is not the head the loss reads"}
-    return {"path": path, "ndim": ndim, "drop": drop, "vocab": width, "class": type(_cell_at(model, path)).__name__}
+    tried = []
+    for path, ndim, drop, width in order[:_MAX_CANDIDATES]:
+        if path in tried:  # a Cell called more than once: one candidate
+            continue
+        tried.append(path)
+        handle = _cell_at(model, path).register_forward_hook(perturb)
+        try:
+            moved = _scalar(call())
+        finally:
+            handle.remove()
+        if np.isfinite(base) and np.isfinite(moved) and moved != base:
+            return {"path": path, "ndim": ndim, "drop": drop, "vocab": width,
+                    "class": type(_cell_at(model, path)).__name__}
+    more = f", nor of the {len(tried) - 1} after it" if len(tried) > 1 else ""
+    return {"why": f"the loss does not change when the output of '{tried[0]}' (the first sub-Cell "
+                   f"returning vocabulary-wide values) changes{more}: no output head the loss reads"}
 
 
 def _scalar(value) -> float:
