@@ -18,7 +18,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from .conftest import ROOT, TARGETS, cli_exit_2
+from .conftest import ROOT, TARGETS, cli_exit_2, digest
 
 ECO = {name: TARGETS / name / "objdebug.toml" for name in ("eco_hf", "eco_hf_e2e", "eco_mf", "eco_mf_e2e")}
 
@@ -344,3 +344,23 @@ def test_done_when_a_second_run_with_inputs_and_output_is_warm(name, tmp_path):
         assert res.returncode == 0, res.stderr[-2000:]
     assert "compile cache warm: 4 hits, 0 misses" in res.stdout
     assert seconds[1] <= 0.6 * seconds[0]
+
+
+@pytest.mark.parametrize("factory", [
+    "fixtures.ecosystem.hf_style:build_hf_style",
+    pytest.param("fixtures.ecosystem.mindformers_style:build_mindformers_style", marks=pytest.mark.slow)])
+def test_init_writes_a_config_that_runs_unchanged(factory, tmp_path):
+    """`objdebug init` then `objdebug run` on the file it wrote, both as a user types them."""
+    res = _cli(["init", "--model", factory, "--objective", "fixtures.llama.objectives:MaskedMeanCE",
+                "--checkpoint", str(ROOT / "fixtures" / "ecosystem" / "ecosystem.ckpt"),
+                "--data", str(ROOT / "objdebug" / "demo" / "align.jsonl"), "--output", "objdebug.toml"],
+               tmp_path)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    written = digest(tmp_path / "objdebug.toml")
+    res = _cli(["run", "-c", "objdebug.toml", "--stages", "grad", "--no-cache", "--json", "r.json"], tmp_path)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+    assert digest(tmp_path / "objdebug.toml") == written
+    report = json.loads((tmp_path / "r.json").read_text())
+    verdicts = [f["verdict"] for r in report["results"] for f in r["findings"]]
+    assert verdicts and set(verdicts) == {"PASS"}, verdicts
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["objdebug.toml", "r.json"]
