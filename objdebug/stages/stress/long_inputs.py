@@ -5,6 +5,11 @@ forward and backward through the user's model and objective. A length whose esti
 would not fit (see `memory.py`) is skipped with the estimate and what is available, never run.
 Codes OBJ501 (finite loss and gradients, per length) and OBJ502 (loss within a band of the
 short-input loss: a sum-reduced loss or positions past the trained range show here).
+
+A model that names no position limit (engine/position_limit.py) and fails with a shape or index
+error at a long (or calibration) length after a shorter one ran has found its limit: the longest
+length that ran. The failed length and every longer one are INFO notes naming it, not crashes; any
+other error, or one within a known limit, stays the check's ERROR.
 """
 
 from __future__ import annotations
@@ -46,16 +51,25 @@ class LongInputs(Check):
                 "peak_delta_bytes": rss.delta_bytes, "memory_method": rss.method}
 
     def _calibrate(self, ctx: Context, th: dict[str, Any], reference: dict[str, Any],
-                   runs: dict[int, dict[str, Any]]) -> dict[str, Any] | None:
+                   runs: dict[int, dict[str, Any]], fallback: dict[str, Any]) -> dict[str, Any] | None:
         """Peaks at the short length and `memory_calibration_lengths`, fitted a + bT + cT^2;
-        the runs go into `runs` by length."""
+        the runs go into `runs` by length. A model that names no limit and fails at a calibration
+        length: `fallback` gets the longest length that ran and the error, calibration stops."""
         if reference["memory_method"] != "vmhwm-reset":
             return None  # the high-water mark cannot be reset: no per-run peak to fit
         # never past the model's position limit: those lengths cannot run at all
         extra = sorted({position_limit.cap(int(t), ctx) for t in th["memory_calibration_lengths"]})
         lengths, peaks = [reference["length"]], [reference["peak_rss_bytes"]]
         for length in sorted(set(extra) - {reference["length"]}):  # increasing: the pool grows
-            r = self._one(ctx, length)
+            try:
+                r = self._one(ctx, length)
+            except Exception as exc:
+                why = position_limit.learnable(exc, ctx)
+                if why is None:
+                    raise
+                position_limit.learned(ctx, max(lengths), length, why)
+                fallback.update(fallback_limit=max(lengths), fallback_failed=length, fallback_error=why)
+                break
             runs[length] = r
             lengths.append(length)
             peaks.append(r["peak_rss_bytes"])
@@ -69,11 +83,12 @@ class LongInputs(Check):
         ref_len = position_limit.cap(short_length(th), ctx)
         reference = self._one(ctx, ref_len)
         calibration_runs: dict[int, dict[str, Any]] = {}
-        calib = self._calibrate(ctx, th, reference, calibration_runs)
+        fallback: dict[str, Any] = {}  # a model that names no limit: the longest length that ran
+        calib = self._calibrate(ctx, th, reference, calibration_runs, fallback)
         # the fit is of the process's absolute peak RSS (MindSpore's memory pool only grows, so
         # a delta after an earlier run undercounts); what a length adds is the peak minus now
         out: dict[str, Any] = {"reference": reference, "vocab": vocab, "model_shape": shape,
-                               "memory_safety": safety, "lengths": {}, "calibration": calib}
+                               "memory_safety": safety, "lengths": {}, "calibration": calib, **fallback}
         runs_at = position_limit.capped_lengths(_lengths(th), ctx)
         ran_at: dict[int, dict[str, Any]] = {}  # a length that ran (2048 and 4096 both capped to 512: once)
         for asked in sorted(runs_at):
@@ -92,12 +107,30 @@ class LongInputs(Check):
                                    "estimate_from": "calibration" if calib else "static estimate",
                                    "fit_lengths": calib["lengths"] if calib else None,
                                    "available_bytes": avail}
-            if avail is not None and need * safety > avail:
+            longest = max([reference["length"], *calibration_runs, *(t for t, r in ran_at.items() if r["ran"])])
+            if out.get("fallback_limit") and length > out["fallback_limit"]:
+                row.update(ran=False, beyond_ran=True, longest_ran=out["fallback_limit"],
+                           reason=(f"beyond T={out['fallback_limit']}, the longest length that ran "
+                                   f"(T={out['fallback_failed']} failed: {out['fallback_error']})"))
+            elif avail is not None and need * safety > avail:
                 row.update(ran=False, reason=(f"predicted {_gib(need)} ({row['estimate_from']}) x safety "
                                               f"{safety} > {_gib(avail)} available"))
             else:
                 # a long length that was a calibration length already ran: its numbers stand
-                row.update(calibration_runs.get(length) or self._one(ctx, length))
+                try:
+                    row.update(calibration_runs.get(length) or self._one(ctx, length))
+                except Exception as exc:
+                    why = position_limit.learnable(exc, ctx)
+                    if why is None:
+                        raise  # within a known limit, or not a shape error: the crash it is
+                    # a model that names no limit: the longest length that ran is the limit
+                    position_limit.learned(ctx, longest, length, why)
+                    out.update(fallback_limit=longest, fallback_failed=length, fallback_error=why)
+                    row.update(ran=False, beyond_ran=True, longest_ran=longest,
+                               reason=f"fails with a shape error after T={longest} ran: {why}")
+                    ran_at[length] = row
+                    out["lengths"][str(asked)] = row
+                    continue
                 if calib and length not in calib["lengths"]:  # a long length that ran is the best point for the next one
                     calib = memory.fit_peaks(calib["lengths"] + [length],
                                              calib["peaks"] + [row["peak_rss_bytes"]])
@@ -120,6 +153,10 @@ class LongInputs(Check):
         def finite_at(length: int):
             def judge(v):
                 r = v["lengths"][str(length)]
+                if r.get("beyond_ran"):  # a model that names no position limit (position_limit.py)
+                    return Verdict.INFO, (f"T={length} not run: {r['reason']}; the model names no position "
+                                          f"limit, so T={r['longest_ran']}, the longest length that ran, is "
+                                          f"taken as its limit (set data.max_length to say it)"), None
                 if not r["ran"]:
                     longest = (f"; the longest length that fits is ~{v['longest_fitting']} tokens"
                                if v.get("longest_fitting") else "")
