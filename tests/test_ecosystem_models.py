@@ -401,9 +401,11 @@ def test_an_unnamed_position_limit_is_the_longest_length_that_ran(tmp_path, monk
     check_target(target, ctx.engine)
     assert ctx.engine.max_length is None  # it names none
     got = {}
+    # the static memory estimate of an unknown shape is large: a busy machine must not skip T=128
+    th = profile.section("stress").replace(memory_safety=1e-3)
     for check in stress.checks():
         if check.name in ("padding-invariance", "long-inputs"):
-            res = run_check(check, ctx, profile.section("stress"))
+            res = run_check(check, ctx, th)
             assert res.error is None, res.error
             got.update({f.code: f for f in res.findings})
     assert got["OBJ504"].verdict is Verdict.PASS
