@@ -198,7 +198,6 @@ def test_a_plain_end_to_end_cell_skips_with_its_reason():
     assert "a plain construct(input_ids, labels) Cell" in got["OBJ207"].message
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("split, e2e", [("eco_hf", "eco_hf_e2e"), ("eco_mf", "eco_mf_e2e")])
 def test_low_precision_runs_on_the_library_loss(split, e2e):
     from objdebug.core.findings import Verdict
