@@ -208,3 +208,11 @@ def test_low_precision_runs_on_the_library_loss(split, e2e):
     # the same losses at every scale and dtype (a MindFormers head sees T - 1 positions, all scored ones)
     assert b["OBJ508"].message.split(":", 1)[1] == a["OBJ508"].message.split(":", 1)[1]
     assert b["OBJ509"].message == a["OBJ509"].message  # float16
+
+
+def test_over_smoothing_reads_the_library_head():
+    from objdebug.core.findings import Verdict
+
+    a = findings(ctx_of("eco_hf"), "stress", ["over-smoothing"])["OBJ512"]
+    b = findings(ctx_of("eco_hf_e2e"), "stress", ["over-smoothing"])["OBJ512"]
+    assert b.verdict is Verdict.PASS and b.message == a.message  # the same top-5 mean over the same positions

@@ -87,7 +87,12 @@ def logits_of_rows(ctx: Context, samples: list[Sample]):
     """(float64 logits [n, T, V], int labels [n, T]) of the real rows, batch by batch: the engine's
     length buckets and batch size (short batches filled, the filler dropped), so the
     `model.forward` graphs are the ones every stage shares. Used by over-smoothing and the model
-    state (OBJ004)."""
+    state (OBJ004). A library model as the end-to-end target: its output head's logits and the
+    labels they are scored against, from its own loss graph (engine/library_logits.py)."""
     for batch in ctx.engine.batches(samples):
         n = len(batch.samples)
+        if ctx.target.end_to_end:
+            out = library_logits(ctx).run(batch.input_ids, batch.labels)
+            yield out["logits"][:n].astype(np.float64), out["labels"][:n]
+            continue
         yield ctx.engine.logits(batch.input_ids)[:n].astype(np.float64), batch.labels[:n]
