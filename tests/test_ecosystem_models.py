@@ -370,7 +370,8 @@ def test_init_writes_a_config_that_runs_unchanged(factory, tmp_path):
 def test_a_shape_error_past_an_unnamed_limit_is_learnable_only_without_a_limit():
     from objdebug.engine import position_limit
 
-    gather = RuntimeError("\n----\nFor 'Gather', the 'input_indices' should be in the range [0, 192), but got 192")
+    gather = RuntimeError("\n----\nFor 'Gather', the 'input_indices' should be in the range [0, 192), "
+                          "but got 192")
     none = SimpleNamespace(engine=SimpleNamespace(max_length=None))
     assert position_limit.learnable(gather, none) == (
         "RuntimeError: For 'Gather', the 'input_indices' should be in the range [0, 192), but got 192")

@@ -1,8 +1,8 @@
 """The logits a library model's own loss saw, and that loss's gradient w.r.t. them, from its real graph.
 
 A library model as the end-to-end target (`engine/library_model.py`) computes its logits inside
-its construct and its loss right after, so the logit checks (OBJ205-OBJ209, the invariants, low
-precision) cannot call "the objective on logits". They are measured on the real library graph
+its construct and its loss right after, so the logit checks (OBJ205-OBJ209, OBJ701/OBJ702,
+OBJ508/OBJ509, OBJ512) cannot call "the objective on logits". They are measured on the real library graph
 instead, through its output head:
 
 - `find_head` (one PyNative call of the setup probe, forward hooks on every sub-Cell; no number
@@ -24,8 +24,8 @@ instead, through its output head:
   cross-entropy of the logits in its output; else as `[data] shift = false` declares), and a
   position without a label (the last one) reads label_pad_id.
 
-Graph `library.logit_grad` (static shapes: the grad stage's batch, and the invariants' on it):
-(input_ids, labels) -> (outputs, d total / d probe), then `seen` read back.
+Graph `library.logit_grad` (static shapes: one per batch shape, `.float16` / `.bfloat16` for
+low precision): (input_ids, labels) -> (outputs, d total / d probe), then `seen` read back.
 """
 
 from __future__ import annotations

@@ -107,7 +107,8 @@ class LongInputs(Check):
                                    "estimate_from": "calibration" if calib else "static estimate",
                                    "fit_lengths": calib["lengths"] if calib else None,
                                    "available_bytes": avail}
-            longest = max([reference["length"], *calibration_runs, *(t for t, r in ran_at.items() if r["ran"])])
+            longest = max([reference["length"], *calibration_runs,
+                           *(t for t, r in ran_at.items() if r["ran"])])
             if out.get("fallback_limit") and length > out["fallback_limit"]:
                 row.update(ran=False, beyond_ran=True, longest_ran=out["fallback_limit"],
                            reason=(f"beyond T={out['fallback_limit']}, the longest length that ran "

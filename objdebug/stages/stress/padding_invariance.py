@@ -58,7 +58,8 @@ class PaddingInvariance(Check):
                     raise
                 longest = max(r["length"] for r in rows)
                 position_limit.learned(ctx, longest, base + extra, why)  # the limit for the rest of the run
-                not_run[str(extra)] = f"T={base + extra} fails with a shape error after T={longest} ran: {why}"
+                not_run[str(extra)] = (f"T={base + extra} fails with a shape error after T={longest} "
+                                       f"ran: {why}")
                 continue
             g = flat_grads(out["grads"])
             if ref_grad is None:
