@@ -18,7 +18,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from .conftest import ROOT, TARGETS, cli_exit_2
+from .conftest import ROOT, TARGETS, cli_exit_2, digest
 
 ECO = {name: TARGETS / name / "objdebug.toml" for name in ("eco_hf", "eco_hf_e2e", "eco_mf", "eco_mf_e2e")}
 
@@ -344,3 +344,78 @@ def test_done_when_a_second_run_with_inputs_and_output_is_warm(name, tmp_path):
         assert res.returncode == 0, res.stderr[-2000:]
     assert "compile cache warm: 4 hits, 0 misses" in res.stdout
     assert seconds[1] <= 0.6 * seconds[0]
+
+
+@pytest.mark.parametrize("factory", [
+    "fixtures.ecosystem.hf_style:build_hf_style",
+    pytest.param("fixtures.ecosystem.mindformers_style:build_mindformers_style", marks=pytest.mark.slow)])
+def test_init_writes_a_config_that_runs_unchanged(factory, tmp_path):
+    """`objdebug init` then `objdebug run` on the file it wrote, both as a user types them."""
+    res = _cli(["init", "--model", factory, "--objective", "fixtures.llama.objectives:MaskedMeanCE",
+                "--checkpoint", str(ROOT / "fixtures" / "ecosystem" / "ecosystem.ckpt"),
+                "--data", str(ROOT / "objdebug" / "demo" / "align.jsonl"), "--output", "objdebug.toml"],
+               tmp_path)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    written = digest(tmp_path / "objdebug.toml")
+    res = _cli(["run", "-c", "objdebug.toml", "--stages", "grad", "--no-cache", "--json", "r.json"], tmp_path)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+    assert digest(tmp_path / "objdebug.toml") == written
+    report = json.loads((tmp_path / "r.json").read_text())
+    verdicts = [f["verdict"] for r in report["results"] for f in r["findings"]]
+    assert verdicts and set(verdicts) == {"PASS"}, verdicts
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["objdebug.toml", "r.json"]
+
+
+# --------------------------------------------------------------------------- an unnamed limit (item 1)
+def test_a_shape_error_past_an_unnamed_limit_is_learnable_only_without_a_limit():
+    from objdebug.engine import position_limit
+
+    gather = RuntimeError("\n----\nFor 'Gather', the 'input_indices' should be in the range [0, 192), "
+                          "but got 192")
+    none = SimpleNamespace(engine=SimpleNamespace(max_length=None))
+    assert position_limit.learnable(gather, none) == (
+        "RuntimeError: For 'Gather', the 'input_indices' should be in the range [0, 192), but got 192")
+    assert position_limit.learnable(MemoryError("cannot allocate 4 GiB"), none) is None  # not a shape error
+    assert position_limit.learnable(gather, SimpleNamespace(engine=SimpleNamespace(max_length=512))) is None
+
+
+def test_an_unnamed_position_limit_is_the_longest_length_that_ran(tmp_path, monkeypatch):
+    """A learned table of 192 positions the model does not name: +500 padding fails after T=128
+    ran, so 128 is the limit from then on and the long input runs there (notes, no ERROR)."""
+    from objdebug.core.config import load_config
+    from objdebug.core.findings import Verdict
+    from objdebug.engine import runtime
+    from objdebug.engine.core import Engine
+    from objdebug.engine.target import load_target
+    from objdebug.pipeline.context import Context
+    from objdebug.pipeline.contract import check_target
+    from objdebug.pipeline.profile import load_profile
+    from objdebug.pipeline.runner import run_check
+    from objdebug.stages import stress
+
+    monkeypatch.chdir(tmp_path)
+    cfg = load_config(TARGETS / "eco_unnamed_limit" / "objdebug.toml")
+    runtime.setup(cfg.run.device, cfg.run.mode, cfg.run.seed)
+    target = load_target(cfg)
+    profile = load_profile("default")
+    ctx = Context(config=cfg, target=target, engine=Engine(target, batch_size=8), profile=profile)
+    check_target(target, ctx.engine)
+    assert ctx.engine.max_length is None  # it names none
+    got = {}
+    # the static memory estimate of an unknown shape is large: a busy machine must not skip T=128
+    th = profile.section("stress").replace(memory_safety=1e-3)
+    for check in stress.checks():
+        if check.name in ("padding-invariance", "long-inputs"):
+            res = run_check(check, ctx, th)
+            assert res.error is None, res.error
+            got.update({f.code: f for f in res.findings})
+    assert got["OBJ504"].verdict is Verdict.PASS
+    assert "+500 not run: T=618 fails with a shape error after T=128 ran" in got["OBJ504"].message
+    assert "'input_indices' should be in the range [0, 192)" in got["OBJ504"].message
+    assert got["OBJ501"].verdict is Verdict.INFO
+    assert "T=2048 is beyond the model's 128 positions (the longest length that ran; T=618 failed" \
+        in got["OBJ501"].message
+    assert ctx.engine.max_length == 128
+    ran = [int(t) for r in ctx.engine.compiles.records if r.graph == "stress.loss_and_grad"
+           for t in re.findall(r"\[1, (\d+)\]", r.shapes)]
+    assert ran and max(ran) == 128  # nothing past the length that ran compiled

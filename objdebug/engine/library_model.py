@@ -15,7 +15,8 @@ Such a model computes its own loss from `labels`, but not in the form objdebug's
 
 `inspect_library_model` calls the model once or twice in PyNative mode on a [2, 12] batch (no
 compile; a setup probe, not a verdict: every number objdebug judges comes from graph mode) to
-find where the loss is, whether training mode is needed, and whether it shifts.
+find where the loss is, whether training mode is needed, whether it shifts, and its output head
+(`engine/library_logits.py`: the logit checks run on the library's own loss through it).
 `LibraryModelLoss` is the Cell every objdebug graph then calls: `(input_ids, labels) -> loss`.
 It applies to an end-to-end objective whose construct takes `labels` among more than two parameters
 (a plain `construct(input_ids, labels)` Cell is called as it always was).
@@ -30,6 +31,7 @@ import mindspore as ms
 import numpy as np
 from mindspore import nn
 
+from objdebug.engine import library_logits
 from objdebug.engine.pynative import pynative
 from objdebug.engine.signature import parameters
 from objdebug.core.errors import InputError
@@ -159,9 +161,12 @@ def inspect_library_model(model, cfg) -> dict[str, Any]:
             logits = logits if logits is not None else train_logits
             seen = f"{seen_train} in training mode (in eval mode {seen})"
         loss = float(np.asarray(_loss_of(model, ids, pick)))
+        width = int(logits.shape[-1]) if logits is not None else cfg.data.vocab_size
+        head = library_logits.find_head(model, lambda: ms.Tensor(_loss_of(model, ids, pick)),
+                                        PROBE_SHAPE[0], PROBE_SHAPE[1], width)
         hold_mode(model, False)
     info: dict[str, Any] = {"pick": pick, "train": train, "dropouts_off": drops, "loss": loss,
-                            "output": seen, "shifts_labels": None}
+                            "output": seen, "shifts_labels": None, "head": head}
     if logits is not None and logits.shape[:2] == ids.shape:
         same = _mean_ce(logits, ids)                    # logits[t] against labels[t]
         nxt = _mean_ce(logits[:, :-1], ids[:, 1:])       # logits[t] against labels[t+1]
@@ -207,6 +212,8 @@ def wrap(objective, cfg, info_out: dict[str, Any]):
     if info["train"]:
         note += (f"; its loss exists in training mode only: held in training mode with "
                  f"{info['dropouts_off']} dropout Cell(s) off")
+    if "path" in info["head"]:
+        note += f"; its logits are the output of '{info['head']['path']}', probed for the logit checks"
     note += {True: "; it shifts the labels itself (checked: data.shift = false)",
              False: "; it does not shift the labels (checked: data.shift = true)",
              None: "; whether it shifts the labels is not measured (no logits in its output)"}[info["shifts_labels"]]

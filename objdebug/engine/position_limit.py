@@ -7,6 +7,11 @@ check. The stress stage builds its own lengths from the profile (2048 / 4096-tok
 padding, calibration runs): a length beyond the limit never runs; the longest length that fits
 runs instead and the finding says so, naming the limit. The objective alone (OBJ513, logits fed
 directly) has no position table and keeps its lengths.
+
+A model that names no limit has one all the same when it fails with a shape or index error at a
+length after a shorter one ran (a learned position table it does not name): `learnable` says so
+for the error, and `learned` makes the longest length that ran the limit for the rest of the run,
+so every later input is held within it and the findings name it.
 """
 
 from __future__ import annotations
@@ -44,3 +49,28 @@ def note(asked: int, ran: int, ctx) -> str:
 
 def describe(ctx) -> dict[str, Any]:
     return {"max_length": limit(ctx), "source": source(ctx)}
+
+
+_SHAPE_WORDS = ("range", "out of bound", "index", "indices", "position", "shape", "broadcast", "dimension")
+
+
+def learnable(exc: BaseException, ctx) -> str | None:
+    """The error's first line when it can be a model's unnamed position limit (no limit known, a
+    shape or index error), else None: the crash it is."""
+    from objdebug.core.crash import first_line
+
+    if limit(ctx) is not None:
+        return None
+    text = str(exc).lower()
+    if not any(w in text for w in _SHAPE_WORDS):
+        return None
+    return f"{type(exc).__name__}: {first_line(exc)}"[:200]
+
+
+def learned(ctx, ran: int, failed: int, why: str) -> None:
+    """The longest length that ran becomes the run's limit (`learnable` said the error at `failed`
+    can be the model's position table)."""
+    ctx.engine.max_length = int(ran)
+    info = ctx.target.info.setdefault("contract", {})
+    info["max_length_source"] = f"the longest length that ran; T={failed} failed: {why}"
+    info["max_length_learned"] = {"ran": int(ran), "failed": int(failed), "error": why}

@@ -14,6 +14,7 @@ import numpy as np
 from objdebug.core.errors import InputError
 from objdebug.engine.data import Sample
 from objdebug.engine.gradients import Batch, GradientProbe, ParamGradients, reference_mean_ce_grad
+from objdebug.engine.library_logits import LibraryLogits
 from objdebug.pipeline.context import Context
 from objdebug.pipeline.datasets import text_samples
 
@@ -49,22 +50,49 @@ def param_gradients(ctx: Context) -> ParamGradients:
                                                                          fd_directions(ctx)))
 
 
+def library_logits(ctx: Context) -> LibraryLogits:
+    """The end-to-end library model's own loss on its own logits (engine/library_logits.py)."""
+    return ctx.provide(library_logits, lambda: LibraryLogits(ctx.engine))
+
+
 def logit_gradients(ctx: Context) -> dict[str, np.ndarray]:
-    """Logits of the batch, the objective's squared logit-gradient norm per position, reference."""
+    """Logits of the batch, the objective's squared logit-gradient norm per position, reference,
+    and the labels each logit position is scored against ("labels": the batch's labels; for a
+    library model that shifts them itself, the next position's)."""
     def build() -> dict[str, np.ndarray]:
         batch = grad_batch(ctx)
+        pid = ctx.engine.padding.label_pad_id
+        if ctx.target.end_to_end:  # the library's loss in its own graph, through its output head
+            out = library_logits(ctx).run(batch.input_ids, batch.labels)
+            ref = reference_mean_ce_grad(out["logits"], out["labels"], pid)
+            return {**out, "reference_sq": ref}
         logits = ctx.engine.logits(batch.input_ids)
         outputs, sq, g = grad_probe(ctx).logits(logits, batch.labels)
-        ref = reference_mean_ce_grad(logits, batch.labels, ctx.engine.padding.label_pad_id)
-        return {"outputs": outputs, "sq": sq, "reference_sq": ref, "grad": g, "logits": logits}
+        ref = reference_mean_ce_grad(logits, batch.labels, pid)
+        return {"outputs": outputs, "sq": sq, "reference_sq": ref, "grad": g, "logits": logits,
+                "labels": batch.labels}
     return ctx.provide(logit_gradients, build)
+
+
+def logit_checks_skip(ctx: Context) -> str | None:
+    """Why a check on the objective's logit gradient cannot run here (None: it can)."""
+    if not ctx.target.end_to_end:
+        return None
+    from objdebug.engine.library_logits import unavailable
+
+    return unavailable(ctx.target)
 
 
 def logits_of_rows(ctx: Context, samples: list[Sample]):
     """(float64 logits [n, T, V], int labels [n, T]) of the real rows, batch by batch: the engine's
     length buckets and batch size (short batches filled, the filler dropped), so the
     `model.forward` graphs are the ones every stage shares. Used by over-smoothing and the model
-    state (OBJ004)."""
+    state (OBJ004). A library model as the end-to-end target: its output head's logits and the
+    labels they are scored against, from its own loss graph (engine/library_logits.py)."""
     for batch in ctx.engine.batches(samples):
         n = len(batch.samples)
+        if ctx.target.end_to_end:
+            out = library_logits(ctx).run(batch.input_ids, batch.labels)
+            yield out["logits"][:n].astype(np.float64), out["labels"][:n]
+            continue
         yield ctx.engine.logits(batch.input_ids)[:n].astype(np.float64), batch.labels[:n]

@@ -24,8 +24,8 @@ from objdebug.core.findings import Check, Condition, Verdict, band, listing
 from objdebug.core.settings import Settings
 from objdebug.engine.gradients import Batch, layer_of, max_mean_ratio
 from objdebug.pipeline.context import Context
-from objdebug.pipeline.run_data import (fd_directions, grad_batch, grad_probe, logit_gradients,
-                                        param_gradients)
+from objdebug.pipeline.run_data import (fd_directions, grad_batch, grad_probe, logit_checks_skip,
+                                        logit_gradients, param_gradients)
 from objdebug.stages.grad.likelihood import analyse as likelihood_shape
 from objdebug.stages.grad.supervision import SupervisionCoverage
 
@@ -163,13 +163,13 @@ class PaddingLeakage(Check):
     stage = "grad"
 
     def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
-        if ctx.target.end_to_end:
+        if logit_checks_skip(ctx):  # an end-to-end Cell whose logits objdebug cannot reach
             return self._measure_end_to_end(ctx, th)
         tol = float(th["leak_tolerance"])
         batch = grad_batch(ctx)
         lg = logit_gradients(ctx)
         sq = lg["sq"]
-        masked = batch.labels == ctx.engine.padding.label_pad_id
+        masked = lg["labels"] == ctx.engine.padding.label_pad_id
         leaking = masked & ~(sq <= tol * tol)  # NaN counts as a leak
         total = float(np.nansum(sq))
         return {"form": "logits", "label_pad_id": ctx.engine.padding.label_pad_id, "tolerance": tol,
@@ -180,7 +180,7 @@ class PaddingLeakage(Check):
                 "leaking_rows": sorted({int(b) for b in np.nonzero(leaking)[0]})}
 
     def _measure_end_to_end(self, ctx: Context, th: Settings) -> dict[str, Any]:
-        """No logits: pad every row further (next length bucket); each row's loss must not move."""
+        """No logits to probe: pad every row further (next length bucket); each row's loss must not move."""
         batch = grad_batch(ctx)
         samples = batch.samples[:ctx.engine.batch_size]
         short = ctx.engine.bucket(max(s.length for s in samples))
@@ -232,21 +232,17 @@ class LogitGradientScale(Check):
     stage = "grad"
 
     def skip_reason(self, ctx: Context) -> str | None:
-        if ctx.target.end_to_end:
-            return ("end-to-end form: the objective takes input_ids, so its logits (and their "
-                    "gradient scale) are not exposed")
-        return None
+        return logit_checks_skip(ctx)
 
     def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
-        batch = grad_batch(ctx)
         lg = logit_gradients(ctx)
         sq, ref_sq = lg["sq"], lg["reference_sq"]
-        scored = batch.labels != ctx.engine.padding.label_pad_id
+        scored = lg["labels"] != ctx.engine.padding.label_pad_id
         n = int(scored.sum())
         user = float(np.sqrt(np.sum(sq[scored])))
         ref = float(np.sqrt(np.sum(ref_sq[scored])))
         ratio = user / ref if ref > 0 else float("nan")
-        return {"scored_tokens": n, "rows": int(batch.labels.shape[0]), "positions": int(scored.size),
+        return {"scored_tokens": n, "rows": int(scored.shape[0]), "positions": int(scored.size),
                 "loss": float(lg["outputs"][0]), "norm": user, "reference_norm": ref, "ratio": ratio,
                 "per_token_norm": float(np.mean(np.sqrt(sq[scored]))) if n else float("nan"),
                 "reference_per_token_norm": float(np.mean(np.sqrt(ref_sq[scored]))) if n else float("nan"),
@@ -438,22 +434,18 @@ class LikelihoodShape(Check):
     stage = "grad"
 
     def skip_reason(self, ctx: Context) -> str | None:
-        if ctx.target.end_to_end:
-            return ("end-to-end form: the objective takes input_ids, so its logits (and their "
-                    "gradient direction) are not exposed")
-        return None
+        return logit_checks_skip(ctx)
 
     def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         lg = logit_gradients(ctx)
-        batch = grad_batch(ctx)
-        v = likelihood_shape(lg["grad"], lg["logits"], batch.labels, ctx.engine.padding.label_pad_id,
+        v = likelihood_shape(lg["grad"], lg["logits"], lg["labels"], ctx.engine.padding.label_pad_id,
                              band=float(th["likelihood_weight_band"]),
                              max_smoothing=float(th["likelihood_max_smoothing"]),
                              max_entropy=float(th["likelihood_max_entropy"]),
                              cosine_min=float(th["likelihood_cosine_pass"]),
                              reweighted_max=float(th["likelihood_reweighted_pass"]),
                              max_zloss=float(th["likelihood_max_zloss"]))
-        return {**v, "loss": float(lg["outputs"][0]), "rows": int(batch.labels.shape[0])}
+        return {**v, "loss": float(lg["outputs"][0]), "rows": int(lg["labels"].shape[0])}
 
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
         c_pass, c_fail = th["likelihood_cosine_pass"], th["likelihood_cosine_fail"]

@@ -32,7 +32,7 @@ from objdebug.pipeline.context import Context
 from objdebug.pipeline.datasets import encoder
 from objdebug.core.findings import Check, Condition, Verdict, listing
 from objdebug.core.settings import Settings
-from objdebug.pipeline.run_data import grad_batch, logit_gradients
+from objdebug.pipeline.run_data import grad_batch, logit_checks_skip, logit_gradients
 
 _LISTED = 8
 
@@ -67,14 +67,14 @@ class SupervisionCoverage(Check):
     stage = "grad"
 
     def skip_reason(self, ctx: Context) -> str | None:
-        if ctx.target.end_to_end:
-            return ("end-to-end form: the objective takes input_ids, so its gradient per position "
-                    "(w.r.t. the logits) is not exposed")
-        return None
+        return logit_checks_skip(ctx)
 
     def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         batch, lg = grad_batch(ctx), logit_gradients(ctx)
-        labels, ids = batch.labels, batch.input_ids
+        # the labels each logit position is scored against (a library model that shifts its
+        # labels itself: the next position's), the input at that position beside it
+        labels = lg["labels"]
+        ids = batch.input_ids[:, :labels.shape[1]]
         pid, eos = ctx.engine.padding.label_pad_id, ctx.config.data.eos_id
         sup = labels != pid
         n = int(sup.sum())

@@ -13,7 +13,8 @@ shipped in a widely used project (the rule pages cite the reports). Codes OBJ7xx
 
 Every verdict runs the user's objective in graph mode on the model's real logits for the grad
 stage's batch (see _common.py); the graphs each check uses are in its docstring.
-The end-to-end form (no logits) is skipped.
+The end-to-end form (no logits) is skipped, except a library model whose output head objdebug
+probes (engine/library_logits.py): OBJ701 and OBJ702 run on its own loss, the others say why not.
 """
 
 from __future__ import annotations

@@ -13,9 +13,9 @@ import numpy as np
 
 from objdebug.pipeline.context import Context
 from objdebug.engine.gradients import Batch
-from objdebug.stages.invariants.probe import InvarianceProbe, Probe
+from objdebug.stages.invariants.probe import InvarianceProbe, LibraryInvarianceProbe, Probe
 from objdebug.core.settings import Settings
-from objdebug.pipeline.run_data import grad_batch
+from objdebug.pipeline.run_data import grad_batch, library_logits, logit_checks_skip, logit_gradients
 
 END_TO_END = ("the end-to-end form (no [model]) does not expose logits: the objective cannot be "
               "called on chosen logits and labels")
@@ -27,8 +27,28 @@ def settings(ctx: Context) -> Settings:
     return ctx.profile.section("invariants")
 
 
-def skip_end_to_end(ctx: Context) -> str | None:
-    return END_TO_END if ctx.target.end_to_end else None
+def skip_end_to_end(ctx: Context, needs: str = "") -> str | None:
+    """SKIP reason of a check that the end-to-end form cannot run; `needs`: what the check asks of
+    the objective beyond the library's own loss on its own batch (said when the head is probed)."""
+    if not ctx.target.end_to_end:
+        return None
+    if needs and logit_checks_skip(ctx) is None:
+        return (f"end-to-end form: the library model's loss runs on its own logits and batch only "
+                f"(OBJ701/OBJ702 run on them); this check needs {needs}")
+    return logit_checks_skip(ctx) or END_TO_END
+
+
+def skip_logit_checks(ctx: Context) -> str | None:
+    """SKIP reason of a check that runs on the library's own loss too (OBJ701, OBJ702)."""
+    return logit_checks_skip(ctx)
+
+
+def labels(ctx: Context) -> np.ndarray:
+    """The labels each logit position is scored against: the batch's (for a library model that
+    shifts its labels itself, the next position's; engine/library_logits.py)."""
+    if ctx.target.end_to_end:
+        return logit_gradients(ctx)["labels"]
+    return batch(ctx).labels
 
 
 def batch(ctx: Context) -> Batch:
@@ -42,18 +62,24 @@ def rows(ctx: Context) -> int:
 
 
 def logits(ctx: Context) -> np.ndarray:
-    """The model's float32 logits [B, T, V] on the batch (the grad stage's compiled forward)."""
+    """The model's float32 logits [B, T, V] on the batch (the grad stage's compiled forward; the
+    end-to-end form: what the library model's output head returned there)."""
+    if ctx.target.end_to_end:
+        return probe(ctx).head["logits"]
     return ctx.provide(logits,
                       lambda: ctx.engine.logits(batch(ctx).input_ids).astype(np.float32))
 
 
-def probe(ctx: Context) -> InvarianceProbe:
+def probe(ctx: Context) -> InvarianceProbe | LibraryInvarianceProbe:
+    if ctx.target.end_to_end:
+        return ctx.provide(probe, lambda: LibraryInvarianceProbe(
+            library_logits(ctx), batch(ctx).input_ids, batch(ctx).labels))
     return ctx.provide(probe, lambda: InvarianceProbe(ctx.engine))
 
 
 def base(ctx: Context) -> Probe:
     """The configured objective on the batch, scale 1: the reference most rules compare with."""
-    return ctx.provide(base, lambda: probe(ctx).run(logits(ctx), batch(ctx).labels))
+    return ctx.provide(base, lambda: probe(ctx).run(logits(ctx), labels(ctx)))
 
 
 def scored(ctx: Context, labels: np.ndarray) -> np.ndarray:

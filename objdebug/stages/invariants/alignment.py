@@ -8,7 +8,8 @@ margin; an objective that shifts the labels once more (or a model that shifts in
 `data.shift = true`) has its minimum at d = -1.
 
 Graphs: `invariants.logit_grad[configured]` on the grad stage's batch shape (shared with OBJ702,
-OBJ704, OBJ707); the model's logits come from the grad stage's forward.
+OBJ704, OBJ707); the model's logits come from the grad stage's forward. A library model as the
+end-to-end target: its own loss with the moved labels (`library.logit_grad`, the same batch).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import numpy as np
 from objdebug.pipeline.context import Context
 from objdebug.core.findings import Check, Condition, Verdict
 from objdebug.core.settings import Settings
-from objdebug.stages.invariants._common import base, batch, logits, probe, skip_end_to_end
+from objdebug.stages.invariants._common import base, labels, logits, probe, skip_logit_checks
 
 
 def shifted_labels(labels: np.ndarray, d: int, pad: int) -> np.ndarray:
@@ -42,19 +43,19 @@ class LabelAlignment(Check):
     stage = "invariants"
 
     def skip_reason(self, ctx: Context) -> str | None:
-        return skip_end_to_end(ctx)
+        return skip_logit_checks(ctx)
 
     def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
-        b, x = batch(ctx), logits(ctx)
+        y, x = labels(ctx), logits(ctx)
         pad = ctx.config.data.label_pad_id
         offsets = sorted({0, *(int(d) for d in th["label_offsets"])})
         rows = []
         for d in offsets:
-            loss = base(ctx).loss if d == 0 else probe(ctx).run(x, shifted_labels(b.labels, d, pad)).loss
+            loss = base(ctx).loss if d == 0 else probe(ctx).run(x, shifted_labels(y, d, pad)).loss
             rows.append({"offset": d, "loss": loss,
-                         "scored": int((shifted_labels(b.labels, d, pad) != pad).sum())})
+                         "scored": int((shifted_labels(y, d, pad) != pad).sum())})
         return {"shift": bool(ctx.config.data.shift), "offsets": rows,
-                "rows": int(b.labels.shape[0]), "length": int(b.labels.shape[1])}
+                "rows": int(y.shape[0]), "length": int(y.shape[1])}
 
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
         margin = float(th["alignment_margin"])

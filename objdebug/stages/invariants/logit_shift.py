@@ -23,7 +23,8 @@ inf, loss NaN) does not pass, nor does an undeclared term on the absolute logit 
 component that explains the change (a z-loss returned as (total, ce, z_loss) with
 `objective.components`) is a note naming it: see shift_attribution.py.
 
-Graphs: `invariants.logit_grad[configured]` on the grad stage's batch shape (shared).
+Graphs: `invariants.logit_grad[configured]` on the grad stage's batch shape (shared); a library
+model as the end-to-end target: `library.logit_grad` (its own loss, the head's output + c).
 """
 
 from __future__ import annotations
@@ -35,8 +36,8 @@ import numpy as np
 from objdebug.pipeline.context import Context
 from objdebug.core.findings import Check, Condition, Verdict
 from objdebug.core.settings import Settings
-from objdebug.stages.invariants._common import (F32_EPS, base, batch, fmt, logits, probe, scored,
-    skip_end_to_end)
+from objdebug.stages.invariants._common import (F32_EPS, base, fmt, labels, logits, probe, scored,
+    skip_logit_checks)
 from objdebug.stages.invariants.shift_attribution import attribute, component_names
 
 
@@ -44,12 +45,12 @@ def position_weights(ctx: Context) -> np.ndarray:
     """Each scored position's weight in the loss, measured: at logits = 0 (p = 1/V everywhere) a
     softmax objective's gradient at the label is -w (1 - 1/V)."""
     def build() -> np.ndarray:
-        b, x = batch(ctx), logits(ctx)
-        g = probe(ctx).run(np.zeros_like(x), b.labels).grad
-        keep = scored(ctx, b.labels)
+        y, x = labels(ctx), logits(ctx)
+        g = probe(ctx).run(np.zeros_like(x), y).grad
+        keep = scored(ctx, y)
         if not keep.any() or not np.isfinite(g).all():
             return np.zeros(0)
-        at_label = np.take_along_axis(g, np.where(keep, b.labels, 0)[..., None], -1)[..., 0]
+        at_label = np.take_along_axis(g, np.where(keep, y, 0)[..., None], -1)[..., 0]
         vocab = x.shape[-1]
         return np.abs(at_label[keep]) * vocab / (vocab - 1)
     return ctx.provide(position_weights, build)
@@ -62,11 +63,11 @@ class LogitShift(Check):
     stage = "invariants"
 
     def skip_reason(self, ctx: Context) -> str | None:
-        return skip_end_to_end(ctx)
+        return skip_logit_checks(ctx)
 
     def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         safety, ulps = float(th["rounding_safety"]), float(th["noise_ulps"])
-        b, x, ref = batch(ctx), logits(ctx), base(ctx)
+        y, x, ref = labels(ctx), logits(ctx), base(ctx)
         g0 = ref.grad
         gmax = float(np.abs(g0).max()) if np.isfinite(g0).all() else float("nan")
         w = position_weights(ctx)
@@ -77,7 +78,7 @@ class LogitShift(Check):
             shifted = (x + np.float32(c)).astype(np.float32)
             delta = shifted.astype(np.float64) - (x.astype(np.float64) + c)  # exact rounding error
             spacing = float(np.spacing(np.abs(shifted).max()))
-            p = probe(ctx).run(shifted, b.labels)
+            p = probe(ctx).run(shifted, y)
             loss_tol = safety * (float(np.sum(np.abs(g0) * np.abs(delta))) + 2.0 * spacing * big_w) + \
                 ulps * F32_EPS * max(abs(ref.loss), 1.0)
             grad_tol = (safety * 2.0 * spacing + ulps * F32_EPS) * max(max_w, gmax)

@@ -264,3 +264,43 @@ def dropout_cells(*cells: Any) -> list[str]:
             if p is not None and float(p) > 0:  # a dropout Cell that drops (not a wrapper named so)
                 out.append(f"{name or type(cell).__name__} (p={float(p):g})")
     return out
+
+
+class LibraryInvarianceProbe:
+    """`InvarianceProbe.run` for a library model as the end-to-end target (engine/library_logits.py).
+
+    The library's own loss in its own graph on the grad stage's batch, its output head's logits
+    replaced by the logits asked for (the head's output + (logits - head's output): a shift c or
+    all-zero logits come out exactly) and its labels by the labels asked for, mapped back to the
+    input labels the library takes (labels[t] of the head's position t is the input label t + 1 of
+    a model that shifts them itself; a label moved onto a position the library does not score, the
+    last one, is dropped). Only the configured objective at scale 1 on that batch: the checks that
+    need another batch shape, a variant or an upstream scale skip the end-to-end form.
+    """
+
+    def __init__(self, handle: Any, input_ids: np.ndarray, input_labels: np.ndarray):
+        self.handle = handle
+        self.ids = input_ids
+        self.input_labels = input_labels
+        self.head = handle.run(input_ids, input_labels)  # the logits the library computes here
+
+    def input_labels_for(self, labels: np.ndarray) -> np.ndarray:
+        """Loss-position labels [B, T'] -> the input labels [B, T] the library takes."""
+        pad = self.handle.target.config.data.label_pad_id
+        out = np.full_like(self.input_labels, pad)
+        start = 1 if self.handle.shifts else 0
+        n = min(labels.shape[1], out.shape[1] - start)
+        out[:, start:start + n] = labels[:, :n]
+        return out
+
+    def run(self, logits: np.ndarray, labels: np.ndarray, scale: float = 1.0,
+            changes: dict[str, Any] | None = None) -> Probe:
+        if changes or scale != 1.0 or logits.shape != self.head["logits"].shape:
+            raise ValueError("For 'LibraryInvarianceProbe.run', the end-to-end form runs the configured "
+                             f"objective at scale 1 on logits of shape {list(self.head['logits'].shape)}, "
+                             f"but got changes {changes}, scale {scale}, shape {list(logits.shape)}.")
+        seen = self.head["logits"]
+        delta = None if logits is seen else (np.asarray(logits, np.float32) - seen).astype(np.float32)
+        y = self.input_labels_for(np.asarray(labels))
+        out = self.handle.run(self.ids, y, delta)
+        return Probe(outputs=out["outputs"], grad=out["grad"], labels_in=y, labels_out=y)

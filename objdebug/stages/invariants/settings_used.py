@@ -60,7 +60,9 @@ class SettingsUsed(Check):
     stage = "invariants"
 
     def skip_reason(self, ctx: Context) -> str | None:
-        return skip_end_to_end(ctx)
+        return skip_end_to_end(ctx, (
+            "the objective rebuilt with perturbed settings (for a library model these are "
+            "model settings)"))
 
     def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         pr, b, x, ref = probe(ctx), batch(ctx), logits(ctx), base(ctx)

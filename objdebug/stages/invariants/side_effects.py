@@ -44,7 +44,9 @@ class SideEffects(Check):
     stage = "invariants"
 
     def skip_reason(self, ctx: Context) -> str | None:
-        return skip_end_to_end(ctx)
+        return skip_end_to_end(ctx, (
+            "the objective called on logits Tensors it could write into, in both training and"
+            " evaluation mode (the library model holds the mode its loss needs)"))
 
     def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         b, x = batch(ctx), logits(ctx)

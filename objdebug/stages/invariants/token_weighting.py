@@ -55,7 +55,7 @@ class TokenWeighting(Check):
     stage = "invariants"
 
     def skip_reason(self, ctx: Context) -> str | None:
-        return skip_end_to_end(ctx)
+        return skip_end_to_end(ctx, "micro-batches (other batch shapes)")
 
     def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         b, full = batch(ctx), base(ctx).grad

@@ -46,7 +46,7 @@ class UpstreamGradient(Check):
     stage = "invariants"
 
     def skip_reason(self, ctx: Context) -> str | None:
-        return skip_end_to_end(ctx)
+        return skip_end_to_end(ctx, "an upstream gradient scale and micro-batches (other batch shapes)")
 
     def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         c = float(th["upstream_scale"])

@@ -10,6 +10,11 @@ A length whose estimate is above `isolate_above_gib` runs in a process of its ow
 (`objdebug.pipeline.isolation`): the memory it takes returns when that process exits, and a length
 that does not fit after all kills that process, not the run (a SKIP with what it held and what was
 left).
+
+A model that names no position limit (engine/position_limit.py) and fails with a shape or index
+error at a long (or calibration) length after a shorter one ran has found its limit: the longest
+length that ran. The failed length and every longer one are INFO notes naming it, not crashes; any
+other error, or one within a known limit, stays the check's ERROR.
 """
 
 from __future__ import annotations
@@ -65,16 +70,25 @@ class LongInputs(Check):
                     "child_rss_bytes": exc.child_rss_bytes, "available_bytes": exc.available_bytes}
 
     def _calibrate(self, ctx: Context, th: dict[str, Any], reference: dict[str, Any],
-                   runs: dict[int, dict[str, Any]]) -> dict[str, Any] | None:
+                   runs: dict[int, dict[str, Any]], fallback: dict[str, Any]) -> dict[str, Any] | None:
         """Peaks at the short length and `memory_calibration_lengths`, fitted a + bT + cT^2;
-        the runs go into `runs` by length."""
+        the runs go into `runs` by length. A model that names no limit and fails at a calibration
+        length: `fallback` gets the longest length that ran and the error, calibration stops."""
         if reference["memory_method"] != "vmhwm-reset":
             return None  # the high-water mark cannot be reset: no per-run peak to fit
         # never past the model's position limit: those lengths cannot run at all
         extra = sorted({position_limit.cap(int(t), ctx) for t in th["memory_calibration_lengths"]})
         lengths, peaks = [reference["length"]], [reference["peak_rss_bytes"]]
         for length in sorted(set(extra) - {reference["length"]}):  # increasing: the pool grows
-            r = self._one(ctx, length)
+            try:
+                r = self._one(ctx, length)
+            except Exception as exc:
+                why = position_limit.learnable(exc, ctx)
+                if why is None:
+                    raise
+                position_limit.learned(ctx, max(lengths), length, why)
+                fallback.update(fallback_limit=max(lengths), fallback_failed=length, fallback_error=why)
+                break
             runs[length] = r
             lengths.append(length)
             peaks.append(r["peak_rss_bytes"])
@@ -88,11 +102,12 @@ class LongInputs(Check):
         ref_len = position_limit.cap(short_length(th), ctx)
         reference = self._one(ctx, ref_len)
         calibration_runs: dict[int, dict[str, Any]] = {}
-        calib = self._calibrate(ctx, th, reference, calibration_runs)
+        fallback: dict[str, Any] = {}  # a model that names no limit: the longest length that ran
+        calib = self._calibrate(ctx, th, reference, calibration_runs, fallback)
         # the fit is of the process's absolute peak RSS (MindSpore's memory pool only grows, so
         # a delta after an earlier run undercounts); what a length adds is the peak minus now
         out: dict[str, Any] = {"reference": reference, "vocab": vocab, "model_shape": shape,
-                               "memory_safety": safety, "lengths": {}, "calibration": calib}
+                               "memory_safety": safety, "lengths": {}, "calibration": calib, **fallback}
         runs_at = position_limit.capped_lengths(_lengths(th), ctx)
         ran_at: dict[int, dict[str, Any]] = {}  # a length that ran (2048 and 4096 both capped to 512: once)
         for asked in sorted(runs_at):
@@ -111,8 +126,14 @@ class LongInputs(Check):
                                    "estimate_from": "calibration" if calib else "static estimate",
                                    "fit_lengths": calib["lengths"] if calib else None,
                                    "available_bytes": avail}
+            longest = max([reference["length"], *calibration_runs,
+                           *(t for t, r in ran_at.items() if r["ran"])])
             killed = next((r for r in ran_at.values() if r.get("child_rss_bytes") is not None), None)
-            if killed is not None:  # lengths run in increasing order: a longer one needs more
+            if out.get("fallback_limit") and length > out["fallback_limit"]:
+                row.update(ran=False, beyond_ran=True, longest_ran=out["fallback_limit"],
+                           reason=(f"beyond T={out['fallback_limit']}, the longest length that ran "
+                                   f"(T={out['fallback_failed']} failed: {out['fallback_error']})"))
+            elif killed is not None:  # lengths run in increasing order: a longer one needs more
                 row.update(ran=False, reason=(f"T={killed['length']} did not fit in its own process "
                                               f"(it held {_gib(killed['child_rss_bytes'])}); "
                                               f"a longer input needs more"))
@@ -127,7 +148,20 @@ class LongInputs(Check):
                 # estimate costs a SKIP, not the run
                 isolate = (need > float(th["isolate_above_gib"]) * memory.GIB
                            or (avail is not None and need * safety > avail))
-                row.update(calibration_runs.get(length) or self._one(ctx, length, isolate))
+                try:
+                    row.update(calibration_runs.get(length) or self._one(ctx, length, isolate))
+                except Exception as exc:  # (from its own process: IsolatedError with its text)
+                    why = position_limit.learnable(exc, ctx)
+                    if why is None:
+                        raise  # within a known limit, or not a shape error: the crash it is
+                    # a model that names no limit: the longest length that ran is the limit
+                    position_limit.learned(ctx, longest, length, why)
+                    out.update(fallback_limit=longest, fallback_failed=length, fallback_error=why)
+                    row.update(ran=False, beyond_ran=True, longest_ran=longest,
+                               reason=f"fails with a shape error after T={longest} ran: {why}")
+                    ran_at[length] = row
+                    out["lengths"][str(asked)] = row
+                    continue
             # a run in this process is the best point of the fit for the next length (a child's
             # peak is another process's, not a point of this one's)
             if row["ran"] and not row.get("isolated") and calib and length not in calib["lengths"]:
@@ -152,6 +186,10 @@ class LongInputs(Check):
         def finite_at(length: int):
             def judge(v):
                 r = v["lengths"][str(length)]
+                if r.get("beyond_ran"):  # a model that names no position limit (position_limit.py)
+                    return Verdict.INFO, (f"T={length} not run: {r['reason']}; the model names no position "
+                                          f"limit, so T={r['longest_ran']}, the longest length that ran, is "
+                                          f"taken as its limit (set data.max_length to say it)"), None
                 if not r["ran"]:
                     longest = (f"; the longest length that fits is ~{v['longest_fitting']} tokens"
                                if v.get("longest_fitting") else "")

@@ -124,6 +124,9 @@ class LongObjective(Check):
 
     def skip_reason(self, ctx: Context) -> str | None:
         if ctx.target.end_to_end:
+            if (ctx.target.info or {}).get("library_model"):  # its loss exists only inside the model
+                return ("end-to-end form: the library model's loss runs only inside the model, on "
+                        "inputs within its positions, not on logits alone at these lengths")
             return "end-to-end form: the objective takes input_ids, it cannot run on logits alone"
         return None
 

@@ -5,8 +5,9 @@ Logits come from the real model on real text; the objective is then called direc
 logits * scale as float32, float16 and bfloat16 Tensors. A log-softmax without max subtraction
 overflows exp() (float16 at logits > 11), MindSpore 2.10's nn.CrossEntropyLoss returns NaN in
 float16 for vocabularies of 8000 and more. A scale whose logits float16 cannot hold (> 65504) is
-not tried in float16: the overflow would be the cast's, not the objective's. Needs the split form
-(a model that returns logits): the end-to-end form is skipped.
+not tried in float16: the overflow would be the cast's, not the objective's. A library model as
+the end-to-end target runs its own loss on its own batch, its output head's logits replaced by the
+scaled ones and handed on in the dtype (engine/library_logits.py); another end-to-end Cell is skipped.
 """
 
 from __future__ import annotations
@@ -19,25 +20,58 @@ import numpy as np
 from objdebug.pipeline.context import Context
 from objdebug.engine.data import filled_rows
 from objdebug.pipeline.datasets import text_samples
-from objdebug.pipeline.run_data import grad_probe
+from objdebug.pipeline.run_data import grad_probe, library_logits, logit_checks_skip
 from objdebug.core.findings import Check, Condition, Verdict
 from objdebug.core.settings import Settings
 from objdebug.stages.stress._common import (OBJECTIVE_ON_LOGITS, error_line, objective_on_logits,
     packed, rel_diff)
 
 _FP16_MAX = 65504.0
-_END_TO_END = ("the end-to-end form (no [model]) does not expose logits, so the objective cannot "
-               "be fed scaled or low-precision logits")
+
+
+def _batch(ctx: Context) -> tuple[np.ndarray, np.ndarray]:
+    """batch_size real rows (filled with copies) at their length bucket: ids and labels."""
+    def build():
+        rows = text_samples(ctx, ctx.engine.batch_size)
+        return packed(ctx, filled_rows(rows, ctx.engine.batch_size),
+                      ctx.engine.bucket(max(s.length for s in rows)))
+    return ctx.provide(_batch, build)
 
 
 def logits_batch(ctx: Context) -> tuple[np.ndarray, np.ndarray]:
-    """The model's float32 logits [batch_size, T, V] on real samples, and their labels."""
+    """The model's float32 logits [batch_size, T, V] on real samples, and their labels (a library
+    model as the end-to-end target: its output head's logits and the labels they are scored
+    against, engine/library_logits.py)."""
     def build():
-        rows = text_samples(ctx, ctx.engine.batch_size)
-        ids, labels = packed(ctx, filled_rows(rows, ctx.engine.batch_size),
-                             ctx.engine.bucket(max(s.length for s in rows)))
+        ids, labels = _batch(ctx)
+        if ctx.target.end_to_end:
+            out = library_logits(ctx).run(ids, labels)
+            return out["logits"], out["labels"]
         return ctx.engine.logits(ids).astype(np.float32), labels
     return ctx.provide(logits_batch, build)
+
+
+def loss_on(ctx: Context, scaled: np.ndarray, labels: np.ndarray, dtype: str) -> float:
+    """The objective alone on `scaled` logits in `dtype`; the end-to-end form: the library's own
+    loss on its batch with its head's output replaced by them, handed on in `dtype`."""
+    import mindspore as ms
+
+    if ctx.target.end_to_end:
+        ids, input_labels = _batch(ctx)
+        seen, _ = logits_batch(ctx)
+        out = library_logits(ctx).run(ids, input_labels, delta=scaled - seen,
+                                      dtype=None if dtype == "float32" else dtype)
+        return float(out["outputs"][0])
+    if dtype == "float32":
+        # the grad stage's objective-on-logits graph (`grad.logit_probe`, the same [B, T, V]
+        # batch shape where the data allows): its first output is the loss
+        outputs, _, _ = grad_probe(ctx).logits(scaled, labels)
+        return float(outputs[0])
+    x = ms.Tensor(scaled, ms.float32)
+    if dtype != "float32":
+        x = x.astype(getattr(ms, dtype))
+    # a graph of its own per dtype: one that raised refuses every later call
+    return objective_on_logits(ctx, x, labels, name=f"{OBJECTIVE_ON_LOGITS}.{dtype}")
 
 
 def reference_ce(logits: np.ndarray, labels: np.ndarray, ignore: int) -> float:
@@ -61,11 +95,8 @@ def _fp32_losses(ctx: Context, th: dict[str, Any]) -> dict[str, Any]:
         out = {}
         for s in _scales(th):
             scaled = logits * np.float32(s)
-            # float32 on the grad stage's objective-on-logits graph (`grad.logit_probe`, the same
-            # [B, T, V] batch shape where the data allows): its first output is the loss
-            outputs, _, _ = grad_probe(ctx).logits(scaled, labels)
             out[s] = {"scale": s, "max_abs_logit": float(np.abs(scaled).max()),
-                      "loss": float(outputs[0]),
+                      "loss": loss_on(ctx, scaled, labels, "float32"),
                       "reference_ce": reference_ce(scaled, labels, ctx.config.data.label_pad_id)}
         return out
     return ctx.provide(_fp32_losses, build)
@@ -76,7 +107,7 @@ class ExtremeLogits(Check):
     stage = "stress"
 
     def skip_reason(self, ctx: Context) -> str | None:
-        return _END_TO_END if ctx.target.end_to_end else None
+        return logit_checks_skip(ctx)
 
     def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         logits, _ = logits_batch(ctx)
@@ -102,7 +133,7 @@ class LowPrecision(Check):
     stage = "stress"
 
     def skip_reason(self, ctx: Context) -> str | None:
-        return _END_TO_END if ctx.target.end_to_end else None
+        return logit_checks_skip(ctx)
 
     def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         import mindspore as ms
@@ -122,9 +153,7 @@ class LowPrecision(Check):
                                  f"float16 max {_FP16_MAX:g}"})
                     continue
                 try:
-                    x = ms.Tensor(logits * np.float32(s), ms.float32).astype(dtype)
-                    # a graph of its own per dtype: one that raised refuses every later call
-                    loss = objective_on_logits(ctx, x, labels, name=f"{OBJECTIVE_ON_LOGITS}.{name}")
+                    loss = loss_on(ctx, logits * np.float32(s), labels, name)
                 except Exception as exc:  # e.g. a kernel without this dtype on this device
                     lines = [ln.strip(" -") for ln in str(exc).splitlines()]
                     why = next((ln for ln in lines if "unsupported" in ln.lower()), error_line(exc))

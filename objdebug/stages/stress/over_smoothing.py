@@ -15,7 +15,7 @@ from objdebug.pipeline.context import Context
 from objdebug.pipeline.datasets import text_samples
 from objdebug.core.findings import Check, Condition, Verdict
 from objdebug.core.settings import Settings
-from objdebug.pipeline.run_data import logits_of_rows
+from objdebug.pipeline.run_data import logit_checks_skip, logits_of_rows
 
 
 def _flat(parts: list[np.ndarray]) -> np.ndarray:
@@ -32,9 +32,8 @@ class OverSmoothing(Check):
     needs_trained = ("OBJ512",)  # an untrained model is flat by nature: a note, not a warning
 
     def skip_reason(self, ctx: Context) -> str | None:
-        if ctx.target.end_to_end:
-            return "the end-to-end form (no [model]) does not expose the model's logits"
-        return None
+        # a library model as the end-to-end target: the logits of its probed output head
+        return logit_checks_skip(ctx)
 
     def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         k = int(th["top_k"])

@@ -10,7 +10,9 @@ sample left-padded with +10 / +500 tokens, once with pad_id and once with other 
 same mask (0): a model that honours its mask cannot tell them apart. Same length, same positions,
 so a model that counts positions itself is not blamed for it; right padding could not show this
 on a causal model (padding after a token never reaches it), hence the left side.
-Code OBJ504.
+A model that names no position limit and fails with a shape or index error at an extra after a
+shorter one ran: that extra is not run, the finding names the error, and the longest length that
+ran is the run's limit from then on (engine/position_limit.py). Code OBJ504.
 """
 
 from __future__ import annotations
@@ -42,9 +44,23 @@ class PaddingInvariance(Check):
                   if position_limit.cap(base + e, ctx) != base + e}
         sample = text_sample(ctx, base, "pad")
         rows, ref_loss, ref_grad = [], None, None
+        not_run: dict[str, str] = {}
         for extra in extras:
+            if not_run:  # a shorter extra failed past the model's unnamed limit: longer ones cannot run
+                not_run[str(extra)] = "beyond the longest length that ran"
+                continue
             ids, labels = packed(ctx, [sample], base + extra)
-            out = loss_and_grad(ctx, ids, labels)
+            try:
+                out = loss_and_grad(ctx, ids, labels)
+            except Exception as exc:
+                why = position_limit.learnable(exc, ctx) if rows else None
+                if why is None:
+                    raise
+                longest = max(r["length"] for r in rows)
+                position_limit.learned(ctx, longest, base + extra, why)  # the limit for the rest of the run
+                not_run[str(extra)] = (f"T={base + extra} fails with a shape error after T={longest} "
+                                       f"ran: {why}")
+                continue
             g = flat_grads(out["grads"])
             if ref_grad is None:
                 ref_loss, ref_grad = out["loss"], g
@@ -54,14 +70,15 @@ class PaddingInvariance(Check):
                          "grad_norm": out["grad_norm"], "loss_rel_diff": rel_diff(out["loss"], ref_loss),
                          "grad_rel_diff": gdiff})
         # np.max, not max(): a NaN at +500 must not hide behind a finite +10 row
-        out = {"tokens": base, "rows": rows,
+        out = {"tokens": base, "rows": rows, **({"not_run": not_run} if not_run else {}),
                **({"capped": {str(e): c for e, c in capped.items()},
                    "limit": position_limit.limit(ctx), "limit_source": position_limit.source(ctx)}
                   if capped else {}),
                "max_loss_rel_diff": float(np.max([r["loss_rel_diff"] for r in rows])),
                "max_grad_rel_diff": float(np.max([r["grad_rel_diff"] for r in rows]))}
-        if takes_mask(ctx.config):
-            out["mask_rows"] = [self._masked_content(ctx, sample, base + e) for e in extras if e > 0]
+        masked = [e for e in extras if e > 0 and str(e) not in not_run]
+        if takes_mask(ctx.config) and masked:
+            out["mask_rows"] = [self._masked_content(ctx, sample, base + e) for e in masked]
             for key in ("loss_rel_diff", "grad_rel_diff"):
                 out[f"max_mask_{key}"] = float(np.max([r[key] for r in out["mask_rows"]]))
         return out
@@ -92,6 +109,10 @@ class PaddingInvariance(Check):
             if v.get("capped"):  # the profile's extra padding cut to the model's position limit
                 msg += "; " + ", ".join(f"+{e} cut to +{c}" for e, c in v["capped"].items()) + (
                     f" to stay within the model's {v['limit']} positions ({v['limit_source']})")
+            if v.get("not_run"):  # a model that names no position limit: found here (position_limit.py)
+                msg += "; " + "; ".join(f"+{e} not run: {why}" for e, why in v["not_run"].items()) + (
+                    "; the model names no position limit, so the longest length that ran is taken as it "
+                    "(set data.max_length to say it)")
             mask_ok = True
             if "mask_rows" in v:  # the model takes an attention mask: padding content under it
                 mx, mg = v["max_mask_loss_rel_diff"], v["max_mask_grad_rel_diff"]

@@ -1,0 +1,252 @@
+"""The logits a library model's own loss saw, and that loss's gradient w.r.t. them, from its real graph.
+
+A library model as the end-to-end target (`engine/library_model.py`) computes its logits inside
+its construct and its loss right after, so the logit checks (OBJ205-OBJ209, OBJ701/OBJ702,
+OBJ508/OBJ509, OBJ512) cannot call "the objective on logits". They are measured on the real library graph
+instead, through its output head:
+
+- `find_head` (one PyNative call of the setup probe, forward hooks on every sub-Cell; no number
+  judged comes from it) finds the head: the first sub-Cell to return a tensor of the vocabulary's
+  width, [B, T', V] or [B*T', V] with T' = T or T - 1 (MindFormers drops the last token before
+  its head), whose output the loss reads: the loss must move when a hook perturbs that output, so a
+  vocabulary-wide tensor the loss does not read (a softmax for a metric) is passed over;
+- `HeadProbe` wraps that Cell: its output plus `probe`, a [B, T', V] Parameter (0: the logits
+  exactly, x + 0 = x), and a copy of the head's output written into `seen` in the graph
+  (`ops.assign`). The gradient w.r.t. the probe at 0 IS dLoss/dlogits, exactly, for whatever loss
+  the library computes (masking, shift, reduction, temperature included); a probe set to delta
+  gives the library's loss on logits + delta (a logit shift c, logits z - x), still run in graph
+  mode through the library's own code;
+- the probe is put in place of the head only for the calls of its own graphs (`installed`) and
+  through the parent's Cell table, so no parameter is renamed, `trainable_params()` never lists
+  the probe, and every other graph is compiled from the model as the user built it;
+- `loss_labels` aligns the batch's labels with the head's positions: logits[t] is scored against
+  labels[t + 1] when the model shifts them itself (measured by the setup probe when its loss is a
+  cross-entropy of the logits in its output; else as `[data] shift = false` declares), and a
+  position without a label (the last one) reads label_pad_id.
+
+Graph `library.logit_grad` (static shapes: one per batch shape, `.float16` / `.bfloat16` for
+low precision): (input_ids, labels) -> (outputs, d total / d probe), then `seen` read back.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Any
+
+import mindspore as ms
+import numpy as np
+from mindspore import Parameter, nn, ops
+
+from objdebug.engine.cells import as_outputs
+
+LOGIT_GRAD = "library.logit_grad"
+PROBE_NAME = "objdebug_head_probe"
+SEEN_NAME = "objdebug_head_seen"
+_PERTURB = 3.0  # added to one logit of every position by the setup check that the loss reads the head
+_MAX_CANDIDATES = 8  # vocabulary-wide outputs tried, in the order they were computed
+
+
+# --------------------------------------------------------------------------- the setup probe (PyNative)
+def _vocab_shaped(out, batch: int, length: int, vocab: int | None) -> tuple[int, int] | None:
+    """(ndim, positions dropped) when `out` is logits of a [batch, length] input, else None."""
+    if not isinstance(out, ms.Tensor) or out.ndim not in (2, 3) or out.dtype not in (
+            ms.float32, ms.float16, ms.bfloat16, ms.float64):
+        return None
+    if vocab is not None and int(out.shape[-1]) != vocab:
+        return None
+    for drop in (0, 1):
+        want = (batch, length - drop) if out.ndim == 3 else (batch * (length - drop),)
+        if tuple(int(d) for d in out.shape[:-1]) == want:
+            return int(out.ndim), drop
+    return None
+
+
+def _cell_at(root, path: str):
+    cell = root
+    for part in path.split("."):
+        cell = cell._cells[part]  # noqa: SLF001 - the Cell table, as MindSpore keeps it
+    return cell
+
+
+def find_head(model, call, batch: int, length: int, vocab: int | None) -> dict[str, Any]:
+    """The output head of `model` (module docstring), found while `call()` runs the model once in
+    PyNative mode in the mode its loss needs, and `call()`'s loss. -> {"path", "ndim", "drop",
+    "vocab"} or {"why": the reason there is none}."""
+    order: list[tuple[str, int, int, int]] = []
+    handles = []
+    for name, cell in model.cells_and_names():
+        if cell is model or not name:
+            continue
+
+        def hook(c, inputs, output, name=name):
+            shape = _vocab_shaped(output, batch, length, vocab)
+            if shape is not None:
+                order.append((name, *shape, int(output.shape[-1])))
+        handles.append(cell.register_forward_hook(hook))
+    try:
+        base = _scalar(call())
+    finally:
+        for h in handles:
+            h.remove()
+    if not order:
+        return {"why": "no sub-Cell of the model returns logits of the vocabulary's width "
+                       "([B, T, V] or [B*T, V]), so there is no output head to probe"}
+    def perturb(c, inputs, output):  # one logit per position moves: the loss must follow
+        return output + ops.one_hot(ops.zeros(output.shape[:-1], ms.int32), output.shape[-1],
+                                    ms.Tensor(_PERTURB, output.dtype), ms.Tensor(0.0, output.dtype))
+    tried = []
+    for path, ndim, drop, width in order[:_MAX_CANDIDATES]:
+        if path in tried:  # a Cell called more than once: one candidate
+            continue
+        tried.append(path)
+        handle = _cell_at(model, path).register_forward_hook(perturb)
+        try:
+            moved = _scalar(call())
+        finally:
+            handle.remove()
+        if np.isfinite(base) and np.isfinite(moved) and moved != base:
+            return {"path": path, "ndim": ndim, "drop": drop, "vocab": width,
+                    "class": type(_cell_at(model, path)).__name__}
+    more = f", nor of the {len(tried) - 1} after it" if len(tried) > 1 else ""
+    return {"why": f"the loss does not change when the output of '{tried[0]}' (the first sub-Cell "
+                   f"returning vocabulary-wide values) changes{more}: no output head the loss reads"}
+
+
+def _scalar(value) -> float:
+    return float(np.asarray(value.asnumpy(), np.float64).reshape(-1)[0])
+
+
+# --------------------------------------------------------------------------- the probe in the graph
+class HeadProbe(nn.Cell):
+    """The head's output + `probe` on inputs of its shape, a copy into `seen` (module docstring).
+    Another shape (another batch) passes through unchanged: the check is static in the graph."""
+
+    def __init__(self, head, shape: tuple[int, ...], dtype: str | None = None):
+        super().__init__(auto_prefix=False)  # keep the head's parameter names
+        self.head = head
+        self.shape = tuple(int(d) for d in shape)
+        self.cast = dtype is not None  # the logits handed on in this dtype (low precision, OBJ509)
+        self.dtype = getattr(ms, dtype) if dtype is not None else ms.float32
+        self.probe = Parameter(ms.Tensor(np.zeros(self.shape, np.float32)), name=PROBE_NAME)
+        self.seen = Parameter(ms.Tensor(np.zeros(self.shape, np.float32)), name=SEEN_NAME,
+                              requires_grad=False)
+
+    def construct(self, *args):
+        out = self.head(*args)
+        if out.shape != self.shape:
+            return out
+        ops.assign(self.seen, ops.stop_gradient(ops.cast(out, ms.float32)))
+        if self.cast:
+            return ops.cast(ops.cast(out, ms.float32) + self.probe, self.dtype)
+        return out + ops.cast(self.probe, out.dtype)
+
+
+class _ProbeGrad(nn.Cell):
+    """(input_ids, labels) -> (outputs float32[K], d total / d probe): the library's loss, its
+    gradient w.r.t. the head probe only (the model's parameters are not differentiated)."""
+
+    def __init__(self, objective, probe: Parameter):
+        super().__init__(auto_prefix=False)
+        self.objective = objective
+        self.weights = ms.ParameterTuple([probe])
+        self.grad_fn = ms.value_and_grad(self._loss, None, self.weights, has_aux=True)
+
+    def _loss(self, input_ids, labels):
+        return as_outputs(self.objective(input_ids, labels))
+
+    def construct(self, input_ids, labels):
+        (_, outputs), grads = self.grad_fn(input_ids, labels)
+        return outputs, ops.cast(grads[0], ms.float32)
+
+
+def loss_labels(labels: np.ndarray, positions: int, shifts: bool, label_pad_id: int) -> np.ndarray:
+    """The batch's labels [B, T] aligned with the head's positions [B, T'] (module docstring)."""
+    src = labels[:, 1:] if shifts else labels
+    out = np.full((labels.shape[0], positions), label_pad_id, labels.dtype)
+    n = min(positions, src.shape[1])
+    out[:, :n] = src[:, :n]
+    return out
+
+
+def head_of(target) -> dict[str, Any]:
+    """The setup probe's head record for an end-to-end target ({"why": ...} when there is none)."""
+    info = (target.info or {}).get("library_model")
+    if info is None:
+        return {"why": "the end-to-end objective is a plain construct(input_ids, labels) Cell, not a "
+                       "library model whose output head objdebug probes"}
+    return info.get("head") or {"why": "the output head was not looked for"}
+
+
+def model_shifts(target) -> bool:
+    """Whether logits[t] is scored against labels[t + 1]: as the setup probe measured it, else as
+    `[data] shift` declares it (false: the labels carry token t at t, the model shifts them)."""
+    measured = ((target.info or {}).get("library_model") or {}).get("shifts_labels")
+    return bool(measured) if measured is not None else not target.config.data.shift
+
+
+def unavailable(target) -> str | None:
+    """Why the logit checks cannot run on this end-to-end target (None: they can)."""
+    head = head_of(target)
+    return None if "path" in head else f"end-to-end form: {head['why']}"
+
+
+class LibraryLogits:
+    """The library loss on its own logits (plus a delta) and its logit gradient, through the engine."""
+
+    def __init__(self, engine: Any):
+        self.engine = engine
+        self.target = engine.target
+        self.head = head_of(self.target)
+        if "path" not in self.head:
+            raise ValueError(f"For 'LibraryLogits', the target must be a library model with an output "
+                             f"head, but got none: {self.head['why']}.")
+        self.shifts = model_shifts(self.target)
+        self.root = self.target.objective.model  # LibraryModelLoss holds the user's model
+        parent_path, _, self.attr = self.head["path"].rpartition(".")
+        self.parent = _cell_at(self.root, parent_path) if parent_path else self.root
+        self.original = self.parent._cells[self.attr]  # noqa: SLF001
+        self._probes: dict[tuple, HeadProbe] = {}
+
+    def shape(self, batch: int, length: int) -> tuple[int, ...]:
+        t = length - int(self.head["drop"])
+        v = int(self.head["vocab"])
+        return (batch, t, v) if self.head["ndim"] == 3 else (batch * t, v)
+
+    @contextmanager
+    def installed(self, probe: HeadProbe):
+        """The probe in the head's place for the calls inside, the user's head again after."""
+        cells = self.parent._cells  # noqa: SLF001 - no __setattr__: it would rename parameters
+        cells[self.attr] = probe
+        try:
+            yield
+        finally:
+            cells[self.attr] = self.original
+
+    def run(self, input_ids: np.ndarray, labels: np.ndarray, delta: np.ndarray | None = None,
+            dtype: str | None = None) -> dict[str, Any]:
+        """The library loss with the head's output + delta (0 by default; in `dtype` when given)
+        on this batch -> {"outputs" float64[K], "grad" float32[B, T', V] (dLoss/dlogits), "sq"
+        float64[B, T'], "logits" float32[B, T', V] (what the head returned, before the delta),
+        "labels" int[B, T']}. A graph per batch shape and dtype (one that raised refuses later calls)."""
+        b, t = input_ids.shape
+        shape = self.shape(b, t)
+        key = shape + ((dtype,) if dtype else ())
+        probe = self._probes.get(key)
+        if probe is None:
+            probe = self._probes[key] = HeadProbe(self.original, shape, dtype)
+        probe.probe.set_data(ms.Tensor(np.zeros(shape, np.float32) if delta is None
+                                       else np.ascontiguousarray(delta, np.float32).reshape(shape)))
+        graph = LOGIT_GRAD + (f".{dtype}" if dtype else "")
+        name = f"{graph}[{'x'.join(map(str, shape))}]"
+        cell = self.engine.cell(name, lambda: _ProbeGrad(self.target.objective, probe.probe))
+        with self.installed(probe):
+            outputs, g = self.engine.call(graph, cell, ms.Tensor(input_ids, ms.int32),
+                                          ms.Tensor(labels, ms.int32))
+        positions = t - int(self.head["drop"])
+        grad = g.asnumpy().reshape(b, positions, -1)
+        seen = probe.seen.asnumpy().reshape(b, positions, -1)
+        g64 = grad.astype(np.float64)
+        return {"outputs": outputs.asnumpy().astype(np.float64), "grad": grad,
+                "sq": (g64 * g64).sum(-1), "logits": seen,
+                "labels": loss_labels(labels, positions, self.shifts,
+                                      self.target.config.data.label_pad_id)}
