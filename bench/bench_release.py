@@ -19,6 +19,9 @@ align` against a bare MindSpore script, measured side by side in one run. Not ru
   through `objdebug align` against a bare script that loads the same model, checkpoint and
   objective and computes the same per-answer losses (the 120 answers and the all-masked batch)
   with the fewest graphs: one per-sample graph, at one shape [8, longest row]. Target <= 1.25x.
+- align-llama (issue 27, real-shaped): the same comparison on the Llama fixture
+  (fixtures/targets/llama_ce: RoPE, GQA, RMSNorm, SwiGLU, tied embedding) with data shaped like
+  real data: 40 prompts of 5-40 tokens, 3 answers of 20-205 tokens each. Target <= 1.2x.
 
 Times are the whole process (interpreter start, imports, loading, compiles): what a user waits.
 """
@@ -37,7 +40,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 STAGES = "align,grad,decompose,correlate,stress"
 NO_STRESS = "align,grad,decompose,correlate"
-TARGETS = {"stress_cold": 0.6, "cold": 0.6, "warm": 0.25, "align": 1.25}
+TARGETS = {"stress_cold": 0.6, "cold": 0.6, "warm": 0.25, "align": 1.25, "align-llama": 1.2}
+LLAMA = ROOT / "fixtures" / "targets" / "llama_ce" / "objdebug.toml"
 
 
 # --------------------------------------------------------------------------- sides
@@ -137,8 +141,9 @@ def _stretch(text: str, n: int) -> str:
     return out.encode()[:n].decode("utf-8", "ignore")
 
 
-def make_align(folder: Path, rows: int = 40, longest: int = 200) -> Path:
-    """`rows` align rows from the demo's, answers stretched to 20..longest tokens (varied lengths)."""
+def make_align(folder: Path, rows: int = 40, longest: int = 200, prompts: tuple[int, int] | None = None) -> Path:
+    """`rows` align rows from the demo's, answers stretched to 20..longest tokens (varied lengths);
+    `prompts` (shortest, longest): prompts stretched or cut to that many tokens too."""
     demo = [json.loads(x) for x in (ROOT / "objdebug" / "demo" / "align.jsonl").read_text().splitlines()
             if x.strip()]
     folder.mkdir(parents=True, exist_ok=True)
@@ -149,7 +154,11 @@ def make_align(folder: Path, rows: int = 40, longest: int = 200) -> Path:
             n = 20 + (i * 37) % (longest - 19)  # 20..longest, spread over the rows
             if i == 0:
                 n = longest
-            row = {"id": f"b{i:03d}", "prompt": src["prompt"]}
+            prompt = src["prompt"]
+            if prompts:  # 5..40 tokens, spread over the rows differently from the answers
+                lo, hi = prompts
+                prompt = _stretch(prompt, lo + (i * 13) % (hi - lo + 1))
+            row = {"id": f"b{i:03d}", "prompt": prompt}
             for kind in ("good", "medium", "bad"):
                 row[kind] = _stretch(src[kind], n)
             fh.write(json.dumps(row) + "\n")
@@ -167,7 +176,8 @@ from objdebug.engine.target import import_factory
 
 ms.set_device("CPU")
 ms.set_context(mode=ms.GRAPH_MODE)
-cfg = load_config(demo=True)  # only to find the same factories, kwargs and checkpoint
+# only to find the same factories, kwargs and checkpoint
+cfg = load_config(sys.argv[2]) if len(sys.argv) > 2 else load_config(demo=True)
 model = import_factory(cfg.model.factory, "model", cfg.base_dir)(**cfg.model.kwargs)
 ms.load_param_into_net(model, ms.load_checkpoint(cfg.model.checkpoint))
 model.set_train(False)
@@ -213,20 +223,26 @@ print(json.dumps({"answers": len(losses), "length": T, "graphs": 1,
 '''
 
 
-def align_compare(work: Path, repeat: int = 1) -> dict:
-    data = make_align(work / "align-data")
-    args = ["align", "--demo", "--set", f"data.align='{data}'"]
+def align_compare(work: Path, repeat: int = 1, config: Path | None = None) -> dict:
+    """objdebug align vs the bare script: on the demo, or (config) on a real-shaped target."""
+    if config is None:
+        data = make_align(work / "align-data")
+        args = ["align", "--demo", "--set", f"data.align='{data}'"]
+    else:
+        data = make_align(work / "align-data-real", longest=205, prompts=(5, 40))
+        args = ["align", "-c", str(config), "--set", f"data.align='{data}'"]
     if "--no-cache" in _help(ROOT):
         args.append("--no-cache")  # cold, like the bare script
-    cwd = work / "align-bare"
+    cwd = work / ("align-bare" if config is None else "align-bare-real")
     cwd.mkdir(parents=True, exist_ok=True)
     script = cwd / "bare_align.py"
     script.write_text(BARE_ALIGN)
     ods, bares = [], []
     for k in range(repeat):  # interleaved; the fastest try of each side counts
-        ods.append(run_cli(ROOT, work / f"align-objdebug.{k}", args, "align"))
+        ods.append(run_cli(ROOT, work / f"align-objdebug{'' if config is None else '-real'}.{k}", args, "align"))
         start, cpu0 = time.perf_counter(), _child_cpu()
-        proc = subprocess.run([sys.executable, str(script), str(data)], cwd=cwd, env=_env(ROOT),
+        proc = subprocess.run([sys.executable, str(script), str(data)] + ([str(config)] if config else []),
+                              cwd=cwd, env=_env(ROOT),
                               capture_output=True, text=True, timeout=1800)
         wall, cpu = time.perf_counter() - start, _child_cpu() - cpu0
         if proc.returncode:
@@ -277,12 +293,14 @@ def render(res: dict) -> str:
             out.append(f"| {r['name']} | {r['wall_s']:.1f} | {r.get('cpu_s', float('nan')):.1f} | "
                        f"{r['compiles']} | {r['compile_s']:.1f} | {r['cache']} | {stages} |")
         out.append("")
-    al = res.get("align")
-    if al:
+    for key, title in (("align", "demo, 40 rows x 3 answers, up to 200 tokens"),
+                       ("align-llama", "Llama fixture, 40 prompts of 5-40 tokens x 3 answers of 20-205")):
+        al = res.get(key)
+        if not al:
+            continue
         od, bare = al["objdebug"], al["bare"]
-        ok = "ok" if al["ratio"] <= TARGETS["align"] else "MISSED"
-        out.append(f"objdebug align vs bare MindSpore (40 rows x 3 answers, up to 200 tokens; "
-                   f"whole process, s)")
+        ok = "ok" if al["ratio"] <= TARGETS[key] else "MISSED"
+        out.append(f"objdebug align vs bare MindSpore ({title}; whole process, s)")
         out.append("| side | wall s | CPU s | compiles |")
         out.append("|---|---|---|---|")
         out.append(f"| objdebug align | {od['wall_s']:.1f} | {od.get('cpu_s', float('nan')):.1f} | "
@@ -290,13 +308,14 @@ def render(res: dict) -> str:
         out.append(f"| bare script ({bare['answers']} answers + masked batch, one [8,{bare['length']}] "
                    f"graph) | {bare['wall_s']:.1f} | {bare.get('cpu_s', float('nan')):.1f} | 1 |")
         cpu_ratio = f"; CPU-time ratio {al['cpu_ratio']:.2f}x" if "cpu_ratio" in al else ""
-        out.append(f"ratio {al['ratio']:.2f}x (target <= {TARGETS['align']}x: {ok}){cpu_ratio}")
+        out.append(f"ratio {al['ratio']:.2f}x (target <= {TARGETS[key]}x: {ok}){cpu_ratio}")
+        out.append("")
     return "\n".join(out)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", default="release,align", help="parts: release,align")
+    ap.add_argument("--only", default="release,align,align-llama", help="parts: release,align,align-llama")
     ap.add_argument("--prev", default="6abc76d", help="the previous release's git commit")
     ap.add_argument("--repo", type=Path, default=ROOT, help="a git repository that has --prev")
     ap.add_argument("--repeat", type=int, default=1,
@@ -309,6 +328,9 @@ def main(argv: list[str] | None = None) -> int:
         if "align" in parts:
             res["align"] = align_compare(Path(tmp), args.repeat)
             print(render({"align": res["align"]}), flush=True)
+        if "align-llama" in parts:
+            res["align-llama"] = align_compare(Path(tmp), args.repeat, LLAMA)
+            print(render({"align-llama": res["align-llama"]}), flush=True)
         if "release" in parts:
             res["release"] = release(args.repo, args.prev, Path(tmp), args.repeat)
     print()

@@ -96,6 +96,15 @@ def test_release_align_data_is_40_rows_of_3_answers_up_to_200_tokens(release_ben
     assert max(sizes) == 200 and min(sizes) >= 20 and len(set(sizes)) > 10  # varied lengths
 
 
+def test_real_shaped_align_data_has_prompts_of_5_to_40_and_answers_of_20_to_205_tokens(release_bench, tmp_path):
+    rows = [json.loads(x) for x in
+            release_bench.make_align(tmp_path, longest=205, prompts=(5, 40)).read_text().splitlines()]
+    prompts = [len(r["prompt"].encode()) for r in rows]
+    answers = [len(r[k].encode()) for r in rows for k in ("good", "medium", "bad")]
+    assert len(rows) == 40 and min(prompts) == 5 and max(prompts) == 40 and len(set(prompts)) > 10
+    assert min(answers) >= 20 and max(answers) == 205 and len(set(answers)) > 10
+
+
 def test_release_render_states_ratios_against_targets(release_bench):
     run = {"wall_s": 10.0, "compiles": 3, "compile_s": 5.0, "cache": "off", "timings": {"total": 9.0}}
     runs = {k: dict(run, name=k) for k in ("prev_stress", "cur_stress", "prev_nostress",

@@ -104,3 +104,26 @@ def _raise(ctx, text):
 
 def _echo(ctx, x):
     return [int(v) for v in x]
+
+
+def test_a_length_the_objective_cannot_run_is_reported_and_the_others_judged(target, monkeypatch):
+    """A length that fails after the reference ran (MindSpore's CPU kernels refuse buffers over
+    2 GiB: 'GatherDGradV2, memset_s failed' at [1, 32768, 32000]) is listed with its error; the
+    lengths that ran are judged, the check does not crash."""
+    from objdebug.stages.stress import long_objective
+
+    real = long_objective.measure_one
+
+    def failing(ctx, rows, labels, length, seed):
+        if length == 4096:
+            raise RuntimeError("For 'GatherDGradV2', memset_s failed, ret=34")
+        return real(ctx, rows, labels, length, seed)
+
+    monkeypatch.setattr(long_objective, "measure_one", failing)
+    with runtime.scratch_dir():
+        res = run_check(_check("long-objective"), target.ctx, target.th.replace(objective_long_lengths=[2048, 4096]))
+    assert res.error is None
+    row = res.value["lengths"]["4096"]
+    assert row["ran"] is False and "memset_s failed" in row["reason"]
+    finding = res.findings[0]
+    assert finding.verdict == Verdict.PASS and "T=4096 not run: failed at this length" in finding.message

@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from objdebug.engine import watchdog
+from objdebug.engine.host_memory import available_bytes, rss_bytes, total_bytes
 
 # The parent's variables the child must not inherit: the compile cache (per process, by compile
 # order) and the supervisor's watchdog pipe (the parent's, not the child's).
@@ -65,47 +66,13 @@ class IsolatedError(RuntimeError):
     """An exception raised inside the child: its type and message."""
 
 
-def available_bytes() -> int | None:
-    """MemAvailable from /proc/meminfo (None where there is no /proc)."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
-
-
-def _total_bytes() -> int | None:
-    try:
-        with open("/proc/meminfo", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("MemTotal:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
-
-
 def floor_bytes() -> int:
     """MemAvailable below which the parent ends the child: what the rest of the machine (and the
     parent's own next allocation) needs to stay out of the kernel's OOM killer."""
     if os.environ.get(FLOOR_ENV):
         return int(os.environ[FLOOR_ENV])
-    total = _total_bytes() or 0
+    total = total_bytes() or 0
     return max(512 * 1024 ** 2, total // 32)
-
-
-def _rss_bytes(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/status", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return 0
-    return 0
 
 
 def available() -> bool:
@@ -128,11 +95,16 @@ def _parameters(target: Any) -> dict[str, np.ndarray]:
     return out
 
 
-def run_isolated(ctx: Any, function: str, **arguments: Any) -> Any:
+def run_isolated(ctx: Any, function: str, *, need_bytes: int | None = None, **arguments: Any) -> Any:
     """`function(ctx, **arguments)` ("package.module:name") in a child process; its result.
 
-    Raises KilledForMemory when the child is killed for memory, IsolatedError when it raised.
+    `need_bytes`: what the measurement is estimated to take; this process first lets go of the
+    graphs it no longer needs until that much (and the floor) is free, where it can
+    (`Engine.make_room`). Raises KilledForMemory when the child is killed for memory,
+    IsolatedError when it raised.
     """
+    if need_bytes:
+        ctx.engine.make_room("", want=int(need_bytes) + floor_bytes())
     job = tempfile.mkdtemp(prefix="objdebug-isolated-")
     try:
         np.savez(os.path.join(job, "parameters.npz"), **_parameters(ctx.target))
@@ -178,7 +150,7 @@ def _watch(proc: subprocess.Popen) -> tuple[str | None, int, int | None]:
     floor, held, left = floor_bytes(), 0, None
     try:
         while proc.poll() is None:
-            held = max(held, _rss_bytes(proc.pid))
+            held = max(held, rss_bytes(proc.pid))
             left = available_bytes()
             if left is not None and left < floor:
                 proc.kill()

@@ -57,14 +57,14 @@ class LongInputs(Check):
     name = "long-inputs"
     stage = "stress"
 
-    def _one(self, ctx: Context, length: int, isolate: bool = False) -> dict[str, Any]:
+    def _one(self, ctx: Context, length: int, isolate: bool = False, need: int | None = None) -> dict[str, Any]:
         sample = text_sample(ctx, length, "long")
         ids, labels = packed(ctx, [sample], length)
         if not (isolate and isolation.available()):
             return measure_one(ctx, ids, labels)
         try:
-            return {**isolation.run_isolated(ctx, f"{__name__}:measure_one", ids=ids, labels=labels),
-                    "isolated": True}
+            return {**isolation.run_isolated(ctx, f"{__name__}:measure_one", need_bytes=need,
+                                             ids=ids, labels=labels), "isolated": True}
         except isolation.KilledForMemory as exc:
             return {"length": length, "ran": False, "isolated": True, "reason": str(exc),
                     "child_rss_bytes": exc.child_rss_bytes, "available_bytes": exc.available_bytes}
@@ -149,7 +149,7 @@ class LongInputs(Check):
                 isolate = (need > float(th["isolate_above_gib"]) * memory.GIB
                            or (avail is not None and need * safety > avail))
                 try:
-                    row.update(calibration_runs.get(length) or self._one(ctx, length, isolate))
+                    row.update(calibration_runs.get(length) or self._one(ctx, length, isolate, need))
                 except Exception as exc:  # (from its own process: IsolatedError with its text)
                     why = position_limit.learnable(exc, ctx)
                     if why is None:

@@ -131,13 +131,13 @@ class LongObjective(Check):
         return None
 
     def _one(self, ctx: Context, rows, labels, length: int | None, seed: int,
-             isolate: bool = False) -> dict[str, Any]:
+             isolate: bool = False, need: int | None = None) -> dict[str, Any]:
         """length None: `rows` as they are, in order (a reference run)."""
         if not (isolate and isolation.available()):
             return measure_one(ctx, rows, labels, length, seed)
         try:  # the child resamples: only the real rows travel
-            return {**isolation.run_isolated(ctx, f"{__name__}:measure_one", rows=rows, labels=labels,
-                                             length=length, seed=seed), "isolated": True}
+            return {**isolation.run_isolated(ctx, f"{__name__}:measure_one", need_bytes=need, rows=rows,
+                                             labels=labels, length=length, seed=seed), "isolated": True}
         except isolation.KilledForMemory as exc:
             return {"length": length, "ran": False, "isolated": True, "reason": str(exc),
                     "child_rss_bytes": exc.child_rss_bytes}
@@ -178,7 +178,14 @@ class LongObjective(Check):
                 # process of its own, where a wrong estimate costs a SKIP, not the run
                 isolate = (need > float(th["isolate_above_gib"]) * memory.GIB
                            or (avail is not None and need * safety > avail))
-                row.update(self._one(ctx, rows, labels, length, seed, isolate))
+                try:
+                    row.update(self._one(ctx, rows, labels, length, seed, isolate, need))
+                except Exception as exc:  # noqa: BLE001 - the reference ran: a limit of this length
+                    # e.g. MindSpore's CPU kernels refuse buffers over 2 GiB ("GatherDGradV2,
+                    # memset_s failed" at [1, 32768, 32000]); the lengths that ran are judged
+                    from objdebug.core import crash
+
+                    row.update(ran=False, failed=True, reason=f"failed at this length: {crash.summary(exc)}")
             if row["ran"]:
                 row["ratio"] = (row["loss"] / ref["loss"] if ref["loss"] != 0 and math.isfinite(ref["loss"])
                                 else float("nan"))
