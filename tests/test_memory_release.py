@@ -52,3 +52,18 @@ def test_graphs_let_go_under_pressure_give_the_same_numbers(monkeypatch):
 
 class _Unused:
     """An engine cell that never compiled (no compile_cache): letting it go is a no-op."""
+
+
+def test_the_runs_peak_memory_is_in_the_report_and_the_terminal_line():
+    from objdebug.report.terminal import _memory_text
+
+    host_memory.start_run()
+    blob = bytearray(64 * 1024 ** 2)  # 64 MiB touched: the peak must see it
+    blob[::4096] = b"x" * len(blob[::4096])
+    peaks = host_memory.run_peaks()
+    assert peaks["peak_rss_bytes"] >= host_memory.rss_bytes() > 64 * 1024 ** 2
+    host_memory.isolated_peak(3 * 2 ** 30)
+    text = _memory_text({"extra": {"memory": host_memory.run_peaks()}})
+    assert text.startswith("peak RSS ") and "(own processes 3.00 GiB)" in text
+    assert _memory_text({"extra": {}}) == "" and _memory_text({}) == ""
+    del blob

@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from objdebug.engine import watchdog
+from objdebug.engine import host_memory
 from objdebug.engine.host_memory import available_bytes, rss_bytes, total_bytes
 
 # The parent's variables the child must not inherit: the compile cache (per process, by compile
@@ -125,6 +126,7 @@ def run_isolated(ctx: Any, function: str, *, need_bytes: int | None = None, **ar
                                     cwd=job, env=env, stdin=subprocess.DEVNULL, stdout=log,
                                     stderr=subprocess.STDOUT)
             killed_by, held, left = _watch(proc)
+        host_memory.isolated_peak(held)
         floor = floor_bytes()
         if killed_by is None and proc.returncode == -signal.SIGKILL:
             killed_by = "by the kernel's OOM killer"  # it chose the child, as asked
@@ -137,6 +139,7 @@ def run_isolated(ctx: Any, function: str, *, need_bytes: int | None = None, **ar
         with open(result_path, "rb") as fh:
             result = pickle.load(fh)
         _merge_compiles(ctx.engine, result["compiles"])
+        host_memory.isolated_peak(result.get("peak_rss_bytes", 0))
         if "error" in result:
             raise IsolatedError(result["error"])
         return result["value"]
@@ -203,6 +206,7 @@ def _child(job: str) -> int:
 
         fn = getattr(importlib.import_module(module), name)
         out["value"] = fn(ctx, **spec["arguments"])
+        out["peak_rss_bytes"] = host_memory.run_peaks()["peak_rss_bytes"]
     except BaseException as exc:  # noqa: BLE001 - every failure goes back to the parent as text
         from objdebug.core import crash
 

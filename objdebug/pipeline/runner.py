@@ -21,7 +21,7 @@ from objdebug.core.findings import Check, CheckResult, Verdict
 from objdebug.core.interrupts import Interrupted, swallowed
 from objdebug.core.progress import Progress, StageSummary
 from objdebug.core.settings import Settings
-from objdebug.engine import distributed, runtime
+from objdebug.engine import distributed, host_memory, runtime
 from objdebug.engine import watchdog
 from objdebug.engine.compile_cache import open_cache, parameter_shapes
 from objdebug.engine.core import Engine
@@ -131,6 +131,7 @@ def run_pipeline(cfg: Config, chosen: list[str], profile: Profile, options: dict
 def _run_stages(cfg, result, profile, chosen, select, ignore, options, out_dir, debug, progress,
                 compile_cache, checks_of) -> None:
     runtime.setup(cfg.run.device, cfg.run.mode, cfg.run.seed)
+    host_memory.start_run()
     world = distributed.world()  # rank 0 of 1 unless started by msrun (`--workers N`)
     if world.distributed:
         result.extra["workers"] = world.size
@@ -178,6 +179,8 @@ def _run_stages(cfg, result, profile, chosen, select, ignore, options, out_dir, 
         engine.check = "model-state"
         _report_model_state(ctx, result, select, ignore)
         result.extra.update(ctx.report_extra)
+        # what the run held at most: this process, and the measurements run in their own
+        result.extra["memory"] = host_memory.run_peaks()
         if cache.status != "off":
             result.extra["compile_cache"] = cache.summary()
     result.compiles = engine.compiles.to_dict()

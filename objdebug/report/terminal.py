@@ -27,6 +27,16 @@ def _num(x: Any) -> str:
     return str(x)
 
 
+def _memory_text(report: dict[str, Any]) -> str:
+    """'peak RSS 2.1 GiB (own processes 3.2 GiB)' from the report's extra.memory, or ''."""
+    mem = report.get("extra", {}).get("memory")
+    if not isinstance(mem, dict) or not isinstance(mem.get("peak_rss_bytes"), int) or not mem["peak_rss_bytes"]:
+        return ""
+    own = mem.get("isolated_peak_rss_bytes")
+    return (f"peak RSS {mem['peak_rss_bytes'] / 2 ** 30:.2f} GiB"
+            + (f" (own processes {own / 2 ** 30:.2f} GiB)" if isinstance(own, int) and own else ""))
+
+
 def render(report: dict[str, Any], colour: bool = False, verbose: bool = False) -> str:
     """Render a report dict (see json_report.to_dict) as text."""
     lines = []
@@ -41,6 +51,7 @@ def render(report: dict[str, Any], colour: bool = False, verbose: bool = False) 
     cache = compile_cache_line(report, short=True)
     lines.append(f"  {comp.get('count', 0)} graph compiles ({comp.get('seconds', 0):.1f} s) · "
                  + (f"{cache} · " if cache else "")
+                 + (f"{memory} · " if (memory := _memory_text(report)) else "")
                  + f"total {report['timings'].get('total', 0):.1f} s")
     if model_state_line(report):
         lines.append(f"  {model_state_line(report)}")

@@ -76,6 +76,9 @@ class PeakRss:
 
     def __enter__(self) -> "PeakRss":
         self.method = "vmhwm-reset"
+        from objdebug.engine import host_memory
+
+        host_memory.before_hwm_reset()  # the run's peak so far survives the reset
         try:
             with open("/proc/self/clear_refs", "w", encoding="ascii") as fh:
                 fh.write("5")
