@@ -8,6 +8,15 @@ os.environ.setdefault("GLOG_v", "3")
 # a test names a cache (--compile-cache DIR) or removes this variable (tests/test_compile_cache.py).
 os.environ.setdefault("OBJDEBUG_NO_CACHE", "1")
 
+# pytest-xdist (README's test command runs two workers) starts each worker under `python -c`;
+# MindSpore's compile cache hashes the entry script, which a serial `python -m pytest` has:
+# pytest's own __main__.py. Give the workers the same entry, before MindSpore is imported (it
+# reads sys.argv[0] once, at import).
+if os.environ.get("PYTEST_XDIST_WORKER") and not os.path.isfile(sys.argv[0] if sys.argv else ""):
+    import pytest as _pytest
+
+    sys.argv[:1] = [os.path.join(os.path.dirname(_pytest.__file__), "__main__.py")]
+
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
