@@ -184,6 +184,10 @@ class LongObjective(Check):
                     # e.g. MindSpore's CPU kernels refuse buffers over 2 GiB ("GatherDGradV2,
                     # memset_s failed" at [1, 32768, 32000]); the lengths that ran are judged
                     from objdebug.core import crash
+                    from objdebug.core.interrupts import swallowed
+
+                    if swallowed() is not None:  # a signal turned into an error on the way: stop
+                        raise
 
                     row.update(ran=False, failed=True, reason=f"failed at this length: {crash.summary(exc)}")
             if row["ran"]:

@@ -53,22 +53,19 @@ def _status_kib(field: str) -> int | None:
 
 def rss_bytes() -> int:
     """The process's resident set now (0 where there is no /proc)."""
-    return (_status_kib("VmRSS") or 0) * 1024
+    from objdebug.engine.host_memory import rss_bytes as process_rss
+
+    return process_rss()
 
 
 def available_bytes() -> int | None:
     """MemAvailable from /proc/meminfo (None where there is no /proc), this worker's share of it:
     under `--workers N` every worker runs the long inputs at the same time on one machine."""
     from objdebug.engine.distributed import world
+    from objdebug.engine.host_memory import available_bytes as machine_available
 
-    try:
-        with open("/proc/meminfo", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024 // world().size
-    except OSError:
-        return None
-    return None
+    avail = machine_available()
+    return None if avail is None else avail // world().size
 
 
 class PeakRss:
