@@ -27,7 +27,7 @@ import signal
 import sys
 import time
 
-from objdebug.engine import watchdog
+from objdebug.engine import process_tree, watchdog
 
 GRACE = 5.0  # seconds the child has to stop by itself after a forwarded signal
 RESEND = 0.5  # seconds between forwards of that signal while the child runs (MindSpore may eat one)
@@ -59,7 +59,7 @@ def supervise() -> None:
     pid = os.fork()
     if pid == 0:
         os.close(read)
-        _die_with_parent()
+        process_tree.die_with_parent()  # its scratch folder is then removed by a later run (core/leftovers.py)
         os.set_inheritable(write, True)  # kept across the cache fallback's execve
         os.environ[watchdog.PARENT_ENV] = str(os.getppid())
         os.environ[watchdog.FD_ENV] = str(write)
@@ -70,17 +70,6 @@ def supervise() -> None:
         return
     os.close(write)
     os._exit(_watch(pid, read))
-
-
-def _die_with_parent() -> None:
-    """A supervisor killed by SIGKILL takes the child along (Linux prctl PR_SET_PDEATHSIG);
-    its scratch folder is then removed by a later run (engine/leftovers.py)."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
 
 
 class _Child:

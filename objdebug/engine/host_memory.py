@@ -26,16 +26,21 @@ def total_bytes() -> int | None:
     return _meminfo("MemTotal")
 
 
-def rss_bytes(pid: int | str = "self") -> int:
-    """A process's resident set now (0 where it cannot be read)."""
+def status_bytes(field: str, pid: int | str = "self") -> int | None:
+    """A size field of /proc/PID/status ("VmRSS", "VmHWM") in bytes; None where it cannot be read."""
     try:
         with open(f"/proc/{pid}/status", encoding="ascii") as fh:
             for line in fh:
-                if line.startswith("VmRSS:"):
+                if line.startswith(field + ":"):
                     return int(line.split()[1]) * 1024
     except OSError:
-        return 0
-    return 0
+        return None
+    return None
+
+
+def rss_bytes(pid: int | str = "self") -> int:
+    """A process's resident set now (0 where it cannot be read)."""
+    return status_bytes("VmRSS", pid) or 0
 
 
 # The process's peak resident set over a run. The stress stage resets the kernel's high-water mark
@@ -44,14 +49,7 @@ _peaks = {"self": 0, "isolated": 0}
 
 
 def _hwm_bytes() -> int:
-    try:
-        with open("/proc/self/status", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return 0
-    return 0
+    return status_bytes("VmHWM") or 0
 
 
 def before_hwm_reset() -> None:

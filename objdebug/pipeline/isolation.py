@@ -85,15 +85,17 @@ def available() -> bool:
     return os.path.exists("/proc/meminfo") and not under_msrun()
 
 
+def _named_parameters(target: Any):
+    """(key, Parameter) of every parameter of the target's Cells, the key "role/name"."""
+    for role, cell in (("model", target.model), ("objective", target.objective)):
+        if cell is not None and hasattr(cell, "get_parameters"):
+            for p in cell.get_parameters():
+                yield f"{role}/{p.name}", p
+
+
 def _parameters(target: Any) -> dict[str, np.ndarray]:
     """Every parameter value of the target's Cells, keyed by Cell role and name."""
-    out: dict[str, np.ndarray] = {}
-    for role, cell in (("model", target.model), ("objective", target.objective)):
-        if cell is None or not hasattr(cell, "get_parameters"):
-            continue
-        for p in cell.get_parameters():
-            out[f"{role}/{p.name}"] = p.asnumpy()
-    return out
+    return {key: p.asnumpy() for key, p in _named_parameters(target)}
 
 
 def run_isolated(ctx: Any, function: str, *, need_bytes: int | None = None, **arguments: Any) -> Any:
@@ -106,7 +108,11 @@ def run_isolated(ctx: Any, function: str, *, need_bytes: int | None = None, **ar
     """
     if need_bytes:
         ctx.engine.make_room("", want=int(need_bytes) + floor_bytes())
-    job = tempfile.mkdtemp(prefix="objdebug-isolated-")
+    from objdebug.core import leftovers
+
+    # a scratch folder like the run's own: a run killed by SIGKILL leaves it to the next run to remove
+    job = tempfile.mkdtemp(prefix="objdebug-")
+    leftovers.mark(job)
     try:
         np.savez(os.path.join(job, "parameters.npz"), **_parameters(ctx.target))
         with open(os.path.join(job, "job.pkl"), "wb") as fh:
@@ -188,6 +194,9 @@ def _merge_compiles(engine: Any, records: list[dict[str, Any]]) -> None:
 
 # --------------------------------------------------------------------------- the child
 def _child(job: str) -> int:
+    from objdebug.engine import process_tree
+
+    process_tree.die_with_parent()  # a run killed by SIGKILL takes its measurement along
     try:  # the kernel's first choice under memory pressure: this process, not the run
         with open("/proc/self/oom_score_adj", "w", encoding="ascii") as fh:
             fh.write("1000")
@@ -232,13 +241,9 @@ def _child_engine(spec: dict[str, Any], job: str):
     import mindspore as ms
 
     saved = np.load(os.path.join(job, "parameters.npz"))
-    for role, cell in (("model", target.model), ("objective", target.objective)):
-        if cell is None or not hasattr(cell, "get_parameters"):
-            continue
-        for p in cell.get_parameters():
-            key = f"{role}/{p.name}"
-            if key in saved.files:
-                p.set_data(ms.Tensor(saved[key]))
+    for key, p in _named_parameters(target):  # the run's values, not a fresh initialisation
+        if key in saved.files:
+            p.set_data(ms.Tensor(saved[key]))
     engine = Engine(target, batch_size=spec["batch_size"])
     engine.max_length, engine._vocab, engine.buckets = spec["max_length"], spec["vocab"], spec["buckets"]
     engine.stage, engine.check = spec["stage"], spec["check"]

@@ -41,14 +41,10 @@ GIB = 1024 ** 3
 
 
 def _status_kib(field: str) -> int | None:
-    try:
-        with open("/proc/self/status", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1])
-    except OSError:
-        return None
-    return None
+    from objdebug.engine.host_memory import status_bytes
+
+    value = status_bytes(field)
+    return None if value is None else value // 1024
 
 
 def rss_bytes() -> int:
