@@ -416,6 +416,8 @@ def test_an_unnamed_position_limit_is_the_longest_length_that_ran(tmp_path, monk
     assert "T=2048 is beyond the model's 128 positions (the longest length that ran; T=618 failed" \
         in got["OBJ501"].message
     assert ctx.engine.max_length == 128
-    ran = [int(t) for r in ctx.engine.compiles.records if r.graph == "stress.loss_and_grad"
+    # nothing past the length that ran compiled a graph of its own (the short cases share the
+    # dynamic-length graph; a long input runs on its length's static graph)
+    ran = [int(t) for r in ctx.engine.compiles.records if r.graph.startswith("stress.loss_and_grad")
            for t in re.findall(r"\[1, (\d+)\]", r.shapes)]
-    assert ran and max(ran) == 128  # nothing past the length that ran compiled
+    assert all(t <= 128 for t in ran)

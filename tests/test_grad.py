@@ -195,7 +195,7 @@ def test_healthy_masked_ce_passes_and_matches_host_gradients(ctx_of):
     # One compile per graph and shape: 1 + 4 directions x 3 steps x 2 calls of the probe reuse one
     # graph (moving along the single gradient direction does not recompile it).
     graphs = [r.graph for r in ctx.engine.compiles.records]
-    assert graphs.count("grad.param_probe") == 1 and graphs.count("grad.logit_probe") == 1
+    assert graphs.count("grad.param_probe") == 1 and graphs.count("objective.logit_grad") == 1
 
 
 def test_mindspore_cross_entropy_with_matching_ignore_index_passes(ctx_of):

@@ -309,7 +309,7 @@ def test_dynamic_shape_graph_equals_static_graphs():
     import mindspore as ms
 
     from fixtures.invariant_losses import RowLoopCE
-    from objdebug.stages.invariants.probe import _LogitGrad
+    from objdebug.engine.gradients import ObjectiveLogitGrad as _LogitGrad
 
     runtime.setup("CPU", "graph", 0)
     rng = np.random.default_rng(0)
@@ -330,7 +330,8 @@ def test_objective_that_cannot_compile_dynamically_falls_back_to_static(healthy,
     the probe builds a static graph under `<name>.static` and answers the same numbers."""
     import mindspore as ms
 
-    from objdebug.stages.invariants.probe import InvarianceProbe, _LogitGrad
+    from objdebug.engine.gradients import ObjectiveLogitGrad as _LogitGrad
+    from objdebug.stages.invariants.probe import InvarianceProbe
 
     def wrong_rank(self, *inputs):
         nn_set_inputs(self, ms.Tensor(shape=[None], dtype=ms.float32), *inputs[1:])
@@ -343,7 +344,7 @@ def test_objective_that_cannot_compile_dynamically_falls_back_to_static(healthy,
     x, y = healthy.ctx.provided(logits)[:1], healthy.ctx.provided(grad_batch).labels[:1]
     with runtime.scratch_dir():
         p = InvarianceProbe(engine).run(x, y)
-    assert [r.graph for r in engine.compiles.records] == ["invariants.logit_grad[configured].static"]
+    assert [r.graph for r in engine.compiles.records] == ["objective.logit_grad.static"]
     assert p.loss == pytest.approx(ref.loss, rel=1e-6)
 
 

@@ -166,6 +166,12 @@ class Check:
         """A reason this check cannot run on this target (e.g. end-to-end form without logits)."""
         return None
 
+    def prepare(self, ctx: Any, th: Settings) -> None:
+        """Start work that can go on beside the checks before this one (a measurement in a
+        process of its own), once per run, after the contract probe; `measure` collects it.
+        Never needed for a result: a check run without it measures everything itself."""
+        return None
+
     def run(self, ctx: Any, th: Settings) -> CheckResult:
         result = CheckResult(stage=self.stage, check=self.name)
         start = time.perf_counter()

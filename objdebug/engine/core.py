@@ -49,6 +49,7 @@ class CompileLog:
     records: list[CompileRecord] = field(default_factory=list)
     uses: dict[str, set[str]] = field(default_factory=dict)  # check -> every graph it called
     released: list[dict[str, Any]] = field(default_factory=list)  # graphs let go for memory (Engine.make_room)
+    retired: list[dict[str, Any]] = field(default_factory=list)  # graphs that raised, dropped to compile afresh (Engine.retire)
 
     def by_check(self) -> dict[str, dict[str, Any]]:
         """The compile budget per check: the graphs it compiled (count, seconds) and every graph
@@ -85,6 +86,8 @@ class CompileLog:
                "by_check": self.by_check(), "graphs": [asdict(r) for r in self.records]}
         if self.released:
             out["released"] = list(self.released)
+        if self.retired:
+            out["retired"] = list(self.retired)
         return out
 
 
@@ -116,6 +119,8 @@ class Engine:
         self._last_used: dict[str, int] = {}  # graph name -> call counter at its last call
         self._calls = 0
         self._largest_growth = 0  # the most one first call (compile + run) added to the RSS
+        self._completed: set[str] = set()  # graphs that completed a first call (`called`)
+        self.static_fallbacks: set[str] = set()  # dynamic graphs that could not compile (dynamic_graph.py)
 
     # ------------------------------------------------------------------ plumbing
     def cell(self, name: str, builder: Callable[[], Any]) -> Any:
@@ -143,6 +148,9 @@ class Engine:
         if key in self._seen:
             try:
                 return fn(*args)
+            except Exception:
+                self.retire(name, fn)
+                raise
             finally:
                 reassert_signals()  # each graph run re-installs MindSpore's SIGINT handler
         shapes = shapes_text(sig)
@@ -158,6 +166,7 @@ class Engine:
         except Exception as exc:
             if caused_by_cache(exc):  # not the target's fault: the CLI reruns without the cache
                 raise CacheUnusable(name) from exc
+            self.retire(name, fn)
             raise
         finally:
             reassert_signals()  # MindSpore's runtime took SIGINT over (it turns it into SIGTERM)
@@ -167,6 +176,7 @@ class Engine:
             for listener in self._listeners:
                 listener.after_compile(name, sig, seconds)
         self._seen.add(key)
+        self._completed.add(name)
         self.compiles.records.append(CompileRecord(name, sig, seconds, self.stage, self.check))
         self._largest_growth = max(self._largest_growth, host_memory.rss_bytes() - rss_before)
         return out
@@ -218,9 +228,31 @@ class Engine:
         self.compiles.released.append({"graph": name, "stage": self.stage, "check": self.check,
                                        "available_bytes": host_memory.available_bytes()})
 
+    def retire(self, name: str, fn: Any = None) -> None:
+        """The graph `name` raised at run time: drop its compiled phases, so its next call
+        compiles it again (counted) instead of failing.
+
+        Why: a MindSpore 2.10 graph that raised refuses every later call ("An error occurred in
+        the previous step of this model execution"), while a graph holding it, or another Cell,
+        runs on (measured). `del_net_res` on its phases makes the same Cell compile afresh; the
+        Cell itself is kept (the user's model stays the object every stage holds). So a check
+        may run a probe that is expected to raise on a graph other checks share: the result
+        never depends on the order of checks, only the compile count does.
+        """
+        from mindspore.graph.api import _cell_graph_executor
+
+        cell = self._cells.get(name, fn)
+        phases = getattr(cell, "compile_cache", None)
+        if phases:
+            _cell_graph_executor.del_net_res(cell, set(phases))
+            phases.clear()
+        self._seen = {k for k in self._seen if k[0] != name}
+        self.compiles.retired.append({"graph": name, "stage": self.stage, "check": self.check})
+
     def called(self, name: str) -> bool:
-        """Whether the graph `name` has completed a call (at any shape)."""
-        return any(n == name for n, _ in self._seen)
+        """Whether the graph `name` has completed a call (at any shape), ever in this run: a
+        graph retired after a run-time error (`retire`) still has."""
+        return name in self._completed
 
     # ------------------------------------------------------------------ lengths and batches
     def plan_buckets(self, lengths: Sequence[int]) -> tuple[int, ...]:

@@ -1,6 +1,6 @@
 """Compiled gradient machinery: the user's objective, its parameter and logit gradients.
 
-Three graphs, each built once per engine through `engine.cell` and called through `engine.call`
+Three kinds of graph, each built once per engine through `engine.cell` and called through `engine.call`
 so every compile is counted. The first two call the objective on a whole batch exactly as the
 user does (flat / sequence / end-to-end) and return `(total, outputs)`, so
 `value_and_grad(..., has_aux=True)` differentiates the total only.
@@ -19,10 +19,12 @@ user does (flat / sequence / end-to-end) and return `(total, outputs)`, so
   instead (`host_stats`): the copy costs less than the compile.
   The directional derivatives g.d of the finite differences are taken on the host, in float64,
   from the gradients the gradient-direction check reads anyway (`ParamGradients.gdot`).
-- `grad.logit_probe` (logits, labels) differentiates the objective w.r.t. the logits and returns
-  the squared gradient norm per position [B, T], for padding leakage and scale sensitivity, and
-  the gradient itself [B, T, V] (the size of the logits, which are on the host already) for the
-  likelihood-shape comparison (OBJ208): one graph for all three checks.
+- `objective.logit_grad` (logits, labels, scale) differentiates the configured objective w.r.t.
+  the logits (`ObjectiveLogitGrad`), one dynamic-shape graph (engine/dynamic_graph.py) for every
+  batch shape: the grad stage reads the gradient [B, T, V] (the size of the logits, which are on
+  the host already) and its squared norm per position, taken on the host in float64, for padding
+  leakage, scale sensitivity and the likelihood shape (OBJ208); the invariants stage, the stress
+  cases and the packing stage call the same graph.
 
 The one family of gradient reductions: `ObjectiveGradient` differentiates any forward Cell,
 `reduce_gradients` reduces its gradient tuple to per-parameter statistics (through
@@ -43,12 +45,13 @@ import mindspore as ms
 import numpy as np
 from mindspore import nn, ops
 
-from objdebug.engine.cells import BatchObjective, ObjectiveOnLogits
+from objdebug.engine import dynamic_graph
+from objdebug.engine.cells import BatchObjective, as_outputs, call_on_logits
 from objdebug.engine.data import Batch  # noqa: F401  (re-exported: objdebug.engine.gradients.Batch)
 from objdebug.core.naming import layer_of  # noqa: F401  (re-exported: objdebug.engine.gradients.layer_of)
 
 PARAM_PROBE = "grad.param_probe"
-LOGIT_PROBE = "grad.logit_probe"
+OBJECTIVE_LOGIT_GRAD = "objective.logit_grad"
 STATS = "gradient.stats"
 STATS_NONFINITE = "gradient.stats.nonfinite"
 
@@ -209,21 +212,54 @@ def max_mean_ratio(norms: np.ndarray, over: list[int] | None = None) -> tuple[fl
     return (float(norms[imax] / mean) if mean > 0 else float("nan")), imax, mean
 
 
-def _build_logit_probe(target):
-    class LogitProbe(nn.Cell):
-        """(logits [B,T,V], labels [B,T]) -> (outputs, squared logit-gradient norm per position, gradient)."""
+class ScaledObjective(nn.Cell):
+    """(logits, labels, scale) -> (scale * total, outputs): the objective alone, in the user's form."""
 
-        def __init__(self):
-            super().__init__(auto_prefix=False)
-            self.loss = ObjectiveOnLogits(target)
-            self.grad_fn = ms.value_and_grad(self.loss, 0, None, has_aux=True)
+    def __init__(self, objective, flat: bool):
+        super().__init__(auto_prefix=False)  # keep the user's parameter names
+        self.objective = objective
+        self.flat = flat
 
-        def construct(self, logits, labels):
-            (_, outputs), g = self.grad_fn(logits, labels)
-            g32 = ops.cast(g, ms.float32)
-            return outputs, (g32 * g32).sum(-1), g32
+    def construct(self, logits, labels, scale):
+        total, outputs = as_outputs(call_on_logits(self.objective, self.flat, logits, labels))
+        return total * scale, outputs
 
-    return LogitProbe()
+
+class ObjectiveLogitGrad(nn.Cell):
+    """(logits [B, T, V], labels [B, T], scale) -> (outputs, d(scale * total) / d logits).
+
+    `scale` is a Tensor input, so grad(c * loss) needs no second graph (OBJ709); at 1 the
+    gradient is the objective's own, bit for bit."""
+
+    def __init__(self, objective, flat: bool):
+        super().__init__(auto_prefix=False)
+        self.loss = ScaledObjective(objective, flat)
+        self.grad_fn = ms.value_and_grad(self.loss, 0, None, has_aux=True)
+
+    def construct(self, logits, labels, scale):
+        (_, outputs), g = self.grad_fn(logits, labels, scale)
+        return outputs, g
+
+
+def objective_logit_grad(engine: Any, objective: Any, flat: bool, logits, labels, scale,
+                         name: str = OBJECTIVE_LOGIT_GRAD):
+    """`ObjectiveLogitGrad` of `objective` on Tensors (logits, labels, scale) -> (outputs, gradient)
+    Tensors, through the dynamic-shape graph `name` (engine/dynamic_graph.py): the grad stage's
+    batch, the invariants' micro-batches and cut batches, the stress probes share one compile.
+    The configured objective's graph is `objective.logit_grad`; a variant passes its own name,
+    so a variant that raises never touches it."""
+    return dynamic_graph.call(
+        engine, name, lambda: ObjectiveLogitGrad(objective, flat),
+        (ms.Tensor(shape=[None, None, logits.shape[-1]], dtype=ms.float32),
+         ms.Tensor(shape=[None, None], dtype=ms.int32), ms.Tensor(shape=[], dtype=ms.float32)),
+        logits, labels, scale)
+
+
+def squared_norm_per_position(g: np.ndarray) -> np.ndarray:
+    """float64[B, T]: sum over the vocabulary of g^2, row by row (no float64 copy of the whole
+    [B, T, V] gradient)."""
+    return np.stack([np.square(row, dtype=np.float64).sum(-1) for row in g]) if len(g) else \
+        np.zeros(g.shape[:-1])
 
 
 # --------------------------------------------------------------------------- host side
@@ -354,11 +390,14 @@ class GradientProbe:
     # ------------------------------------------------------------------ logits
     def logits(self, logits: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(outputs float64[K], squared logit-gradient norm per position float64[B, T],
-        the logit gradient float32[B, T, V])."""
-        cell = self.engine.cell(LOGIT_PROBE, lambda: _build_logit_probe(self.target))
-        outputs, sq, g = self.engine.call(LOGIT_PROBE, cell, ms.Tensor(logits, ms.float32),
-                                          ms.Tensor(labels, ms.int32))
-        return outputs.asnumpy().astype(np.float64), sq.asnumpy().astype(np.float64), g.asnumpy()
+        the logit gradient float32[B, T, V]), through the configured objective's
+        `objective.logit_grad` graph (shared with the invariants stage)."""
+        flat = self.target.config.objective.call == "flat"
+        outputs, g = objective_logit_grad(self.engine, self.target.objective, flat,
+                                          ms.Tensor(logits, ms.float32), ms.Tensor(labels, ms.int32),
+                                          ms.Tensor(np.float32(1.0), ms.float32))
+        g = g.asnumpy()
+        return outputs.asnumpy().astype(np.float64), squared_norm_per_position(g), g
 
 
 def reference_mean_ce_grad(logits: np.ndarray, labels: np.ndarray, label_pad_id: int) -> np.ndarray:

@@ -56,9 +56,17 @@ class Context:
     debug: bool = False
     report_extra: dict[str, Any] = field(default_factory=dict)  # into the report's `extra` (figure paths)
     _provided: dict[Callable[..., Any], Any] = field(default_factory=dict, repr=False)
+    # work started beside the checks (`Check.prepare`): anything with `cancel()`, ended by `close()`
+    background: list[Any] = field(default_factory=list, repr=False)
 
     def __post_init__(self) -> None:
         self.options = RunOptions.of(self.options)
+
+    def close(self) -> None:
+        """End the background work no check collected (a run stopped early, a check switched
+        off by the profile): its processes go with the run."""
+        while self.background:
+            self.background.pop().cancel()
 
     def provide(self, provider: Callable[..., T], build: Callable[[], T], *,
                 while_building: T | None = None) -> T:

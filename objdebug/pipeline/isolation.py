@@ -108,30 +108,52 @@ def run_isolated(ctx: Any, function: str, *, need_bytes: int | None = None, **ar
     """
     if need_bytes:
         ctx.engine.make_room("", want=int(need_bytes) + floor_bytes())
-    from objdebug.core import leftovers
+    return start_isolated(ctx, function, **arguments).result()
 
-    # a scratch folder like the run's own: a run killed by SIGKILL leaves it to the next run to remove
-    job = tempfile.mkdtemp(prefix="objdebug-")
-    leftovers.mark(job)
-    try:
-        np.savez(os.path.join(job, "parameters.npz"), **_parameters(ctx.target))
-        with open(os.path.join(job, "job.pkl"), "wb") as fh:
-            pickle.dump({"config": ctx.config, "profile": ctx.profile, "function": function,
-                         "arguments": arguments, "sys_path": list(sys.path),
-                         "batch_size": ctx.engine.batch_size, "max_length": ctx.engine.max_length,
-                         "vocab": ctx.engine._vocab, "buckets": ctx.engine.buckets,
-                         "stage": ctx.engine.stage, "check": ctx.engine.check,
-                         "debug": bool(getattr(ctx, "debug", False))}, fh)
-        env = {k: v for k, v in os.environ.items() if k not in _DROP_ENV}
-        # `-m objdebug...` must find this objdebug, installed or not (the user's modules come
-        # from the parent's sys.path, set in the child)
-        home = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        env["PYTHONPATH"] = os.pathsep.join([home] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-        with open(os.path.join(job, "child.log"), "wb") as log:
-            proc = subprocess.Popen([sys.executable, "-m", "objdebug.pipeline.isolation", job],
-                                    cwd=job, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                                    stderr=subprocess.STDOUT)
-            killed_by, held, left = _watch(proc)
+
+class Isolated:
+    """A measurement running in a child process (`start_isolated`), watched by a thread of this
+    process: `result()` waits for it, `cancel()` ends it."""
+
+    def __init__(self, ctx: Any, job: str, proc: subprocess.Popen):
+        import threading
+
+        self.ctx, self.job, self.proc = ctx, job, proc
+        self._watched: tuple[str | None, int, int | None] | None = None
+        self._thread = threading.Thread(target=self._watch, name="objdebug-isolated", daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        try:
+            self._watched = _watch(self.proc)
+        except BaseException:  # noqa: BLE001 - the child must not outlive a broken watch
+            _kill(self.proc)
+            self._watched = (None, 0, None)
+
+    def done(self) -> bool:
+        return not self._thread.is_alive()
+
+    def cancel(self) -> None:
+        """End the child now (its result is never read) and remove its folder."""
+        _kill(self.proc)
+        self._thread.join()
+        shutil.rmtree(self.job, ignore_errors=True)
+
+    def result(self) -> Any:
+        """The function's result; KilledForMemory or IsolatedError as `run_isolated` says."""
+        try:
+            self._thread.join()
+        except BaseException:  # interrupted while waiting: the child goes with the run
+            self.cancel()
+            raise
+        try:
+            return self._collect()
+        finally:
+            shutil.rmtree(self.job, ignore_errors=True)
+
+    def _collect(self) -> Any:
+        killed_by, held, left = self._watched or (None, 0, None)
+        proc, job = self.proc, self.job
         host_memory.isolated_peak(held)
         floor = floor_bytes()
         if killed_by is None and proc.returncode == -signal.SIGKILL:
@@ -144,13 +166,53 @@ def run_isolated(ctx: Any, function: str, *, need_bytes: int | None = None, **ar
             raise IsolatedError(f"the isolated process ended with code {proc.returncode}: {tail}")
         with open(result_path, "rb") as fh:
             result = pickle.load(fh)
-        _merge_compiles(ctx.engine, result["compiles"])
+        _merge_compiles(self.ctx.engine, result["compiles"])
         host_memory.isolated_peak(result.get("peak_rss_bytes", 0))
         if "error" in result:
             raise IsolatedError(result["error"])
         return result["value"]
-    finally:
+
+
+def start_isolated(ctx: Any, function: str, *, stage: str | None = None, check: str | None = None,
+                   cpus: set[int] | None = None, **arguments: Any) -> Isolated:
+    """Start `function(ctx, **arguments)` in a child process and return at once; the handle's
+    `result()` waits for it. `stage` / `check`: what its compiles are charged to (default: the
+    engine's now). `cpus`: the only CPUs the child may run on (a measurement beside the run
+    keeps off the cores the run compiles on)."""
+    from objdebug.core import leftovers
+
+    # a scratch folder like the run's own: a run killed by SIGKILL leaves it to the next run to remove
+    job = tempfile.mkdtemp(prefix="objdebug-")
+    leftovers.mark(job)
+    try:
+        np.savez(os.path.join(job, "parameters.npz"), **_parameters(ctx.target))
+        with open(os.path.join(job, "job.pkl"), "wb") as fh:
+            pickle.dump({"config": ctx.config, "profile": ctx.profile, "function": function,
+                         "arguments": arguments, "sys_path": list(sys.path),
+                         "batch_size": ctx.engine.batch_size, "max_length": ctx.engine.max_length,
+                         "vocab": ctx.engine._vocab, "buckets": ctx.engine.buckets,
+                         "stage": stage or ctx.engine.stage, "check": check or ctx.engine.check,
+                         "cpus": sorted(cpus) if cpus else None,
+                         "debug": bool(getattr(ctx, "debug", False))}, fh)
+        env = {k: v for k, v in os.environ.items() if k not in _DROP_ENV}
+        # `-m objdebug...` must find this objdebug, installed or not (the user's modules come
+        # from the parent's sys.path, set in the child)
+        home = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env["PYTHONPATH"] = os.pathsep.join([home] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+        with open(os.path.join(job, "child.log"), "wb") as log:
+            proc = subprocess.Popen([sys.executable, "-m", "objdebug.pipeline.isolation", job],
+                                    cwd=job, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                                    stderr=subprocess.STDOUT)
+    except BaseException:
         shutil.rmtree(job, ignore_errors=True)
+        raise
+    return Isolated(ctx, job, proc)
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
 
 
 def _watch(proc: subprocess.Popen) -> tuple[str | None, int, int | None]:
@@ -168,9 +230,7 @@ def _watch(proc: subprocess.Popen) -> tuple[str | None, int, int | None]:
                         f"{floor / GIB:.2f} GiB floor", held, left)
             time.sleep(_POLL_S)
     finally:
-        if proc.poll() is None:  # the parent was interrupted: the child goes with it
-            proc.kill()
-            proc.wait()
+        _kill(proc)  # (a child that ended already is left alone)
     return None, held, left
 
 
@@ -204,6 +264,8 @@ def _child(job: str) -> int:
         pass
     with open(os.path.join(job, "job.pkl"), "rb") as fh:
         spec = pickle.load(fh)
+    if spec.get("cpus"):  # before MindSpore sizes its thread pools
+        os.sched_setaffinity(0, spec["cpus"])
     sys.path[:] = spec["sys_path"]
     out: dict[str, Any] = {"compiles": []}
     engine = None

@@ -156,26 +156,28 @@ def _run_stages(cfg, result, profile, chosen, select, ignore, options, out_dir, 
             # when a stage will score rows one by one (no graph of the probe's own)
             contract.check_target(target, engine, per_sample=scores_rows(chosen))
             result.target = target.describe()  # again: the probe may add notes (model_inputs)
-            for stage in chosen:
-                engine.stage = stage
-                progress.stage_start(stage)
-                watchdog.stage(stage)
-                t = time.perf_counter()
-                first_result, first_compile = len(result.results), engine.compiles.count
-                thresholds = profile.section(stage)
-                skip = stage_skip_reason(cfg, stage)
-                for check in checks_of(stage):
-                    if not check.enabled(thresholds):
-                        continue  # switched off by the profile: no result at all
-                    engine.check = check.name  # its compiles and graph uses are charged to it
-                    res = skipped(check, skip) if skip else run_check(check, ctx, thresholds)
-                    res.findings = [f for f in res.findings if code_selected(f.code, select, ignore)]
-                    result.results.append(res)
-                engine.check = ""
-                result.timings[stage] = time.perf_counter() - t
-                progress.stage_end(StageSummary.of(stage, result.results[first_result:],
-                                                   result.timings[stage],
-                                                   engine.compiles.records[first_compile:]))
+            planned = _plan(cfg, profile, chosen, checks_of)
+            try:
+                _prepare(ctx, planned, debug)
+                for stage, skip, checks in planned:
+                    engine.stage = stage
+                    progress.stage_start(stage)
+                    watchdog.stage(stage)
+                    t = time.perf_counter()
+                    first_result, first_compile = len(result.results), engine.compiles.count
+                    thresholds = profile.section(stage)
+                    for check in checks:
+                        engine.check = check.name  # its compiles and graph uses are charged to it
+                        res = skipped(check, skip) if skip else run_check(check, ctx, thresholds)
+                        res.findings = [f for f in res.findings if code_selected(f.code, select, ignore)]
+                        result.results.append(res)
+                    engine.check = ""
+                    result.timings[stage] = time.perf_counter() - t
+                    progress.stage_end(StageSummary.of(stage, result.results[first_result:],
+                                                       result.timings[stage],
+                                                       engine.compiles.records[first_compile:]))
+            finally:
+                ctx.close()  # background work no check collected goes with the run
         engine.check = "model-state"
         _report_model_state(ctx, result, select, ignore)
         result.extra.update(ctx.report_extra)
@@ -184,6 +186,37 @@ def _run_stages(cfg, result, profile, chosen, select, ignore, options, out_dir, 
         if cache.status != "off":
             result.extra["compile_cache"] = cache.summary()
     result.compiles = engine.compiles.to_dict()
+
+
+def _plan(cfg: Config, profile: Profile, chosen: list[str], checks_of: ChecksOf):
+    """[(stage, skip reason or None, the checks the profile keeps)] in pipeline order."""
+    planned = []
+    for stage in chosen:
+        thresholds = profile.section(stage)
+        # a check switched off by the profile leaves no result at all
+        planned.append((stage, stage_skip_reason(cfg, stage),
+                        [c for c in checks_of(stage) if c.enabled(thresholds)]))
+    return planned
+
+
+def _prepare(ctx: Context, planned, debug: bool) -> None:
+    """`Check.prepare` of every check that will run: work that can go on beside the checks
+    before it starts now. It is only ever a head start (the check measures everything itself
+    when nothing was prepared), so a failure here is not the check's result: it is dropped,
+    and the check meets it again, in its own run, if it is real."""
+    for stage, skip, checks in planned:
+        if skip:
+            continue
+        thresholds = ctx.profile.section(stage)
+        for check in checks:
+            ctx.engine.check = check.name
+            try:
+                if not check.skip_reason(ctx):
+                    check.prepare(ctx, thresholds)
+            except Exception:  # noqa: BLE001 - see the docstring
+                if debug:
+                    raise
+    ctx.engine.check = ""
 
 
 def _report_model_state(ctx: Context, result: RunResult, select: list[str], ignore: list[str]) -> None:

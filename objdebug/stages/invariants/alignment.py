@@ -7,7 +7,7 @@ the model's logits stay the same. With a model that predicts text, d = 0 is the 
 margin; an objective that shifts the labels once more (or a model that shifts internally while
 `data.shift = true`) has its minimum at d = -1.
 
-Graphs: `invariants.logit_grad[configured]` on the grad stage's batch shape (shared with OBJ702,
+Graphs: `objective.logit_grad` on the grad stage's batch shape (shared with OBJ702,
 OBJ704, OBJ707); the model's logits come from the grad stage's forward. A library model as the
 end-to-end target: its own loss with the moved labels (`library.logit_grad`, the same batch).
 """

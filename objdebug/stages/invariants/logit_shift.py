@@ -23,7 +23,7 @@ inf, loss NaN) does not pass, nor does an undeclared term on the absolute logit 
 component that explains the change (a z-loss returned as (total, ce, z_loss) with
 `objective.components`) is a note naming it: see shift_attribution.py.
 
-Graphs: `invariants.logit_grad[configured]` on the grad stage's batch shape (shared); a library
+Graphs: `objective.logit_grad` on the grad stage's batch shape (shared); a library
 model as the end-to-end target: `library.logit_grad` (its own loss, the head's output + c).
 """
 

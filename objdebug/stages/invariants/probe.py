@@ -1,17 +1,17 @@
 """Compiled probes for the invariants stage: the user's objective on given logits, its value and
 its whole logit gradient, for the configured objective or a variant of it.
 
-One kind of graph, `invariants.logit_grad[<variant>]`: (logits [B, T, V], labels [B, T], scale) ->
-(outputs, d(scale * total) / d logits). It is compiled once with dynamic B and T
-(`Cell.set_inputs`), so the batch, its micro-batches and the cut batch of OBJ703 share one compile
-(measured: the same results as static graphs, a steady call about as fast); an objective that
-cannot compile with dynamic shapes falls back to one static graph per shape. The objective is
-called on the batch exactly as the user calls it (flat or sequence, through
-`objdebug.engine.cells.call_on_logits`); `scale` is a Tensor input, so `grad(c * loss)` needs no second
-graph, and `value_and_grad(..., has_aux=True)` differentiates the total only. A variant is the
-objective rebuilt from the same factory with some keyword arguments changed (reduction "sum", label
-smoothing, a perturbed setting); it gets its own graph name, so a variant that raises can never
-poison the configured objective's graph.
+One kind of graph, `ObjectiveLogitGrad` (engine/gradients.py): (logits [B, T, V], labels [B, T],
+scale) -> (outputs, d(scale * total) / d logits), compiled once with dynamic B and T
+(engine/dynamic_graph.py), so the batch, its micro-batches and the cut batch of OBJ703 share one
+compile; an objective that cannot compile with dynamic shapes falls back to one static graph per
+shape. The configured objective runs on the engine's `objective.logit_grad`, the graph the grad
+stage's logit checks use too. The objective is called on the batch exactly as the user calls it
+(flat or sequence, through `objdebug.engine.cells.call_on_logits`); `scale` is a Tensor input, so
+`grad(c * loss)` needs no second graph, and `value_and_grad(..., has_aux=True)` differentiates the
+total only. A variant is the objective rebuilt from the same factory with some keyword arguments
+changed (reduction "sum", label smoothing, a perturbed setting); it gets its own graph,
+`invariants.logit_grad[<variant>]`, so a variant that raises never touches the configured one.
 
 Every graph is built once per engine through `engine.cell` and called through `engine.call`, so
 each compile is counted (one per dynamic graph). Inputs are fresh Tensors on every call, and the
@@ -30,39 +30,14 @@ import numpy as np
 from mindspore import nn
 
 from objdebug.engine import precision
-from objdebug.engine.cells import as_outputs, call_on_logits
+from objdebug.engine.cells import as_outputs
+from objdebug.engine.gradients import OBJECTIVE_LOGIT_GRAD, objective_logit_grad
 
 LOGIT_GRAD = "invariants.logit_grad"
 TRAIN_MODE = "invariants.train_mode"
 FORWARD = "invariants.forward"
 MODEL_TRAIN = "invariants.model_train"
 CONFIGURED = "configured"
-
-
-class _Scaled(nn.Cell):
-    """(logits, labels, scale) -> (scale * total, outputs): the objective alone, in the user's form."""
-
-    def __init__(self, objective, flat: bool):
-        super().__init__(auto_prefix=False)  # keep the user's parameter names
-        self.objective = objective
-        self.flat = flat
-
-    def construct(self, logits, labels, scale):
-        total, outputs = as_outputs(call_on_logits(self.objective, self.flat, logits, labels))
-        return total * scale, outputs
-
-
-class _LogitGrad(nn.Cell):
-    """(logits, labels, scale) -> (outputs, d(scale * total)/d logits)."""
-
-    def __init__(self, objective, flat: bool):
-        super().__init__(auto_prefix=False)
-        self.loss = _Scaled(objective, flat)
-        self.grad_fn = ms.value_and_grad(self.loss, 0, None, has_aux=True)
-
-    def construct(self, logits, labels, scale):
-        (_, outputs), g = self.grad_fn(logits, labels, scale)
-        return outputs, g
 
 
 class _Forward(nn.Cell):
@@ -144,7 +119,6 @@ class InvarianceProbe:
         self.factory = import_factory(cfg.objective.factory, "objective", cfg.base_dir)
         self.settings = {**constructor_settings(self.factory), **self.kwargs}
         self._objectives: dict[str, Any] = {CONFIGURED: self.target.objective}
-        self._static: set[str] = set()  # graphs that fell back to static shapes
 
     def objective(self, changes: dict[str, Any] | None = None) -> Any:
         """The configured objective, or a new one from the factory with `changes` to its kwargs."""
@@ -162,7 +136,8 @@ class InvarianceProbe:
 
     def run(self, logits: np.ndarray, labels: np.ndarray, scale: float = 1.0,
             changes: dict[str, Any] | None = None) -> Probe:
-        name = f"{LOGIT_GRAD}[{variant_key(changes)}]"
+        # the configured objective: the engine's `objective.logit_grad`, shared with the grad stage
+        name = OBJECTIVE_LOGIT_GRAD if not changes else f"{LOGIT_GRAD}[{variant_key(changes)}]"
         # a Tensor made from an array copies it (measured: a write inside the graph never reached
         # the array), so the logits are not copied again here; the labels are, being small
         x = np.ascontiguousarray(logits, np.float32)
@@ -174,24 +149,7 @@ class InvarianceProbe:
                      labels_in=y, labels_out=ty.asnumpy())
 
     def _call(self, name: str, changes: dict[str, Any] | None, tx, ty, ts):
-        objective = self.objective(changes)
-        if name not in self._static:
-            def build():
-                cell = _LogitGrad(objective, self.flat)
-                cell.set_inputs(ms.Tensor(shape=[None, None, tx.shape[-1]], dtype=ms.float32),
-                                ms.Tensor(shape=[None, None], dtype=ms.int32),
-                                ms.Tensor(shape=[], dtype=ms.float32))
-                return cell
-            cell = self.engine.cell(name, build)
-            try:  # no shape arguments: the compile log counts one compile per dynamic graph
-                return self.engine.call(name, lambda: cell(tx, ty, ts))
-            except Exception:
-                if self.engine.called(name):
-                    raise  # it compiled before: a genuine run-time error
-                self._static.add(name)
-        static = f"{name}.static"
-        cell = self.engine.cell(static, lambda: _LogitGrad(objective, self.flat))
-        return self.engine.call(static, cell, tx, ty, ts)
+        return objective_logit_grad(self.engine, self.objective(changes), self.flat, tx, ty, ts, name)
 
     def forward(self, logits: np.ndarray, labels: np.ndarray, train: bool = False) -> Probe:
         """The configured objective forward only (no autodiff), in evaluation or training mode.

@@ -15,7 +15,7 @@ the objective; any other difference takes `train_eval` (default "warn").
 
 Graphs: `invariants.forward` (forward only, evaluation mode) for OBJ707 and OBJ708,
 `invariants.train_mode` (the same in training mode) for OBJ708, `invariants.model_train` (the model
-in training mode; only when it has a dropout Cell), `invariants.logit_grad[configured]`
+in training mode; only when it has a dropout Cell), `objective.logit_grad`
 (shared) for the autodiff call.
 """
 

@@ -15,7 +15,7 @@ For a per-batch mean cross-entropy the unequal weighting is its documented natur
 verdict is the profile's `token_weighting` (default "info"); a training setup that relies on
 accumulation being equivalent to one batch sets it to "warn" or "fail".
 
-Graphs: `invariants.logit_grad[configured]` at the batch shape (shared) and at the micro-batch
+Graphs: `objective.logit_grad` at the batch shape (shared) and at the micro-batch
 shape (shared with OBJ704 and OBJ710).
 """
 

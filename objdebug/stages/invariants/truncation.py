@@ -11,7 +11,7 @@ all label_pad_id. The configured objective is run on the first micro-batch with 
 ignored, and on the whole batch with that micro-batch's rows ignored: loss and logit gradient must
 be finite (a mean over zero tokens is 0/0 = NaN and one such step ruins the weights).
 
-Graphs: `invariants.logit_grad[configured]` at the micro-batch and the batch shape (both shared).
+Graphs: `objective.logit_grad` at the micro-batch and the batch shape (both shared).
 """
 
 from __future__ import annotations

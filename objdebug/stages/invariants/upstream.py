@@ -9,7 +9,7 @@ the gradient of `c * loss` (c = `upstream_scale`, default 3) on the batch agains
 gradient of the loss, and each micro-batch's loss weighted by w_k (seeded, in [0.5, 2]) against w_k
 times its unit gradient.
 
-Graphs: `invariants.logit_grad[configured]` at the batch shape and at the micro-batch shape
+Graphs: `objective.logit_grad` at the batch shape and at the micro-batch shape
 (one dynamic-shape graph shared with the other rules; the scale is a Tensor input, so no new graph).
 """
 

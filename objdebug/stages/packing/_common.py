@@ -12,7 +12,7 @@ Every number comes from MindSpore graphs:
   user's objective on rows where exactly one position is labelled, so each value is what the
   objective itself charges for that token (its own masking and reduction; no loss re-implemented,
   no `reduction='none'` needed);
-- `grad.logit_probe` (the grad stage's objective gradient w.r.t. the logits) for the logit
+- `objective.logit_grad` (the grad stage's objective gradient w.r.t. the logits) for the logit
   gradients of a whole packed batch and the batch losses the normalisation check compares.
 """
 

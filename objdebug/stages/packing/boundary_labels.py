@@ -7,7 +7,7 @@ logit the gradient pushes up most. The position whose logits predict the next do
 token (the previous document's last position: its separator when there is one) must not train;
 with a separator the position before it trains toward the separator (the document's end).
 
-Graph: `grad.logit_probe` (see `_common.py`).
+Graph: `objective.logit_grad` (see `_common.py`).
 """
 
 from __future__ import annotations

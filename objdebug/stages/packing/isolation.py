@@ -6,7 +6,7 @@ objective's gradient w.r.t. the logits of the packed batch) are compared with th
 A model that keeps documents apart gives the same numbers to float32 rounding; one whose attention
 crosses the boundary gives a leak the size of what the changed document told the next one.
 
-Graphs: `packing.model`, `objective.per_sample`, `grad.logit_probe` (see `_common.py`).
+Graphs: `packing.model`, `objective.per_sample`, `objective.logit_grad` (see `_common.py`).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ references (token mean, mean of document means, mean of row means over the docum
 per-token losses from the objective) say which weighting each value matches; they are
 cross-checks, reported as such.
 
-Graph: `grad.logit_probe` at the packed and the unpacked batch shapes.
+Graph: `objective.logit_grad` at the packed and the unpacked batch shapes.
 """
 
 from __future__ import annotations

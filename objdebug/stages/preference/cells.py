@@ -77,18 +77,6 @@ class ProbedPolicy(nn.Cell):
         return logits
 
 
-class SequenceLogps(nn.Cell):
-    """(input_ids [B, T], labels [B, T]) -> (sum [B], count [B]) under one model."""
-
-    def __init__(self, model, label_pad_id: int):
-        super().__init__(auto_prefix=False)
-        self.model = model
-        self.label_pad_id = label_pad_id
-
-    def construct(self, input_ids, labels):
-        return sequence_logps(self.model(input_ids), labels, self.label_pad_id)
-
-
 class LossOnLogps(nn.Cell):
     """Form "preference": the user's loss alone, (pc, pr, rc, rr) float32[B] -> (loss, cr, rj)."""
 

@@ -40,6 +40,22 @@ ZERO_POINT = {
 EXPECTED_LOGPS = {"sigmoid": "sum", "hinge": "sum", "ipo": "mean", "simpo": "mean"}
 
 
+def sequence_logps_host(logits: np.ndarray, labels: np.ndarray, label_pad_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """(sum float64[B], count float64[B]) of log p(label) over the positions whose label is not
+    `label_pad_id`, from the model's logits [B, T, V], in float64, row by row (no float64 copy of
+    the whole batch). The same quantity as `cells.sequence_logps`, which the gradient graph
+    computes in the graph for the policy it differentiates."""
+    sums, counts = np.zeros(len(logits)), np.zeros(len(logits))
+    for i, (x, y) in enumerate(zip(logits, labels)):
+        mask = y != label_pad_id
+        x = x.astype(np.float64)
+        top = x.max(-1, keepdims=True)
+        logp = x - (top + np.log(np.exp(x - top).sum(-1, keepdims=True)))
+        picked = np.take_along_axis(logp, np.where(mask, y, 0).astype(np.int64)[:, None], -1)[:, 0]
+        sums[i], counts[i] = float(picked[mask].sum()), float(mask.sum())
+    return sums, counts
+
+
 @dataclass
 class PairBatch:
     """One batch of pairs: chosen and rejected packed to the same length."""
@@ -120,21 +136,28 @@ class Session:
         return self.cache[which]
 
     def logps_of(self, which: str, batches: list[PairBatch]) -> Logps:
-        """Log-probs of the pairs of `batches` under the model as it is now (not cached)."""
+        """Log-probs of the pairs of `batches` under the model as it is now (not cached).
+
+        The logits come from a forward graph and the log-probs are summed on the host in float64
+        (`sequence_logps_host`), for the policy and the reference alike. The policy of the
+        "preference" form is the target's own model, so its logits come from the `model.forward`
+        graph every stage shares (its probe is 0 here: the logits are the model's, bit for bit);
+        the reference model, and the policy copy a "preference-pairs" Cell holds, each get a
+        forward graph of their own."""
         import mindspore as ms
 
-        from objdebug.stages.preference.cells import SequenceLogps
-
         engine = self.ctx.engine
-        model = self.policy if which == "policy" else self.reference_model
-        name = f"preference.{which}_logps"
-        cell = engine.cell(name, lambda: SequenceLogps(model, self.label_pad_id))
+        model = self.policy.model if which == "policy" else self.reference_model
+        shared = model is self.ctx.target.model
+        name = f"preference.{which}_forward"
         out: list[list[np.ndarray]] = [[], [], [], []]
         for b in batches:
-            cs, cn = engine.call(name, cell, ms.Tensor(b.c_ids), ms.Tensor(b.c_labels))
-            rs, rn = engine.call(name, cell, ms.Tensor(b.r_ids), ms.Tensor(b.r_labels))
-            for k, x in enumerate((cs, cn, rs, rn)):
-                out[k].append(x.asnumpy().astype(np.float64)[:b.n])
+            for k, (ids, labels) in enumerate(((b.c_ids, b.c_labels), (b.r_ids, b.r_labels))):
+                logits = (engine.logits(ids) if shared
+                          else engine.call(name, model, ms.Tensor(ids, ms.int32)).asnumpy())
+                total, count = sequence_logps_host(logits, labels, self.label_pad_id)
+                out[2 * k].append(total[:b.n])
+                out[2 * k + 1].append(count[:b.n])
         return Logps(*(np.concatenate(x) for x in out))
 
     def fill(self, values: np.ndarray, batch: PairBatch) -> np.ndarray:

@@ -1,22 +1,21 @@
 """Shared pieces of the stress cases: the compiled Cells they run and the inputs they build.
 
 Two graphs over the shared Cells of `objdebug.engine.cells`, both built once per engine through
-`engine.cell` and called through `engine.call` so every (graph, shape) compile is counted:
+`engine.cell` and called through `engine.call` so every compile is counted:
 
 - `loss_and_grad`: the user's model + objective under the engine's gradient family
   (`objdebug.engine.gradients.ObjectiveGradient`) -> loss and the gradients, reduced by the
   engine's one statistics graph (`Engine.gradient_stats`: compiled once, not once per length) to
-  per-parameter squared norms and non-finite counts. Batch 1
-  for long inputs, padding invariance and the all-padding batch, so they share a few shapes.
-- `objective_on_logits`: the objective alone, fed logits directly (scaled, fp16, bf16); one
-  graph per dtype (`OBJECTIVE_ON_LOGITS.<dtype>`), so a dtype whose kernel raises cannot poison
-  the graph the next dtype runs on.
+  per-parameter squared norms and non-finite counts. One dynamic-shape graph
+  (engine/dynamic_graph.py) for the short cases (the all-padding batch, padding invariance at
+  every extra, the random row, the long-input reference, an out-of-range probe); a long input's
+  measurement runs on its own length's static graph (`stress.loss_and_grad.static`).
+- `objective_on_logits`: the objective alone, fed logits directly (fp16, bf16); one graph per
+  dtype (`OBJECTIVE_ON_LOGITS.<dtype>`).
 
-And `forward_loss`: model + objective forward only (`BatchObjective`), one fresh Cell per
-caller-given name. A
-MindSpore 2.10 graph that raised at run time refuses every later call ("An error occurred in the
-previous step of this model execution"), so a probe that is expected to raise gets a graph of its
-own and never touches the engine's shared graphs.
+A MindSpore 2.10 graph that raised at run time refuses every later call ("An error occurred in the
+previous step of this model execution"); the engine drops such a graph (`Engine.retire`), so a
+probe that is expected to raise may run on a shared graph: the next call compiles it again.
 """
 
 from __future__ import annotations
@@ -43,29 +42,28 @@ def _build_loss_and_grad(ctx: Context):
     return ObjectiveGradient(BatchObjective(ctx.target), ctx.target.trainable_params())
 
 
-def loss_and_grad(ctx: Context, ids: np.ndarray, labels: np.ndarray) -> dict[str, Any]:
-    """The objective's loss and gradients on one batch, through the user's real Cells."""
+def loss_and_grad(ctx: Context, ids: np.ndarray, labels: np.ndarray, static: bool = False) -> dict[str, Any]:
+    """The objective's loss and gradients on one batch, through the user's real Cells.
+
+    One dynamic-shape graph serves every short case (engine/dynamic_graph.py); `static`: the
+    batch's own graph instead, for a measurement of what that one shape costs (the peak memory
+    of a long input: a dynamic graph reuses the memory pool an earlier call grew)."""
     import mindspore as ms
 
-    cell = ctx.engine.cell(LOSS_AND_GRAD, lambda: _build_loss_and_grad(ctx))
-    (loss, _), grads = ctx.engine.call(LOSS_AND_GRAD, cell, ms.Tensor(ids, ms.int32),
-                                       ms.Tensor(labels, ms.int32))
+    from objdebug.engine import dynamic_graph
+
+    build = lambda: _build_loss_and_grad(ctx)  # noqa: E731
+    tensors = ms.Tensor(ids, ms.int32), ms.Tensor(labels, ms.int32)
+    if static:
+        (loss, _), grads = dynamic_graph.call_static(ctx.engine, LOSS_AND_GRAD, build, *tensors)
+    else:
+        spec = ms.Tensor(shape=[None, None], dtype=ms.int32)
+        (loss, _), grads = dynamic_graph.call(ctx.engine, LOSS_AND_GRAD, build, (spec, spec), *tensors)
     stats = ctx.engine.gradient_stats(grads)
     sq, bad = stats["sq_norm"], stats["nonfinite"]
     return {"loss": float(loss.asnumpy()), "grad_norm": float(np.sqrt(sq.sum())),
             "nonfinite_params": int((bad > 0).sum()), "n_params": int(len(bad)),
             "grads": grads}
-
-
-def forward_loss(ctx: Context, name: str, ids: np.ndarray, labels: np.ndarray) -> float:
-    """The objective's forward loss through the fresh graph `name` (see the module docstring)."""
-    import mindspore as ms
-
-    from objdebug.engine.cells import BatchObjective
-
-    cell = ctx.engine.cell(name, lambda: BatchObjective(ctx.target))
-    total, _ = ctx.engine.call(name, cell, ms.Tensor(ids, ms.int32), ms.Tensor(labels, ms.int32))
-    return float(total.asnumpy())
 
 
 POISONED = "error occurred in the previous step"

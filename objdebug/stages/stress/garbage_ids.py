@@ -3,8 +3,7 @@
 Random ids are unpredictable: a sound objective gives a finite loss near or above log(V) (an
 untrained model sits at log(V), a trained one above it).
 
-Out-of-range ids: four probes, each one position of one row of a valid random batch (batch 1):
-input id V, input id -1, label V, label -1 (skipped when -1 is the label_pad_id). Three outcomes,
+Out-of-range ids: four probes, each one position of row 0 of a valid random batch: input id V, input id -1, label V, label -1 (skipped when -1 is the label_pad_id). Three outcomes,
 judged apart:
 
 - rejected with an error: PASS (the healthy outcome);
@@ -17,22 +16,27 @@ judged apart:
   writes is checked by OBJ105; a note here says the objective would not catch a wrong one.
 
 What the probes cost (docs/performance.md): a MindSpore call that raises returns after a fixed
-3 s on CPU (a hard-coded wait in the graph scheduler's error path) and its graph cannot be called
-again, so every rejected probe costs one raising call and the next probe a fresh graph; raising
-calls in parallel threads mix up their error messages (MindSpore keeps one pending error per
-process), so they run one at a time. One raising call can establish one rejection only (the first
-failing kernel stops the graph), so the calls that raise are already the fewest. What is cut is the
-rest: the -1 probe of each path runs before the V probe (-1 is the one a standard MindSpore model
-accepts, and a graph that did not raise serves the next probe), and in the split form the label
-probes run the objective alone on the logits of the model's own `model.forward` graph (the shape
-the contract probe compiled, so no model graph is added): a fresh objective-only graph compiles
-in about a third of the time of a fresh model + objective graph. Labels reach only the objective,
-so the label facts are the same.
+3 s on CPU (a hard-coded wait in the graph scheduler's error path) and its graph refuses every
+later call, so the engine drops a graph that raised (`Engine.retire`) and compiles it again if it
+is called again. The probes therefore run on graphs the run compiled already, on the batch
+shapes those graphs have: the input probes on the random batch [B, T] through `model.forward` +
+`objective.per_sample` (the loss of row 0), then through the stress stage's dynamic
+`stress.loss_and_grad` on row 0; the label probes (split form; labels reach only the objective, so
+the label facts are the same) on the model's logits of such a batch through `objective.per_sample`,
+then through the dynamic `objective.logit_grad`. A probe that is rejected moves the next probe of
+its path to the next graph, so no probe compiles a graph; the check runs last in the stage, so no
+later check pays for a dropped graph either (one that did would compile it again: its result is
+never affected, only the compile count). Raising calls in parallel threads mix up their error
+messages (MindSpore keeps one pending error per process), so they run one at a time. One raising
+call can establish one rejection only (the first failing kernel stops the graph), so the calls
+that raise are already the fewest: the -1 probe of each path runs before the V probe (-1 is the
+one a standard MindSpore model accepts, and a graph that did not raise serves the next probe).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -41,8 +45,8 @@ from objdebug.pipeline.context import Context
 from objdebug.engine.data import Sample
 from objdebug.core.findings import Check, Condition, Verdict
 from objdebug.core.settings import Settings
-from objdebug.stages.stress._common import (POISONED, error_line, forward_loss, loss_and_grad,
-    objective_on_logits, packed, short_length)
+from objdebug.engine.gradients import objective_logit_grad
+from objdebug.stages.stress._common import POISONED, error_line, loss_and_grad, packed, short_length
 from objdebug.engine import position_limit
 
 _PROBE_POSITION = 5
@@ -88,7 +92,7 @@ def _random_rows(ctx: Context, n: int, length: int, seed: int) -> tuple[np.ndarr
 
 
 def label_batch(ctx: Context) -> tuple[np.ndarray, np.ndarray, Any]:
-    """(ids [1, T], labels [1, T], the model's logits [1, T, V] as a Tensor) of one random row at
+    """(ids [B, T], labels [B, T], the model's logits [B, T, V] as a Tensor) of random rows at
     the length of the model.forward graph that the contract probe compiled: the label probes'
     input (split form only)."""
     def build():
@@ -102,9 +106,31 @@ def label_batch(ctx: Context) -> tuple[np.ndarray, np.ndarray, Any]:
                        response=[int(t) for t in rng.integers(0, ctx.engine.vocab_size(), length)])
                 for i in range(b)]
         ids, labels = packed(ctx, rows, length)
-        logits = ctx.engine.logits(ids)[:1]
-        return ids[:1], labels[:1], ms.Tensor(logits)
+        return ids, labels, ms.Tensor(ctx.engine.logits(ids))
     return ctx.provide(label_batch, build)
+
+
+def input_graphs(ctx: Context) -> list[Callable[[np.ndarray, np.ndarray], float]]:
+    """The graphs the input probes run on, in order (see the module docstring): (ids [B, T],
+    labels [B, T]) -> the loss of row 0."""
+    return [lambda i, l: float(ctx.engine.per_sample_raw(i, l)[0, 0]),
+            lambda i, l: loss_and_grad(ctx, i[:1], l[:1])["loss"]]
+
+
+def label_graphs(ctx: Context, logits: Any) -> list[Callable[[np.ndarray, np.ndarray], float]]:
+    """The graphs the label probes run on (split form), the objective alone on `logits`
+    [B, T, V]: labels [B, T] -> the loss of row 0."""
+    import mindspore as ms
+
+    flat = ctx.config.objective.call == "flat"
+    one = ms.Tensor(np.float32(1.0), ms.float32)
+
+    def logit_grad(_, l):
+        outputs, _ = objective_logit_grad(ctx.engine, ctx.target.objective, flat, logits[:1],
+                                          ms.Tensor(l[:1], ms.int32), one)
+        return float(outputs.asnumpy()[0])
+    return [lambda _, l: float(ctx.engine.per_sample_of(logits, ms.Tensor(l, ms.int32)).asnumpy()[0, 0]),
+            logit_grad]
 
 
 class RandomIds(Check):
@@ -151,11 +177,11 @@ class OutOfRangeIds(Check):
     def skip_reason(self, ctx: Context) -> str | None:
         return _vocab_skip(ctx)
 
-    def _probe(self, run, name: str, ids: np.ndarray, labels: np.ndarray,
+    def _probe(self, run, ids: np.ndarray, labels: np.ndarray,
                bad_ids: np.ndarray, bad_labels: np.ndarray) -> dict[str, Any]:
-        valid = run(name, ids, labels)  # the graph works: an error below is the probe's
+        valid = run(ids, labels)  # the graph works: an error below is the probe's
         try:
-            value = run(name, bad_ids, bad_labels)
+            value = run(bad_ids, bad_labels)
         except Exception as exc:  # rejection is the healthy outcome
             if POISONED in str(exc).lower():
                 raise
@@ -163,13 +189,13 @@ class OutOfRangeIds(Check):
                     "error": f"{type(exc).__name__}: {error_line(exc)[:200]}"}
         return {"rejected": False, "valid_loss": valid, "value": value}
 
-    def _path(self, ctx: Context, path: str, run, ids: np.ndarray, labels: np.ndarray,
+    def _path(self, ctx: Context, path: str, graphs, ids: np.ndarray, labels: np.ndarray,
               probes: dict[str, Any]) -> None:
-        """The probes of one path (input or label) on the batch (ids, labels); `run(name, ids,
-        labels)` -> loss through the graph `name`."""
+        """The probes of one path (input or label) on the batch (ids, labels) [B, T], each at
+        one position of row 0; `graphs`: (ids, labels) -> the loss of row 0, one per graph."""
         vocab = ctx.engine.vocab_size()
         p, pad = _PROBE_POSITION, ctx.config.data.label_pad_id
-        graph = 0  # a graph that raised refuses every later call: the next probe gets a fresh one
+        graph = 0  # a rejected probe moves the next one to the next graph (the module docstring)
         for bad in (-1, vocab):  # -1 first: the one a standard model accepts keeps its graph
             key = f"{path} {bad}"
             if path == "label" and bad == pad:
@@ -177,35 +203,34 @@ class OutOfRangeIds(Check):
                 continue
             i, l = ids.copy(), labels.copy()
             (i if path == "input" else l)[0, p] = bad
-            name = f"stress.probe.{path}.{graph}"
-            probes[key] = r = self._probe(run, name, ids, labels, i, l)
+            run = graphs[min(graph, len(graphs) - 1)]
+            probes[key] = r = self._probe(run, ids, labels, i, l)
             if not r["rejected"] and bad < 0 and math.isfinite(r["value"]):
                 # what was -1 read as? Gather's wrap-around reads it as V-1: the same graph, which
                 # did not raise, scores the batch with V-1 in its place
                 (i if path == "input" else l)[0, p] = bad + vocab
-                r["wrapped_value"] = run(name, i, l)
+                r["wrapped_value"] = run(i, l)
                 r["wraps"] = bool(abs(r["wrapped_value"] - r["value"]) <= 1e-6 * max(abs(r["value"]), 1.0))
             graph += int(r["rejected"])
 
     def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         ids, labels = random_batch(ctx)
-        ids, labels = ids[:1], labels[:1]  # batch 1: small probe graphs
         vocab = ctx.engine.vocab_size()
         # the report's order: V before -1 (the probes run -1 first, see the module docstring)
         probes: dict[str, Any] = {f"{path} {bad}": None for path in ("input", "label")
                                   for bad in (vocab, -1)}
-        self._path(ctx, "input", lambda name, i, l: forward_loss(ctx, name, i, l), ids, labels, probes)
-        label_ids, label_labels = ids, labels
-        run = lambda name, i, l: forward_loss(ctx, name, i, l)  # noqa: E731  (end-to-end form)
+        label_ids, label_labels, graphs = ids, labels, input_graphs(ctx)  # end-to-end form
         if ctx.target.model is not None:  # labels reach only the objective: score it on logits
+            # (taken before the input probes, which may leave model.forward to compile again)
             label_ids, label_labels, logits = label_batch(ctx)
-            run = lambda name, i, l: objective_on_logits(ctx, logits, l, name=name)  # noqa: E731
-        self._path(ctx, "label", run, label_ids, label_labels, probes)
+            graphs = label_graphs(ctx, logits)
+        self._path(ctx, "input", input_graphs(ctx), ids, labels, probes)
+        self._path(ctx, "label", graphs, label_ids, label_labels, probes)
         valid = {path: next((r["valid_loss"] for k, r in probes.items()
                              if k.startswith(path) and "valid_loss" in r), float("nan"))
                  for path in ("input", "label")}
         return {"vocab": vocab, "valid_loss": valid["input"], "label_valid_loss": valid["label"],
-                "position": _PROBE_POSITION, "shape": list(ids.shape),
+                "position": _PROBE_POSITION, "row": 0, "shape": list(ids.shape),
                 "label_shape": list(label_labels.shape), "probes": probes}
 
     def conditions(self, th: dict[str, Any]) -> list[Condition]:

@@ -11,6 +11,12 @@ A length whose estimate is above `isolate_above_gib` runs in a process of its ow
 that does not fit after all kills that process, not the run (a SKIP with what it held and what was
 left).
 
+On the CPU, with two cores or more and room to spare (the estimate x `memory_safety` plus a
+quarter of the machine free), the shortest such length starts in its process at the start of the
+run (`prepare`), on one core of its own, so it runs beside the stages before it instead of after
+them; its result is collected here. One that is killed for memory there runs again here, alone. Not on an accelerator:
+two processes would share one device's memory.
+
 A model that names no position limit (engine/position_limit.py) and fails with a shape or index
 error at a long (or calibration) length after a shorter one ran has found its limit: the longest
 length that ran. The failed length and every longer one are INFO notes naming it, not crashes; any
@@ -20,6 +26,7 @@ other error, or one within a known limit, stays the check's ERROR.
 from __future__ import annotations
 
 import math
+import os
 import time
 from typing import Any
 
@@ -29,6 +36,7 @@ from objdebug.core.settings import Settings
 import objdebug.stages.stress.memory as memory
 from objdebug.stages.stress._common import loss_and_grad, packed, ratio_band, short_length, text_sample
 from objdebug.engine import position_limit
+from objdebug.engine import host_memory
 from objdebug.pipeline import isolation
 
 
@@ -40,12 +48,14 @@ def _gib(n: float) -> str:
     return f"{n / memory.GIB:.2f} GiB"
 
 
-def measure_one(ctx: Context, ids, labels) -> dict[str, Any]:
+def measure_one(ctx: Context, ids, labels, static: bool = True) -> dict[str, Any]:
     """Forward + backward on one long batch: loss, gradient norm, time and peak memory (in this
-    process or, isolated, in the child that runs it)."""
+    process or, isolated, in the child that runs it). `static`: through the length's own graph,
+    so its peak is that length's (the short reference shares the stress stage's dynamic graph
+    unless calibration fits peaks)."""
     with memory.PeakRss() as rss:
         start = time.perf_counter()
-        out = loss_and_grad(ctx, ids, labels)
+        out = loss_and_grad(ctx, ids, labels, static=static)
         seconds = time.perf_counter() - start
     return {"length": int(ids.shape[1]), "ran": True, "loss": out["loss"], "grad_norm": out["grad_norm"],
             "nonfinite_params": out["nonfinite_params"], "n_params": out["n_params"],
@@ -53,15 +63,76 @@ def measure_one(ctx: Context, ids, labels) -> dict[str, Any]:
             "peak_delta_bytes": rss.delta_bytes, "memory_method": rss.method}
 
 
+def _ahead(ctx: Context) -> dict[int, Any]:
+    """length -> the `Isolated` measurement started by `LongInputs.prepare` (not yet collected)."""
+    return ctx.provide(_ahead, dict)
+
+
+def _usable_cpus() -> set[int]:
+    try:
+        return set(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return set()
+
+
 class LongInputs(Check):
     name = "long-inputs"
     stage = "stress"
 
-    def _one(self, ctx: Context, length: int, isolate: bool = False, need: int | None = None) -> dict[str, Any]:
+    def prepare(self, ctx: Context, th: Settings) -> None:
+        """Start the shortest length that will run in a process of its own (see the module
+        docstring), when the run can spare the cores and the memory for it now."""
+        cpus = _usable_cpus()
+        if (ctx.config.run.device != "CPU" or not isolation.available() or len(cpus) < 2
+                or th["memory_calibration_lengths"]):
+            return  # calibration refits each length's estimate from peaks this process measures
+        lengths = sorted(set(position_limit.capped_lengths(_lengths(th), ctx).values()))
+        if not lengths:
+            return
+        length = lengths[0]
+        vocab = ctx.engine.vocab_size() or int(th["assume_vocab"])
+        n_params = sum(int(p.size) for p in ctx.target.trainable_params())
+        shape = memory.model_shape(ctx.target.model or ctx.target.objective, vocab, th)
+        need = memory.estimate_bytes(length, vocab, n_params, shape, th)
+        avail, total = memory.available_bytes(), host_memory.total_bytes()
+        if need <= float(th["isolate_above_gib"]) * memory.GIB or avail is None or total is None:
+            return  # it runs in this process: nothing to start
+        if avail < need * float(th["memory_safety"]) + total // 4:
+            return  # no room beside the run: it runs alone, when its turn comes
+        sample = text_sample(ctx, length, "long")
+        ids, labels = packed(ctx, [sample], length)
+        # one core of its own (measured on 2 cores: unpinned, its kernels' threads slowed the
+        # stages' compiles by ~40% and most of the head start was lost)
+        handle = isolation.start_isolated(ctx, f"{__name__}:measure_one", stage=self.stage,
+                                          check=self.name, cpus={max(cpus)}, ids=ids, labels=labels)
+        _ahead(ctx)[length] = handle
+        ctx.background.append(handle)
+
+    def _collect(self, ctx: Context, length: int) -> dict[str, Any] | None:
+        """The measurement `prepare` started at `length` (None: none was): its result, or, when
+        it was killed for memory beside the run, None (the length then runs again, alone)."""
+        handle = _ahead(ctx).pop(length, None)
+        if handle is None:
+            return None
+        ctx.background.remove(handle)
+        try:
+            return {**handle.result(), "isolated": True, "started_early": True}
+        except isolation.KilledForMemory:
+            return None
+
+    def _drop_ahead(self, ctx: Context) -> None:
+        """Cancel what `prepare` started and this run did not use (a length it no longer runs)."""
+        for handle in _ahead(ctx).values():
+            ctx.background.remove(handle)
+            handle.cancel()
+        _ahead(ctx).clear()
+
+    def _one(self, ctx: Context, length: int, isolate: bool = False, need: int | None = None,
+             static: bool = True) -> dict[str, Any]:
         sample = text_sample(ctx, length, "long")
         ids, labels = packed(ctx, [sample], length)
         if not (isolate and isolation.available()):
-            return measure_one(ctx, ids, labels)
+            return measure_one(ctx, ids, labels, static)
         try:
             return {**isolation.run_isolated(ctx, f"{__name__}:measure_one", need_bytes=need,
                                              ids=ids, labels=labels), "isolated": True}
@@ -100,7 +171,8 @@ class LongInputs(Check):
         shape = memory.model_shape(ctx.target.model or ctx.target.objective, vocab, th)
         safety = float(th["memory_safety"])
         ref_len = position_limit.cap(short_length(th), ctx)
-        reference = self._one(ctx, ref_len)
+        # the reference's peak is fitted only by calibration: else it shares the dynamic graph
+        reference = self._one(ctx, ref_len, static=bool(th["memory_calibration_lengths"]))
         calibration_runs: dict[int, dict[str, Any]] = {}
         fallback: dict[str, Any] = {}  # a model that names no limit: the longest length that ran
         calib = self._calibrate(ctx, th, reference, calibration_runs, fallback)
@@ -149,7 +221,8 @@ class LongInputs(Check):
                 isolate = (need > float(th["isolate_above_gib"]) * memory.GIB
                            or (avail is not None and need * safety > avail))
                 try:
-                    row.update(calibration_runs.get(length) or self._one(ctx, length, isolate, need))
+                    row.update(calibration_runs.get(length) or self._collect(ctx, length)
+                               or self._one(ctx, length, isolate, need))
                 except Exception as exc:  # (from its own process: IsolatedError with its text)
                     why = position_limit.learnable(exc, ctx)
                     if why is None:
@@ -175,6 +248,7 @@ class LongInputs(Check):
                 row.update(asked=asked, capped_to=length, note=position_limit.note(asked, length, ctx))
             ran_at[length] = row
             out["lengths"][str(asked)] = row
+        self._drop_ahead(ctx)
         avail_now, rss_now = memory.available_bytes(), memory.rss_bytes()
         out["longest_fitting"] = (memory.longest_fitting(calib, rss_now + avail_now / safety)
                                   if calib and avail_now else None)

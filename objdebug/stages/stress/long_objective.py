@@ -30,6 +30,7 @@ from objdebug.pipeline.context import Context
 from objdebug.core.findings import Check, Condition, Verdict
 from objdebug.core.settings import Settings
 import objdebug.stages.stress.memory as memory
+from objdebug.engine import dynamic_graph
 from objdebug.pipeline import isolation
 from objdebug.stages.stress._common import ratio_band
 
@@ -82,26 +83,13 @@ def _gib(n: float) -> str:
 
 def _call(ctx: Context, x, y):
     """The shared dynamic-length graph; a static one per length where the objective cannot
-    compile with a dynamic length."""
+    compile with a dynamic length (engine/dynamic_graph.py)."""
     import mindspore as ms
 
-    tx, ty = ms.Tensor(x), ms.Tensor(y)
-    static = ctx.provide(_call, lambda: set())  # the graphs that fell back to static shapes
-    if GRAPH not in static:
-        def build():
-            cell = _build(ctx)
-            cell.set_inputs(ms.Tensor(shape=[1, None, x.shape[-1]], dtype=ms.float32),
-                            ms.Tensor(shape=[1, None], dtype=ms.int32))
-            return cell
-        cell = ctx.engine.cell(GRAPH, build)
-        try:  # no shape arguments: one compile for the dynamic graph
-            return ctx.engine.call(GRAPH, lambda: cell(tx, ty))
-        except Exception:
-            if ctx.engine.called(GRAPH):
-                raise  # it compiled before: a genuine run-time error
-            static.add(GRAPH)
-    cell = ctx.engine.cell(f"{GRAPH}.static", lambda: _build(ctx))
-    return ctx.engine.call(f"{GRAPH}.static", cell, tx, ty)
+    return dynamic_graph.call(ctx.engine, GRAPH, lambda: _build(ctx),
+                              (ms.Tensor(shape=[1, None, x.shape[-1]], dtype=ms.float32),
+                               ms.Tensor(shape=[1, None], dtype=ms.int32)),
+                              ms.Tensor(x), ms.Tensor(y))
 
 
 def measure_one(ctx: Context, rows, labels, length: int | None, seed: int) -> dict[str, Any]:

@@ -63,7 +63,7 @@ def loss_on(ctx: Context, scaled: np.ndarray, labels: np.ndarray, dtype: str) ->
                                       dtype=None if dtype == "float32" else dtype)
         return float(out["outputs"][0])
     if dtype == "float32":
-        # the grad stage's objective-on-logits graph (`grad.logit_probe`, the same [B, T, V]
+        # the grad stage's objective-on-logits graph (`objective.logit_grad`, the same [B, T, V]
         # batch shape where the data allows): its first output is the loss
         outputs, _, _ = grad_probe(ctx).logits(scaled, labels)
         return float(outputs[0])

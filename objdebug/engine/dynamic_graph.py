@@ -1,0 +1,48 @@
+"""One compile for every input shape: a graph with dynamic dimensions, static where it cannot be.
+
+MindSpore compiles a graph once per input shape. `Cell.set_inputs` with `None` dimensions makes
+one compile serve every shape; measured on MindSpore 2.10 CPU (docs/performance.md): the same
+losses and gradients bit for bit, the one compile about as long as a static one, a steady call up
+to ~2.5x a static one. So the run's small, many-shaped calls (padding extras, micro-batches, the
+all-padding batch, resampled lengths) share one graph, and measurements that need a graph of
+their own shape (the peak memory of one long input) call `call_static`.
+
+An objective that cannot compile with dynamic shapes (a reshape to a Python int read off
+`.shape`, a kernel without dynamic-shape support) falls back, for the rest of the run, to one
+static graph per shape, named `<name>.static`: the same graph the static callers use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+STATIC_SUFFIX = ".static"
+
+
+def call(engine: Any, name: str, build: Callable[[], Any], dynamic: Sequence[Any], *tensors: Any) -> Any:
+    """`build()`'s Cell on `tensors` through the dynamic graph `name` (input specs `dynamic`,
+    `mindspore.Tensor(shape=[None, ...], dtype=...)` each), compiled once; through one static
+    graph per shape where it cannot compile (see the module docstring)."""
+    if name not in engine.static_fallbacks:
+        def built():
+            cell = build()
+            cell.set_inputs(*dynamic)
+            return cell
+        cell = engine.cell(name, built)
+        try:  # no shape arguments: the compile log counts one compile for the dynamic graph
+            return engine.call(name, lambda: cell(*tensors))
+        except Exception:
+            if engine.called(name):
+                raise  # it compiled and ran before: a genuine run-time error
+            engine.static_fallbacks.add(name)
+            engine.release(name)
+    return call_static(engine, name, build, *tensors)
+
+
+def call_static(engine: Any, name: str, build: Callable[[], Any], *tensors: Any) -> Any:
+    """`build()`'s Cell on `tensors` through the static graph `<name>.static` (one compile per
+    shape): a measurement of one shape's own graph, or the fallback of `call`."""
+    static = name + STATIC_SUFFIX
+    cell = engine.cell(static, build)
+    return engine.call(static, cell, *tensors)
