@@ -127,3 +127,54 @@ def test_a_length_the_objective_cannot_run_is_reported_and_the_others_judged(tar
     assert row["ran"] is False and "memset_s failed" in row["reason"]
     finding = res.findings[0]
     assert finding.verdict == Verdict.PASS and "T=4096 not run: failed at this length" in finding.message
+
+
+def test_a_length_started_at_the_run_start_gives_the_same_numbers(target):
+    """`LongInputs.prepare` starts the length in its own process (one core of its own) before the
+    checks before it run; `measure` collects that result: the numbers of a run started when its
+    turn comes, and no second process."""
+    import os
+
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("the head start needs two cores")
+    th = target.th.replace(long_lengths=[128], memory_calibration_lengths=[], isolate_above_gib=0.0)
+    check = _check("long-inputs")
+    with runtime.scratch_dir():
+        alone = run_check(_check("long-inputs"), target.ctx, th)
+        check.prepare(target.ctx, th)
+        assert len(target.ctx.background) == 1
+        early = run_check(check, target.ctx, th)
+    assert alone.error is None and early.error is None, early.error
+    a, b = alone.value["lengths"]["128"], early.value["lengths"]["128"]
+    assert b["started_early"] is True and "started_early" not in a
+    assert b["loss"] == a["loss"] and b["grad_norm"] == pytest.approx(a["grad_norm"], rel=1e-6)
+    assert target.ctx.background == []  # collected
+
+
+def test_a_length_started_early_and_never_collected_ends_with_the_run(target):
+    import os
+
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("the head start needs two cores")
+    th = target.th.replace(long_lengths=[128], memory_calibration_lengths=[], isolate_above_gib=0.0)
+    _check("long-inputs").prepare(target.ctx, th)
+    (handle,) = target.ctx.background
+    target.ctx.close()  # the run ends before the check runs (stopped, or a stage failed)
+    assert target.ctx.background == [] and handle.proc.poll() is not None
+    assert not os.path.exists(handle.job) and handle.done()  # cancel() waited for its watcher
+    from objdebug.stages.stress.long_inputs import _ahead
+
+    _ahead(target.ctx).clear()
+
+
+def test_no_head_start_without_room_or_on_an_accelerator(target, monkeypatch):
+    th = target.th.replace(long_lengths=[128], memory_calibration_lengths=[], isolate_above_gib=0.0)
+    from objdebug.stages.stress import long_inputs
+
+    monkeypatch.setattr(long_inputs.memory, "available_bytes", lambda: 1 << 20)  # 1 MiB free
+    long_inputs.LongInputs().prepare(target.ctx, th)
+    assert target.ctx.background == []
+    monkeypatch.undo()
+    monkeypatch.setattr(target.ctx.config.run, "device", "GPU")
+    long_inputs.LongInputs().prepare(target.ctx, th)
+    assert target.ctx.background == []

@@ -116,6 +116,29 @@ def test_sequence_logps_match_numpy(healthy):
     lp = s.logps("policy")
     np.testing.assert_allclose(lp.c_sum[:b.n], ref, rtol=1e-5, atol=1e-4)
     np.testing.assert_array_equal(lp.c_count[:b.n], mask.sum(-1)[:b.n])
+    # the gradient graph sums the same quantity in the graph, in float32
+    import mindspore as ms
+    from mindspore import nn
+
+    from objdebug.stages.preference.cells import sequence_logps
+
+    class InGraph(nn.Cell):
+        def __init__(self, pad):
+            super().__init__()
+            self.pad = pad
+
+        def construct(self, x, y):
+            return sequence_logps(x, y, self.pad)
+
+    total, count = InGraph(ctx.config.data.label_pad_id)(ms.Tensor(logits.astype(np.float32)),
+                                                        ms.Tensor(b.c_labels))
+    np.testing.assert_allclose(total.asnumpy()[:b.n], ref, rtol=1e-5, atol=1e-3)
+    np.testing.assert_array_equal(count.asnumpy()[:b.n], mask.sum(-1)[:b.n])
+    # the policy (the target's model) is scored through the shared model.forward graph; only the
+    # reference model has a forward graph of its own
+    graphs = {r.graph for r in ctx.engine.compiles.records}
+    assert "preference.reference_forward" in graphs
+    assert not any(g.startswith("preference.policy") for g in graphs)
 
 
 def test_zero_point_closed_forms(healthy):

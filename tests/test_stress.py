@@ -212,7 +212,7 @@ def test_out_of_range_label_minus_one_scored_as_last_class_is_a_note(ms_ce):
     ids, labels, _ = ms_ce.ctx.provided(label_batch)
     bad = labels.copy()
     bad[0, res.value["position"]] = 255
-    ref = _ce64(ms_ce.ctx.engine.logits(np.repeat(ids, 4, 0))[:1], bad, ignore=-100)[0]
+    ref = _ce64(ms_ce.ctx.engine.logits(ids)[:1], bad[:1], ignore=-100)[0]
     assert p["label -1"]["value"] == pytest.approx(ref, rel=1e-5)
 
 
@@ -502,3 +502,29 @@ def test_over_smoothing_without_scored_positions_skips(healthy):
     v = dict(healthy.run("over-smoothing").value, positions=0, mean_topk=float("nan"))
     verdict, message, key = check.conditions(healthy.th)[0].judge(v)
     assert verdict == Verdict.SKIP and "no scored positions" in message and key is None
+
+
+def test_out_of_range_probes_compile_no_graph_of_their_own():
+    """The probes run on graphs the checks before them compiled; a rejected probe retires its
+    graph, which compiles again (counted) and answers the same when called again."""
+    import mindspore as ms
+
+    from objdebug.engine.gradients import objective_logit_grad
+
+    t = Target("stress_healthy")
+    t.run("random-ids")  # model.forward + objective.per_sample at the random batch, stress.loss_and_grad
+    ids, labels, logits = label_batch(t.ctx)
+    one = ms.Tensor(np.float32(1.0))
+    with runtime.scratch_dir():  # the grad stage's graph, at the label probes' shape
+        objective_logit_grad(t.ctx.engine, t.ctx.target.objective, False, logits[:1],
+                             ms.Tensor(labels[:1]), one)
+        before = t.ctx.engine.compiles.count
+        loss = float(t.ctx.engine.per_sample_raw(ids, labels)[0, 0])
+        res = t.run("out-of-range-ids")
+        assert res.error is None and all(r["rejected"] for r in res.value["probes"].values())
+        assert t.ctx.engine.compiles.count == before
+        retired = [r["graph"] for r in t.ctx.engine.compiles.retired]
+        assert retired == ["model.forward", "stress.loss_and_grad", "objective.per_sample",
+                           "objective.logit_grad"]
+        assert float(t.ctx.engine.per_sample_raw(ids, labels)[0, 0]) == loss  # compiled again
+    assert t.ctx.engine.compiles.count == before + 2

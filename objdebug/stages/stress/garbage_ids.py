@@ -92,20 +92,12 @@ def _random_rows(ctx: Context, n: int, length: int, seed: int) -> tuple[np.ndarr
 
 
 def label_batch(ctx: Context) -> tuple[np.ndarray, np.ndarray, Any]:
-    """(ids [B, T], labels [B, T], the model's logits [B, T, V] as a Tensor) of random rows at
-    the length of the model.forward graph that the contract probe compiled: the label probes'
-    input (split form only)."""
+    """(ids [B, T], labels [B, T], the model's logits [B, T, V] as a Tensor) of the random batch:
+    the label probes' input (split form only), through the `model.forward` graph at its shape."""
     def build():
         import mindspore as ms
 
-        th = ctx.profile.section("stress")
-        b = ctx.engine.batch_size
-        length = int(ctx.target.info.get("contract", {}).get("length") or ctx.engine.bucket(1))
-        rng = np.random.default_rng(int(th["seed"]))
-        rows = [Sample(id=f"label-probe-{i}", prompt=[],
-                       response=[int(t) for t in rng.integers(0, ctx.engine.vocab_size(), length)])
-                for i in range(b)]
-        ids, labels = packed(ctx, rows, length)
+        ids, labels = random_batch(ctx)
         return ids, labels, ms.Tensor(ctx.engine.logits(ids))
     return ctx.provide(label_batch, build)
 

@@ -1,0 +1,90 @@
+"""Graphs shared across checks (objdebug/engine/core.py, engine/dynamic_graph.py): a graph that
+raised is dropped and compiles again when called again (MindSpore 2.10 refuses every later call of
+a graph that raised), and one dynamic-shape graph answers what one static graph per shape does."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from objdebug.engine import dynamic_graph, runtime
+from objdebug.engine.core import Engine
+from objdebug.stages.stress._common import loss_and_grad, packed, text_sample
+
+from .test_stress import Target
+
+
+@pytest.fixture(scope="module")
+def target():
+    return Target("stress_healthy")
+
+
+def test_a_graph_that_raised_compiles_again_when_called_again(target):
+    import mindspore as ms
+    from mindspore import nn
+
+    class Lookup(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.table = nn.Embedding(16, 4)
+
+        def construct(self, x):
+            return self.table(x).sum()
+
+    engine = Engine(target.ctx.target)
+    cell = engine.cell("lookup", Lookup)
+    good = np.zeros((2, 8), np.int32)
+    bad = good.copy()
+    bad[0, 3] = 16  # out of the table: the kernel raises at run time
+    with runtime.scratch_dir():
+        first = float(engine.call("lookup", cell, ms.Tensor(good)).asnumpy())
+        with pytest.raises(RuntimeError, match="Gather"):
+            engine.call("lookup", cell, ms.Tensor(bad))
+        again = float(engine.call("lookup", cell, ms.Tensor(good)).asnumpy())
+    assert again == first
+    assert [r.graph for r in engine.compiles.records] == ["lookup", "lookup"]  # compiled again, counted
+    assert [r["graph"] for r in engine.compiles.retired] == ["lookup"]
+    assert engine.called("lookup")
+    assert engine.compiles.to_dict()["retired"][0]["graph"] == "lookup"
+
+
+def test_one_dynamic_graph_equals_a_static_graph_per_shape(target):
+    ctx = target.ctx
+    engine = Engine(ctx.target)
+    ctx2 = type(ctx)(config=ctx.config, target=ctx.target, engine=engine, profile=ctx.profile)
+    sample = text_sample(ctx2, 40, "pad")
+    with runtime.scratch_dir():
+        dyn = [loss_and_grad(ctx2, *packed(ctx2, [sample], t)) for t in (40, 50, 90)]
+        static = [loss_and_grad(ctx2, *packed(ctx2, [sample], t), static=True) for t in (40, 50, 90)]
+    graphs = [(r.graph, r.shapes) for r in engine.compiles.records if r.graph.startswith("stress.")]
+    assert graphs[0] == ("stress.loss_and_grad", "")  # one compile for the three lengths
+    assert [g for g, _ in graphs[1:]] == ["stress.loss_and_grad.static"] * 3
+    for d, s in zip(dyn, static):
+        assert d["loss"] == s["loss"]
+        for a, b in zip(d["grads"], s["grads"]):
+            np.testing.assert_array_equal(a.asnumpy(), b.asnumpy())
+
+
+def test_a_graph_that_cannot_compile_dynamically_runs_static(target, monkeypatch):
+    import mindspore as ms
+
+    from objdebug.engine.gradients import ObjectiveLogitGrad
+
+    def wrong_rank(self, *inputs):  # a dynamic declaration the graph cannot compile with
+        real(self, ms.Tensor(shape=[None], dtype=ms.float32), *inputs[1:])
+
+    real = ObjectiveLogitGrad.set_inputs
+    monkeypatch.setattr(ObjectiveLogitGrad, "set_inputs", wrong_rank)
+    engine = Engine(target.ctx.target)
+    x = np.random.default_rng(0).normal(size=(2, 6, 256)).astype(np.float32)
+    y = np.full((2, 6), 3, np.int32)
+    with runtime.scratch_dir():
+        from objdebug.engine.gradients import objective_logit_grad
+
+        args = lambda: (ms.Tensor(x), ms.Tensor(y), ms.Tensor(np.float32(1.0)))  # noqa: E731
+        out1, _ = objective_logit_grad(engine, target.ctx.target.objective, False, *args())
+        out2, _ = objective_logit_grad(engine, target.ctx.target.objective, False, *args())
+    assert "objective.logit_grad" in engine.static_fallbacks
+    assert [r.graph for r in engine.compiles.records] == ["objective.logit_grad.static"]
+    assert float(out1.asnumpy()[0]) == float(out2.asnumpy()[0])
+    assert dynamic_graph.STATIC_SUFFIX == ".static"
