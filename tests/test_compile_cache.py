@@ -91,7 +91,7 @@ class Shape:
         self.dtype = "Int32"
 
 
-def run_sequence(tmp_path, monkeypatch, graphs, *, hidden_after=None, crash_after=None):
+def run_sequence(tmp_path, monkeypatch, graphs, *, hidden_after=None, crash_after=None, retire_before=()):
     """One simulated process: open, compile `graphs` (name, length) through the engine, close."""
     monkeypatch.setattr(compile_cache, "_process", {"dir": None})
     monkeypatch.setattr(compile_cache, "_any_graph_compiled", lambda: False)
@@ -107,6 +107,9 @@ def run_sequence(tmp_path, monkeypatch, graphs, *, hidden_after=None, crash_afte
     try:
         with cache:
             for i, (name, length) in enumerate(graphs):
+                if i in retire_before:  # the graph raised: it compiles again when called again
+                    engine.retire(name)
+                    engine.compiled.discard((name, length))
                 seen = (name, length) in engine.compiled
                 engine.compiled.add((name, length))
                 ran.append(engine.call(name, (lambda *_, g=f"{name}@{length}", s=seen: None if s
@@ -130,6 +133,18 @@ def test_cold_then_warm_hits_every_graph(tmp_path, monkeypatch):
     assert warm.status == "warm" and (warm.hits, warm.misses) == (4, 0)
     assert ran == [f"{n}@{t}" for n, t in SEQ]
     assert os.environ["MS_COMPILER_CACHE_PATH"] == str(warm.dir)
+
+
+def test_a_graph_compiled_again_after_it_was_retired_is_the_next_file(tmp_path, monkeypatch):
+    """A graph the engine retired (it raised) or let go (memory) compiles again: the next file of
+    the sequence, in the manifest like any compile, so the cache stays safe and the next run
+    hits every one."""
+    seq = SEQ + [("per_sample", 64)]
+    cold, ran = run_sequence(tmp_path, monkeypatch, seq, retire_before={4})
+    assert cold.status == "cold" and not cold.unsafe and (cold.dir / MANIFEST).is_file()
+    assert cold.misses == 5
+    warm, ran = run_sequence(tmp_path, monkeypatch, seq, retire_before={4})
+    assert (warm.hits, warm.misses) == (5, 0) and ran == [f"{n}@{t}" for n, t in seq]
 
 
 @pytest.mark.parametrize("changed", [

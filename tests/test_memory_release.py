@@ -67,3 +67,32 @@ def test_the_runs_peak_memory_is_in_the_report_and_the_terminal_line():
     assert text.startswith("peak RSS ") and "(own processes 3.00 GiB)" in text
     assert _memory_text({"extra": {}}) == "" and _memory_text({}) == ""
     del blob
+
+
+def test_each_stage_starts_with_the_headroom_rule(monkeypatch):
+    """A stage can take its memory on the host without compiling (decompose's logits on a large
+    vocabulary), so the runner applies the compile's headroom rule before every stage too: under
+    pressure the graphs of the stages before it are let go when it starts."""
+    from objdebug import api
+    from objdebug.core.config import load_config
+    from objdebug.engine.core import Engine
+
+    from .conftest import TARGETS
+
+    starts = []
+    real = Engine.make_room
+
+    def spy(self, compiling, want=None):
+        if compiling == "":
+            starts.append(self.stage)
+        return real(self, compiling, want)
+
+    monkeypatch.setattr(Engine, "make_room", spy)
+    monkeypatch.setenv(HEADROOM_ENV, str(1 << 62))
+    cfg = load_config(TARGETS / "stress_healthy" / "objdebug.toml")
+    result = api.run(cfg, stages=["align", "correlate"])
+    assert starts[:2] == ["align", "correlate"]
+    released = result.compiles.get("released", [])
+    # at correlate's start the align stage's graphs went (the user's model.forward is never let go)
+    assert any(r["stage"] == "correlate" and r["check"] == "" for r in released)
+    assert all(r["graph"] != "model.forward" for r in released)

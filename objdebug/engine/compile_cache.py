@@ -198,7 +198,6 @@ class CompileCache:
         self.hits = 0
         self.misses = 0
         self.unsafe = ""
-        self._seen: set[tuple[str, str]] = set()
         self._pending: tuple[str, str] | None = None  # the first call under way (before -> after)
         self._lock_fd: int | None = None
         self._last: dict[str, tuple[int, int]] = {}
@@ -337,9 +336,10 @@ class CompileCache:
     def before_compile(self, graph: str, signature: str) -> None:
         key = (graph, signature)
         self._pending = None
-        if not self.active or key in self._seen:
+        # a key seen before compiles again when the engine let its graph go (memory) or retired
+        # it (it raised): a compile like any other, the next file of the sequence
+        if not self.active:
             return
-        self._seen.add(key)
         try:
             self._before(key)
         except Exception as exc:

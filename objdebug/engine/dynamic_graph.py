@@ -30,6 +30,9 @@ def call(engine: Any, name: str, build: Callable[[], Any], dynamic: Sequence[Any
             cell.set_inputs(*dynamic)
             return cell
         cell = engine.cell(name, built)
+        # a new shape allocates like a compile does, but the engine sees no compile: the same
+        # headroom rule before every call (measured: +3 GiB at [1, 618] on a 32000-token model)
+        engine.make_room(name)
         try:  # no shape arguments: the compile log counts one compile for the dynamic graph
             return engine.call(name, lambda: cell(*tensors))
         except Exception:

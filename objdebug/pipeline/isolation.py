@@ -177,8 +177,8 @@ def start_isolated(ctx: Any, function: str, *, stage: str | None = None, check: 
                    cpus: set[int] | None = None, **arguments: Any) -> Isolated:
     """Start `function(ctx, **arguments)` in a child process and return at once; the handle's
     `result()` waits for it. `stage` / `check`: what its compiles are charged to (default: the
-    engine's now). `cpus`: the only CPUs the child may run on (a measurement beside the run
-    keeps off the cores the run compiles on)."""
+    engine's now). `cpus`: the only CPUs the child may run on, at a lower priority (a
+    measurement beside the run keeps out of the way of the run's own compiles)."""
     from objdebug.core import leftovers
 
     # a scratch folder like the run's own: a run killed by SIGKILL leaves it to the next run to remove
@@ -264,8 +264,9 @@ def _child(job: str) -> int:
         pass
     with open(os.path.join(job, "job.pkl"), "rb") as fh:
         spec = pickle.load(fh)
-    if spec.get("cpus"):  # before MindSpore sizes its thread pools
+    if spec.get("cpus"):  # beside the run: before MindSpore sizes its thread pools
         os.sched_setaffinity(0, spec["cpus"])
+        os.nice(10)  # and the run's own work first where they meet on that core
     sys.path[:] = spec["sys_path"]
     out: dict[str, Any] = {"compiles": []}
     engine = None

@@ -161,6 +161,10 @@ def _run_stages(cfg, result, profile, chosen, select, ignore, options, out_dir, 
                 _prepare(ctx, planned, debug)
                 for stage, skip, checks in planned:
                     engine.stage = stage
+                    # the headroom rule of a compile before each stage too: a stage can take its
+                    # memory on the host without compiling anything (decompose on a 32000-token
+                    # vocabulary: +1.2 GiB of logits to a process at 18.9 GiB)
+                    engine.make_room("")
                     progress.stage_start(stage)
                     watchdog.stage(stage)
                     t = time.perf_counter()
