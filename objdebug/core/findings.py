@@ -168,8 +168,9 @@ class Check:
 
     def prepare(self, ctx: Any, th: Settings) -> None:
         """Start work that can go on beside the checks before this one (a measurement in a
-        process of its own), once per run, after the contract probe; `measure` collects it.
-        Never needed for a result: a check run without it measures everything itself."""
+        process of its own), once per run, after the contract probe and before any stage (so
+        before `skip_reason` is asked); `measure` collects it. Never needed for a result: a
+        check run without it measures everything itself."""
         return None
 
     def run(self, ctx: Any, th: Settings) -> CheckResult:

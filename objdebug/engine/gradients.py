@@ -1,8 +1,8 @@
 """Compiled gradient machinery: the user's objective, its parameter and logit gradients.
 
-Three kinds of graph, each built once per engine through `engine.cell` and called through `engine.call`
-so every compile is counted. The first two call the objective on a whole batch exactly as the
-user does (flat / sequence / end-to-end) and return `(total, outputs)`, so
+Three kinds of graph, each built once per engine through `engine.cell` and called through
+`engine.call` so every compile is counted. The first two call the objective on a whole batch
+exactly as the user does (flat / sequence / end-to-end) and return `(total, outputs)`, so
 `value_and_grad(..., has_aux=True)` differentiates the total only.
 
 - `grad.param_probe` (input_ids, labels) runs one forward + backward and returns the outputs and

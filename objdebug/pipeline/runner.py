@@ -213,10 +213,11 @@ def _prepare(ctx: Context, planned, debug: bool) -> None:
             continue
         thresholds = ctx.profile.section(stage)
         for check in checks:
+            if type(check).prepare is Check.prepare:
+                continue  # nothing to start (and no skip_reason asked before its stage's turn)
             ctx.engine.check = check.name
             try:
-                if not check.skip_reason(ctx):
-                    check.prepare(ctx, thresholds)
+                check.prepare(ctx, thresholds)
             except Exception:  # noqa: BLE001 - see the docstring
                 if debug:
                     raise

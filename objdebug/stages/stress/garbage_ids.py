@@ -3,8 +3,9 @@
 Random ids are unpredictable: a sound objective gives a finite loss near or above log(V) (an
 untrained model sits at log(V), a trained one above it).
 
-Out-of-range ids: four probes, each one position of row 0 of a valid random batch: input id V, input id -1, label V, label -1 (skipped when -1 is the label_pad_id). Three outcomes,
-judged apart:
+Out-of-range ids: four probes, each one position of row 0 of a valid random batch: input id V,
+input id -1, label V, label -1 (skipped when -1 is the label_pad_id). Three outcomes, judged
+apart:
 
 - rejected with an error: PASS (the healthy outcome);
 - a NaN/Inf loss: FAIL (a bad id poisons the whole batch, and the step after it);

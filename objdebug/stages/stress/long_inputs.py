@@ -14,8 +14,8 @@ left).
 On the CPU, with two cores or more and room to spare (the estimate x `memory_safety` plus a
 quarter of the machine free), the shortest such length starts in its process at the start of the
 run (`prepare`), on one core of its own, so it runs beside the stages before it instead of after
-them; its result is collected here. One that is killed for memory there runs again here, alone. Not on an accelerator:
-two processes would share one device's memory.
+them; its result is collected here. One that is killed for memory there runs again here, alone.
+Not on an accelerator: two processes would share one device's memory.
 
 A model that names no position limit (engine/position_limit.py) and fails with a shape or index
 error at a long (or calibration) length after a shorter one ran has found its limit: the longest
@@ -68,6 +68,13 @@ def _ahead(ctx: Context) -> dict[int, Any]:
     return ctx.provide(_ahead, dict)
 
 
+def _sizes(ctx: Context, th: Settings) -> tuple[int, int, dict[str, Any]]:
+    """(vocabulary, trainable parameters, the model's shape) the memory estimate reads."""
+    vocab = ctx.engine.vocab_size() or int(th["assume_vocab"])
+    n_params = sum(int(p.size) for p in ctx.target.trainable_params())
+    return vocab, n_params, memory.model_shape(ctx.target.model or ctx.target.objective, vocab, th)
+
+
 def _usable_cpus() -> set[int]:
     try:
         return set(os.sched_getaffinity(0))
@@ -90,9 +97,7 @@ class LongInputs(Check):
         if not lengths:
             return
         length = lengths[0]
-        vocab = ctx.engine.vocab_size() or int(th["assume_vocab"])
-        n_params = sum(int(p.size) for p in ctx.target.trainable_params())
-        shape = memory.model_shape(ctx.target.model or ctx.target.objective, vocab, th)
+        vocab, n_params, shape = _sizes(ctx, th)
         need = memory.estimate_bytes(length, vocab, n_params, shape, th)
         avail, total = memory.available_bytes(), host_memory.total_bytes()
         if need <= float(th["isolate_above_gib"]) * memory.GIB or avail is None or total is None:
@@ -101,8 +106,8 @@ class LongInputs(Check):
             return  # no room beside the run: it runs alone, when its turn comes
         sample = text_sample(ctx, length, "long")
         ids, labels = packed(ctx, [sample], length)
-        # one core of its own (measured on 2 cores: unpinned, its kernels' threads slowed the
-        # stages' compiles by ~40% and most of the head start was lost)
+        # one core of its own (measured on the demo, 2 cores: unpinned, its kernels' threads
+        # slowed the stages' compiles by 30-80%, 54.3 s for the run against 50.6 s pinned)
         handle = isolation.start_isolated(ctx, f"{__name__}:measure_one", stage=self.stage,
                                           check=self.name, cpus={max(cpus)}, ids=ids, labels=labels)
         _ahead(ctx)[length] = handle
@@ -166,9 +171,13 @@ class LongInputs(Check):
         return memory.fit_peaks(lengths, peaks)
 
     def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
-        vocab = ctx.engine.vocab_size() or int(th["assume_vocab"])
-        n_params = sum(int(p.size) for p in ctx.target.trainable_params())
-        shape = memory.model_shape(ctx.target.model or ctx.target.objective, vocab, th)
+        try:
+            return self._measure(ctx, th)
+        finally:  # what `prepare` started and this run did not use (or a crash) goes now
+            self._drop_ahead(ctx)
+
+    def _measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
+        vocab, n_params, shape = _sizes(ctx, th)
         safety = float(th["memory_safety"])
         ref_len = position_limit.cap(short_length(th), ctx)
         # the reference's peak is fitted only by calibration: else it shares the dynamic graph
@@ -248,7 +257,6 @@ class LongInputs(Check):
                 row.update(asked=asked, capped_to=length, note=position_limit.note(asked, length, ctx))
             ran_at[length] = row
             out["lengths"][str(asked)] = row
-        self._drop_ahead(ctx)
         avail_now, rss_now = memory.available_bytes(), memory.rss_bytes()
         out["longest_fitting"] = (memory.longest_fitting(calib, rss_now + avail_now / safety)
                                   if calib and avail_now else None)
