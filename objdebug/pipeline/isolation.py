@@ -119,6 +119,7 @@ class Isolated:
         import threading
 
         self.ctx, self.job, self.proc = ctx, job, proc
+        self.cancelled = False
         self._watched: tuple[str | None, int, int | None] | None = None
         self._thread = threading.Thread(target=self._watch, name="objdebug-isolated", daemon=True)
         self._thread.start()
@@ -135,6 +136,7 @@ class Isolated:
 
     def cancel(self) -> None:
         """End the child now (its result is never read) and remove its folder."""
+        self.cancelled = True
         _kill(self.proc)
         self._thread.join()
         shutil.rmtree(self.job, ignore_errors=True)

@@ -117,9 +117,10 @@ class LongInputs(Check):
         """The measurement `prepare` started at `length` (None: none was): its result, or, when
         it was killed for memory beside the run, None (the length then runs again, alone)."""
         handle = _ahead(ctx).pop(length, None)
-        if handle is None:
+        if handle is None or handle.cancelled:  # (ended with a run that stopped before it)
             return None
-        ctx.background.remove(handle)
+        if handle in ctx.background:
+            ctx.background.remove(handle)
         try:
             return {**handle.result(), "isolated": True, "started_early": True}
         except isolation.KilledForMemory:
@@ -128,7 +129,8 @@ class LongInputs(Check):
     def _drop_ahead(self, ctx: Context) -> None:
         """Cancel what `prepare` started and this run did not use (a length it no longer runs)."""
         for handle in _ahead(ctx).values():
-            ctx.background.remove(handle)
+            if handle in ctx.background:
+                ctx.background.remove(handle)
             handle.cancel()
         _ahead(ctx).clear()
 
