@@ -88,3 +88,30 @@ def test_a_graph_that_cannot_compile_dynamically_runs_static(target, monkeypatch
     assert [r.graph for r in engine.compiles.records] == ["objective.logit_grad.static"]
     assert float(out1.asnumpy()[0]) == float(out2.asnumpy()[0])
     assert dynamic_graph.STATIC_SUFFIX == ".static"
+
+
+def test_a_signal_turned_into_an_error_during_the_first_call_is_no_fallback(target, monkeypatch):
+    """^C during a dynamic graph's compile reaches Python as MindSpore's error: it must stop the
+    run (Interrupted), not be taken for a graph that cannot compile dynamically."""
+    import signal
+
+    from objdebug.core import interrupts
+
+    engine = Engine(target.ctx.target)
+
+    def interrupted_compile(name, fn, *args, **kw):
+        monkeypatch.setitem(interrupts._hold, "fired", signal.SIGINT)  # the handler ran ...
+        raise RuntimeError("Failed to compile: KeyboardInterrupt")  # ... and MindSpore caught it
+
+    import mindspore as ms
+    from mindspore import nn
+
+    class Twice(nn.Cell):
+        def construct(self, x):
+            return x * 2
+
+    monkeypatch.setattr(engine, "call", interrupted_compile)
+    with pytest.raises(interrupts.Interrupted):
+        dynamic_graph.call(engine, "g", Twice, (ms.Tensor(shape=[None], dtype=ms.float32),),
+                           ms.Tensor(np.ones(3, np.float32)))
+    assert "g" not in engine.static_fallbacks

@@ -17,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from objdebug.core.interrupts import swallowed
+
 STATIC_SUFFIX = ".static"
 
 
@@ -36,6 +38,8 @@ def call(engine: Any, name: str, build: Callable[[], Any], dynamic: Sequence[Any
         try:  # no shape arguments: the compile log counts one compile for the dynamic graph
             return engine.call(name, lambda: cell(*tensors))
         except Exception:
+            if swallowed() is not None:  # a ^C that MindSpore's compile turned into an error
+                raise swallowed() from None
             if engine.called(name):
                 raise  # it compiled and ran before: a genuine run-time error
             engine.static_fallbacks.add(name)
