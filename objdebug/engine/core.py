@@ -28,7 +28,7 @@ from objdebug.engine.data import (Batch, Padding, Sample, bucket_length, choose_
 from objdebug.core.progress import Progress, shapes_text
 from objdebug.engine.target import Target
 from objdebug.engine.cache_fallback import CacheUnusable, caused_by_cache
-from objdebug.core.interrupts import reassert as reassert_signals
+from objdebug.core.interrupts import reassert as reassert_signals, swallowed
 from objdebug.engine import host_memory, watchdog
 
 
@@ -96,8 +96,6 @@ def _raise_swallowed() -> None:
     in its compile path) is raised when the call returns: the run stops there, as asked.
     Measured: under load, 1 in 4 runs of tests/test_gate_signals.py's later-stage ^C went on to
     the end of the stage and lost its message."""
-    from objdebug.core.interrupts import swallowed
-
     if swallowed() is not None:
         raise swallowed()
 
@@ -229,16 +227,10 @@ class Engine:
 
     def release(self, name: str) -> None:
         """Let go of the graph `name` (its compiled resources); its next call compiles again."""
-        from mindspore.graph.api import _cell_graph_executor
-
         cell = self._cells.pop(name, None)
         if cell is None:
             return
-        phases = getattr(cell, "compile_cache", None)
-        if phases:
-            _cell_graph_executor.del_net_res(cell, phases)
-            phases.clear()
-        self._seen = {k for k in self._seen if k[0] != name}
+        self._drop_phases(name, cell)
         self.compiles.released.append({"graph": name, "stage": self.stage, "check": self.check,
                                        "available_bytes": host_memory.available_bytes()})
 
@@ -253,15 +245,19 @@ class Engine:
         may run a probe that is expected to raise on a graph other checks share: the result
         never depends on the order of checks, only the compile count does.
         """
+        self._drop_phases(name, self._cells.get(name, fn))
+        self.compiles.retired.append({"graph": name, "stage": self.stage, "check": self.check})
+
+    def _drop_phases(self, name: str, cell: Any) -> None:
+        """MindSpore's compiled phases of `cell` go (`del_net_res`), and the graph `name` counts
+        as never compiled: its next call is a compile (`release`, `retire`)."""
         from mindspore.graph.api import _cell_graph_executor
 
-        cell = self._cells.get(name, fn)
         phases = getattr(cell, "compile_cache", None)
         if phases:
             _cell_graph_executor.del_net_res(cell, set(phases))
             phases.clear()
         self._seen = {k for k in self._seen if k[0] != name}
-        self.compiles.retired.append({"graph": name, "stage": self.stage, "check": self.check})
 
     def called(self, name: str) -> bool:
         """Whether the graph `name` has completed a call (at any shape), ever in this run: a
