@@ -109,7 +109,7 @@ def test_an_exit_no_guard_can_see_is_not_a_pass(tiny_target, tmp_path):
 
 
 SIGINT_PROBE = '''
-import os, signal, sys
+import os, signal, sys, time
 import numpy as np
 from objdebug.core.interrupts import Interrupted, raising_signals, reassert
 import mindspore as ms
@@ -130,8 +130,11 @@ with raising_signals():
         reassert()
     try:
         os.kill(os.getpid(), signal.SIGINT)
-        for _ in range(100):
-            pass
+        # the handler runs at the main thread's next check, which a loaded machine can delay
+        # past a short loop (a 100-step loop failed once under xdist): wait up to 30 s for it
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            time.sleep(0.01)
     except Interrupted as exc:
         print(exc.signum)
 '''
