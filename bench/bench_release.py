@@ -19,6 +19,10 @@ align` against a bare MindSpore script, measured side by side in one run. Not ru
   through `objdebug align` against a bare script that loads the same model, checkpoint and
   objective and computes the same per-answer losses (the 120 answers and the all-masked batch)
   with the fewest graphs: one per-sample graph, at one shape [8, longest row]. Target <= 1.25x.
+- demo (issue 27): `objdebug demo` (every stage, default profile), cold (OBJDEBUG_NO_CACHE=1), the
+  previous release (`--prev27`, default bc2d9e2: main before issue 27) and this tree, interleaved,
+  the fastest of `--repeat` tries per side; each process's max RSS (its tree's largest process,
+  from wait4) and this tree's compile count. Targets: wall <= 0.4x, max RSS <= 4 GiB, <= 16 compiles.
 - align-llama (issue 27, real-shaped): the same comparison on the Llama fixture
   (fixtures/targets/llama_ce: RoPE, GQA, RMSNorm, SwiGLU, tied embedding) with data shaped like
   real data: 40 prompts of 5-40 tokens, 3 answers of 20-205 tokens each. Target <= 1.2x.
@@ -40,7 +44,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 STAGES = "align,grad,decompose,correlate,stress"
 NO_STRESS = "align,grad,decompose,correlate"
-TARGETS = {"stress_cold": 0.6, "cold": 0.6, "warm": 0.25, "align": 1.25, "align-llama": 1.2}
+TARGETS = {"stress_cold": 0.6, "cold": 0.6, "warm": 0.25, "align": 1.25, "align-llama": 1.2,
+           "demo": 0.4, "demo_rss_gib": 4.0, "demo_compiles": 16}
 LLAMA = ROOT / "fixtures" / "targets" / "llama_ce" / "objdebug.toml"
 
 
@@ -130,6 +135,48 @@ def release(repo: Path, commit: str, work: Path, repeat: int = 1) -> dict:
     cpu_ratios = {k: runs[c]["cpu_s"] / runs[p]["cpu_s"] for k, (p, c) in pairs.items()}
     return {"prev": commit, "repeat": repeat, "runs": runs, "ratios": ratios,
             "cpu_ratios": cpu_ratios, "tries": tries}
+
+
+def run_demo(tree: Path, cwd: Path, name: str, timeout: float = 3600) -> dict:
+    """One cold `objdebug demo` process in `cwd`: its wall time and max RSS (wait4: the largest
+    process of its tree, as time(1) reports it, per process rather than over all children)."""
+    cwd.mkdir(parents=True, exist_ok=True)
+    report = cwd / f"{name}.json"
+    cmd = [sys.executable, "-m", "objdebug.cli", "demo", "-q", "--json", str(report)]
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=cwd, env=dict(_env(tree), OBJDEBUG_NO_CACHE="1"),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = start + timeout
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            break
+        if time.perf_counter() > deadline:
+            proc.kill()
+            raise SystemExit(f"{name}: over {timeout} s")
+        time.sleep(0.05)
+    wall = time.perf_counter() - start
+    code = os.waitstatus_to_exitcode(status)
+    if code != 0:
+        raise SystemExit(f"{name}: exit {code}: {proc.stderr.read().decode()[-1500:]}")
+    data = json.loads(report.read_text())
+    return {"name": name, "wall_s": round(wall, 2), "max_rss_gib": round(usage.ru_maxrss / 2**20, 2),
+            "compiles": data["compiles"]["count"], "summary": data.get("summary")}
+
+
+def demo_compare(repo: Path, commit: str, work: Path, repeat: int = 1) -> dict:
+    """Issue 27's demo row: the previous release and this tree, interleaved, fastest of `repeat`."""
+    prev = export_release(repo, commit, work / "prev27")
+    tries: dict[str, list[dict]] = {"prev": [], "cur": []}
+    for k in range(repeat):
+        for side, tree in (("prev", prev), ("cur", ROOT)):
+            r = run_demo(tree, work / f"demo_{side}.{k}", f"demo_{side}")
+            tries[side].append(r)
+            print(f"  {side} try {k + 1}: {r['wall_s']:.1f} s, max RSS {r['max_rss_gib']:.2f} GiB, "
+                  f"{r['compiles']} compiles", flush=True)
+    best = {side: min(rs, key=lambda r: r["wall_s"]) for side, rs in tries.items()}
+    return {"prev": commit, "repeat": repeat, "best": best, "tries": tries,
+            "ratio": best["cur"]["wall_s"] / best["prev"]["wall_s"]}
 
 
 # --------------------------------------------------------------------------- align comparison
@@ -293,6 +340,24 @@ def render(res: dict) -> str:
             out.append(f"| {r['name']} | {r['wall_s']:.1f} | {r.get('cpu_s', float('nan')):.1f} | "
                        f"{r['compiles']} | {r['compile_s']:.1f} | {r['cache']} | {stages} |")
         out.append("")
+    demo = res.get("demo")
+    if demo:
+        p, c = demo["best"]["prev"], demo["best"]["cur"]
+        ok = lambda good: "ok" if good else "MISSED"  # noqa: E731
+        out.append(f"objdebug demo, cold: previous release {demo['prev']} vs this tree "
+                   f"(fastest of {demo['repeat']} interleaved tries; whole process)")
+        out.append("| | previous | this tree | target |")
+        out.append("|---|---|---|---|")
+        out.append(f"| wall s | {p['wall_s']:.1f} | {c['wall_s']:.1f} ({demo['ratio']:.2f}x) | "
+                   f"<= {TARGETS['demo']}x {ok(demo['ratio'] <= TARGETS['demo'])} |")
+        rss = max(r["max_rss_gib"] for r in demo["tries"]["cur"])
+        out.append(f"| max RSS GiB (largest try) | {max(r['max_rss_gib'] for r in demo['tries']['prev']):.2f} | "
+                   f"{rss:.2f} | <= {TARGETS['demo_rss_gib']} {ok(rss <= TARGETS['demo_rss_gib'])} |")
+        out.append(f"| compiles | {p['compiles']} | {c['compiles']} | <= {TARGETS['demo_compiles']} "
+                   f"{ok(c['compiles'] <= TARGETS['demo_compiles'])} |")
+        out.append("tries, wall s: previous " + ", ".join(f"{r['wall_s']:.1f}" for r in demo["tries"]["prev"])
+                   + "; this tree " + ", ".join(f"{r['wall_s']:.1f}" for r in demo["tries"]["cur"]))
+        out.append("")
     for key, title in (("align", "demo, 40 rows x 3 answers, up to 200 tokens"),
                        ("align-llama", "Llama fixture, 40 prompts of 5-40 tokens x 3 answers of 20-205")):
         al = res.get(key)
@@ -315,8 +380,10 @@ def render(res: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", default="release,align,align-llama", help="parts: release,align,align-llama")
-    ap.add_argument("--prev", default="6abc76d", help="the previous release's git commit")
+    ap.add_argument("--only", default="release,align,align-llama,demo",
+                    help="parts: release,align,align-llama,demo")
+    ap.add_argument("--prev", default="6abc76d", help="the previous release's git commit (issue 10)")
+    ap.add_argument("--prev27", default="bc2d9e2", help="the previous release for the demo part (issue 27)")
     ap.add_argument("--repo", type=Path, default=ROOT, help="a git repository that has --prev")
     ap.add_argument("--repeat", type=int, default=1,
                     help="interleaved tries per run, the fastest counts (a shared machine)")
@@ -333,6 +400,9 @@ def main(argv: list[str] | None = None) -> int:
             print(render({"align-llama": res["align-llama"]}), flush=True)
         if "release" in parts:
             res["release"] = release(args.repo, args.prev, Path(tmp), args.repeat)
+        if "demo" in parts:
+            res["demo"] = demo_compare(args.repo, args.prev27, Path(tmp), args.repeat)
+            print(render({"demo": res["demo"]}), flush=True)
     print()
     print(render(res))
     if args.out:
