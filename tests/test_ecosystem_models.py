@@ -418,6 +418,6 @@ def test_an_unnamed_position_limit_is_the_longest_length_that_ran(tmp_path, monk
     assert ctx.engine.max_length == 128
     # nothing past the length that ran compiled a graph of its own (the short cases share the
     # dynamic-length graph; a long input runs on its length's static graph)
-    ran = [int(t) for r in ctx.engine.compiles.records if r.graph.startswith("stress.loss_and_grad")
+    ran = [int(t) for r in ctx.engine.compiles.records if r.graph.startswith("objective.param_grad")
            for t in re.findall(r"\[1, (\d+)\]", r.shapes)]
     assert all(t <= 128 for t in ran)

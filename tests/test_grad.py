@@ -192,10 +192,11 @@ def test_healthy_masked_ce_passes_and_matches_host_gradients(ctx_of):
     assert leak["masked"] == int((batch.labels == -100).sum()) and leak["leaking"] == 0
     assert out["logit-gradient-scale"]["ratio"] == pytest.approx(1.0, abs=1e-4)
 
-    # One compile per graph and shape: 1 + 4 directions x 3 steps x 2 calls of the probe reuse one
-    # graph (moving along the single gradient direction does not recompile it).
+    # One compile per graph: the parameter gradient once, and the 4 directions x 3 steps x 2
+    # finite-difference totals through model.forward + objective.logit_grad (no graph of their own;
+    # moving the parameters recompiles nothing).
     graphs = [r.graph for r in ctx.engine.compiles.records]
-    assert graphs.count("grad.param_probe") == 1 and graphs.count("objective.logit_grad") == 1
+    assert graphs.count("objective.param_grad") == 1 and graphs.count("objective.logit_grad") == 1
 
 
 def test_mindspore_cross_entropy_with_matching_ignore_index_passes(ctx_of):
@@ -349,6 +350,52 @@ def test_loss_at_reuses_one_saved_copy_and_restores_once(ctx_of):
     assert minus == probe.loss_at(batch, dirs, -1e-3, 0)
     for p, b in zip(probe.params, before):
         assert np.array_equal(p.data.asnumpy(), b)
+
+
+@pytest.mark.parametrize("name, graphs", [
+    ("grad_healthy", ["model.forward", "objective.logit_grad"]),  # split form, float32 logits
+    ("grad_e2e", ["objective.param_grad"]),                         # end-to-end: no logits to score
+])
+def test_finite_difference_totals_are_the_differentiated_total(ctx_of, monkeypatch, name, graphs):
+    """The FD evaluations need the batch total only; in the split form they take it from the
+    model's forward + the objective's logit graph, not a forward + backward: the same number the
+    parameter-gradient graph differentiates, and no graph of their own."""
+    ctx = ctx_of(name)
+    probe, batch, dirs = G.grad_probe(ctx), G.grad_batch(ctx), G.fd_directions(ctx)
+    (total, _), _ = probe._forward_backward(batch)
+    with probe.saved_parameters() as saved:
+        probe.loss_at(batch, dirs, 0.0, 0, saved)  # compile what the path needs
+        before = ctx.engine.compiles.count
+        called, call = [], ctx.engine.call
+        monkeypatch.setattr(ctx.engine, "call", lambda n, *a, **k: called.append(n) or call(n, *a, **k))
+        assert probe.batch_total(batch) == pytest.approx(float(total.asnumpy()), rel=1e-6)
+        assert called == graphs
+        moved = probe.loss_at(batch, dirs, 1e-2, 0, saved)
+        monkeypatch.undo()
+        (moved_total, _), _ = probe._forward_backward(batch)  # at theta + eps d still
+        assert moved == pytest.approx(float(moved_total.asnumpy()), rel=1e-6)
+        assert moved != pytest.approx(float(total.asnumpy()), rel=1e-9)
+    assert ctx.engine.compiles.count == before
+
+
+def test_finite_difference_totals_of_other_logit_dtypes_come_from_the_gradient_graph(ctx_of, monkeypatch):
+    """Logits that are not float32 (a model run in float16) would be scored by the float32 logit
+    graph differently from the model's own graph: the total then comes from the graph the
+    gradient does."""
+    import mindspore as ms
+
+    ctx = ctx_of("grad_healthy")
+    probe, batch = G.grad_probe(ctx), G.grad_batch(ctx)
+    (total, _), _ = probe._forward_backward(batch)
+    called, call = [], ctx.engine.call
+
+    def half_logits(name, *a, **k):
+        called.append(name)
+        out = call(name, *a, **k)
+        return out.astype(ms.float16) if name == "model.forward" else out
+    monkeypatch.setattr(ctx.engine, "call", half_logits)
+    assert probe.batch_total(batch) == float(total.asnumpy())
+    assert called == ["model.forward", "objective.param_grad"]
 
 
 @pytest.mark.skipif(not (ROOT / "objdebug" / "demo" / "demo.ckpt").is_file(),

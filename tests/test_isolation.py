@@ -57,7 +57,7 @@ def test_long_inputs_in_a_child_give_this_process_numbers(target):
     assert b["grad_norm"] == pytest.approx(a["grad_norm"], rel=1e-5)
     # the child's graph is a graph of the run: it joins the compile log
     added = target.ctx.engine.compiles.records[before:]
-    assert [r.graph for r in added] == ["stress.loss_and_grad.static"] and added[0].check == ""
+    assert [r.graph for r in added] == ["objective.param_grad.static"] and added[0].check == ""
     finding = next(f for f in child.findings if f.code == "OBJ501")
     assert finding.verdict == Verdict.PASS and "in its own process" in finding.message
 

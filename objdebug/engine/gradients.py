@@ -5,9 +5,14 @@ Three kinds of graph, each built once per engine through `engine.cell` and calle
 exactly as the user does (flat / sequence / end-to-end) and return `(total, outputs)`, so
 `value_and_grad(..., has_aux=True)` differentiates the total only.
 
-- `grad.param_probe` (input_ids, labels) runs one forward + backward and returns the outputs and
-  the gradients (Tensors, left on the device). The same graph gives the loss for the
-  finite-difference evaluations: no extra compile.
+- `objective.param_grad` (input_ids, labels) runs one forward + backward and returns the outputs
+  and the gradients (Tensors, left on the device): one dynamic-shape graph (engine/dynamic_graph.py)
+  that the grad stage's batch and every short stress case share (they compiled two graphs of the
+  same function before: `grad.param_probe` [B, T] and `stress.loss_and_grad`). A measurement of
+  one shape's own cost (a long input's peak memory) calls its static twin
+  `objective.param_grad.static`. The finite-difference evaluations need the batch total only:
+  in the split form with float32 logits, `model.forward` + `objective.logit_grad` (both compiled
+  anyway, no backward through the model); otherwise this graph.
 - `gradient.stats` (*grads) reduces a gradient tuple to small tensors per parameter (squared L2
   norm, max |g|, exact zeros; and, only when a squared norm is not finite, a second graph
   `gradient.stats.nonfinite` counts the NaN/Inf elements and the finite squared norm), so a large
@@ -50,7 +55,7 @@ from objdebug.engine.cells import BatchObjective, as_outputs, call_on_logits
 from objdebug.engine.data import Batch  # noqa: F401  (re-exported: objdebug.engine.gradients.Batch)
 from objdebug.core.naming import layer_of  # noqa: F401  (re-exported: objdebug.engine.gradients.layer_of)
 
-PARAM_PROBE = "grad.param_probe"
+PARAM_GRAD = "objective.param_grad"
 OBJECTIVE_LOGIT_GRAD = "objective.logit_grad"
 STATS = "gradient.stats"
 STATS_NONFINITE = "gradient.stats.nonfinite"
@@ -172,9 +177,16 @@ class ObjectiveGradient(nn.Cell):
         return self.grad_fn(*inputs)
 
 
-def _build_param_probe(target, params):
-    """(input_ids, labels) -> ((total, outputs), grads): the batch total's forward + backward."""
-    return ObjectiveGradient(BatchObjective(target), params)
+def param_grad(engine: Any, target: Any, input_ids, labels, static: bool = False):
+    """((total, outputs), grads) of the batch total's forward + backward on Tensors (input_ids,
+    labels) [B, T], through the shared dynamic graph `objective.param_grad` (see the module
+    docstring); `static`: through the batch's own static graph instead (one compile per shape,
+    for a measurement of what that one shape costs)."""
+    build = lambda: ObjectiveGradient(BatchObjective(target), list(target.trainable_params()))  # noqa: E731
+    if static:
+        return dynamic_graph.call_static(engine, PARAM_GRAD, build, input_ids, labels)
+    spec = ms.Tensor(shape=[None, None], dtype=ms.int32)
+    return dynamic_graph.call(engine, PARAM_GRAD, build, (spec, spec), input_ids, labels)
 
 
 _REDUCER: dict[str, Any] = {}  # the reduction Cells, one per process (MindSpore keys graphs on them)
@@ -324,11 +336,28 @@ class GradientProbe:
         return [(d / total.reshape((n,) + (1,) * (d.ndim - 1))).astype(np.float32) for d in dirs]
 
     def _forward_backward(self, batch: Batch):
-        """((total, outputs), grads) of the batch total: the `grad.param_probe` graph."""
+        """((total, outputs), grads) of the batch total: the `objective.param_grad` graph."""
         self._need_params()
-        cell = self.engine.cell(PARAM_PROBE, lambda: _build_param_probe(self.target, self.params))
-        return self.engine.call(PARAM_PROBE, cell, ms.Tensor(batch.input_ids, ms.int32),
-                                ms.Tensor(batch.labels, ms.int32))
+        return param_grad(self.engine, self.target, ms.Tensor(batch.input_ids, ms.int32),
+                          ms.Tensor(batch.labels, ms.int32))
+
+    def batch_total(self, batch: Batch) -> float:
+        """The batch total, the function the parameter gradient differentiates, at the current
+        parameters. Split form with float32 logits: `model.forward` + the objective's
+        `objective.logit_grad` (no backward through the model; both graphs are the run's
+        anyway); otherwise (end-to-end, or logits of another dtype, which the float32 logit
+        graph would not score as the model's own graph does) the parameter-gradient graph."""
+        if self.target.model is not None:
+            logits = self.engine.call("model.forward", self.target.model,
+                                      ms.Tensor(batch.input_ids, ms.int32))
+            if logits.dtype == ms.float32:
+                flat = self.target.config.objective.call == "flat"
+                outputs, _ = objective_logit_grad(self.engine, self.target.objective, flat, logits,
+                                                  ms.Tensor(batch.labels, ms.int32),
+                                                  ms.Tensor(np.float32(1.0), ms.float32))
+                return float(outputs.asnumpy()[0])
+        (total, _), _ = self._forward_backward(batch)
+        return float(total.asnumpy())
 
     def parameters(self, batch: Batch, directions: list[np.ndarray] | None = None) -> ParamGradients:
         """One forward + backward of the batch total; per-parameter statistics reduced in graph
@@ -367,7 +396,7 @@ class GradientProbe:
 
     def loss_at(self, batch: Batch, directions: list[np.ndarray], step: float, k: int,
                 saved: list[np.ndarray] | None = None) -> float:
-        """The batch total at theta + step * d_k, from the probe graph (no extra compile).
+        """The batch total at theta + step * d_k (`batch_total`: no graph of its own).
 
         `saved`: theta from an enclosing `saved_parameters()`, which restores the parameters once
         at its end, so a whole finite-difference measurement copies them to the host once.
@@ -379,8 +408,7 @@ class GradientProbe:
         for p, theta, d in zip(self.params, saved, directions):
             moved = (theta.astype(np.float64) + step * d[k].astype(np.float64)).astype(theta.dtype)
             p.set_data(ms.Tensor(moved))
-        (total, _), _ = self._forward_backward(batch)
-        return float(total.asnumpy())
+        return self.batch_total(batch)
 
     def parameter_norm(self, saved: list[np.ndarray] | None = None) -> float:
         """L2 norm over all parameters (of `saved` when given: no copy from the device)."""

@@ -4,12 +4,12 @@ Two graphs over the shared Cells of `objdebug.engine.cells`, both built once per
 `engine.cell` and called through `engine.call` so every compile is counted:
 
 - `loss_and_grad`: the user's model + objective under the engine's gradient family
-  (`objdebug.engine.gradients.ObjectiveGradient`) -> loss and the gradients, reduced by the
-  engine's one statistics graph (`Engine.gradient_stats`: compiled once, not once per length) to
-  per-parameter squared norms and non-finite counts. One dynamic-shape graph
-  (engine/dynamic_graph.py) for the short cases (the all-padding batch, padding invariance at
-  every extra, the random row, the long-input reference, an out-of-range probe); a long input's
-  measurement runs on its own length's static graph (`stress.loss_and_grad.static`).
+  (`objdebug.engine.gradients.param_grad`) -> loss and the gradients, reduced by the engine's one
+  statistics graph (`Engine.gradient_stats`: compiled once, not once per length) to
+  per-parameter squared norms and non-finite counts. The short cases (the all-padding batch,
+  padding invariance at every extra, the random row, the long-input reference, an out-of-range
+  probe) share the dynamic-shape graph `objective.param_grad` with the grad stage; a long
+  input's measurement runs on its own length's static graph (`objective.param_grad.static`).
 - `objective_on_logits`: the objective alone, fed logits directly (fp16, bf16); one graph per
   dtype (`OBJECTIVE_ON_LOGITS.<dtype>`).
 
@@ -30,35 +30,21 @@ from objdebug.pipeline.context import Context
 from objdebug.engine.data import Sample
 from objdebug.pipeline.datasets import text_samples
 
-LOSS_AND_GRAD = "stress.loss_and_grad"
 OBJECTIVE_ON_LOGITS = "stress.objective_on_logits"
-
-
-def _build_loss_and_grad(ctx: Context):
-    from objdebug.engine.cells import BatchObjective
-    from objdebug.engine.gradients import ObjectiveGradient
-
-    # has_aux: only the total (first output) is differentiated
-    return ObjectiveGradient(BatchObjective(ctx.target), ctx.target.trainable_params())
 
 
 def loss_and_grad(ctx: Context, ids: np.ndarray, labels: np.ndarray, static: bool = False) -> dict[str, Any]:
     """The objective's loss and gradients on one batch, through the user's real Cells.
 
-    One dynamic-shape graph serves every short case (engine/dynamic_graph.py); `static`: the
-    batch's own graph instead, for a measurement of what that one shape costs (the peak memory
-    of a long input: a dynamic graph reuses the memory pool an earlier call grew)."""
+    One dynamic-shape graph serves every short case and the grad stage (engine/dynamic_graph.py);
+    `static`: the batch's own graph instead, for a measurement of what that one shape costs (the
+    peak memory of a long input: a dynamic graph reuses the memory pool an earlier call grew)."""
     import mindspore as ms
 
-    from objdebug.engine import dynamic_graph
+    from objdebug.engine.gradients import param_grad
 
-    build = lambda: _build_loss_and_grad(ctx)  # noqa: E731
-    tensors = ms.Tensor(ids, ms.int32), ms.Tensor(labels, ms.int32)
-    if static:
-        (loss, _), grads = dynamic_graph.call_static(ctx.engine, LOSS_AND_GRAD, build, *tensors)
-    else:
-        spec = ms.Tensor(shape=[None, None], dtype=ms.int32)
-        (loss, _), grads = dynamic_graph.call(ctx.engine, LOSS_AND_GRAD, build, (spec, spec), *tensors)
+    (loss, _), grads = param_grad(ctx.engine, ctx.target, ms.Tensor(ids, ms.int32),
+                                  ms.Tensor(labels, ms.int32), static=static)
     stats = ctx.engine.gradient_stats(grads)
     sq, bad = stats["sq_norm"], stats["nonfinite"]
     return {"loss": float(loss.asnumpy()), "grad_norm": float(np.sqrt(sq.sum())),

@@ -21,8 +21,8 @@ What the probes cost (docs/performance.md): a MindSpore call that raises returns
 later call, so the engine drops a graph that raised (`Engine.retire`) and compiles it again if it
 is called again. The probes therefore run on graphs the run compiled already, on the batch
 shapes those graphs have: the input probes on the random batch [B, T] through `model.forward` +
-`objective.per_sample` (the loss of row 0), then through the stress stage's dynamic
-`stress.loss_and_grad` on row 0; the label probes (split form; labels reach only the objective, so
+`objective.per_sample` (the loss of row 0), then through the dynamic parameter-gradient graph
+`objective.param_grad` on row 0; the label probes (split form; labels reach only the objective, so
 the label facts are the same) on the model's logits of such a batch through `objective.per_sample`,
 then through the dynamic `objective.logit_grad`. A probe that is rejected moves the next probe of
 its path to the next graph, so no probe compiles a graph; the check runs last in the stage, so no

@@ -51,8 +51,8 @@ def _gib(n: float) -> str:
 def measure_one(ctx: Context, ids, labels, static: bool = True) -> dict[str, Any]:
     """Forward + backward on one long batch: loss, gradient norm, time and peak memory (in this
     process or, isolated, in the child that runs it). `static`: through the length's own graph,
-    so its peak is that length's (the short reference shares the stress stage's dynamic graph
-    unless calibration fits peaks)."""
+    so its peak is that length's (the short reference shares the run's dynamic
+    parameter-gradient graph unless calibration fits peaks)."""
     with memory.PeakRss() as rss:
         start = time.perf_counter()
         out = loss_and_grad(ctx, ids, labels, static=static)
