@@ -1,8 +1,9 @@
-"""Benchmark for issue 10's "Done when": this tree against the previous release, and `objdebug
-align` against a bare MindSpore script, measured side by side in one run. Not run in CI.
+"""Benchmark for issue 10's and issue 27's "Done when": this tree against the previous release, and
+`objdebug align` against a bare MindSpore script, measured side by side in one run. Not run in CI.
 
-    .venv/bin/python bench/bench_release.py                    # everything, ~8-12 min on 2 cores
+    .venv/bin/python bench/bench_release.py                    # everything, ~12-16 min on 2 cores
     .venv/bin/python bench/bench_release.py --only align       # the align comparison, ~1 min
+    .venv/bin/python bench/bench_release.py --only demo --repeat 3   # issue 27's demo row, ~7 min
     .venv/bin/python bench/bench_release.py --only release --repeat 2 --out /tmp/release.json
 
 - release: the previous release (git commit `--prev`, default 6abc76d, exported with `git archive`
