@@ -380,8 +380,8 @@ def test_finite_difference_totals_are_the_differentiated_total(ctx_of, monkeypat
 
 def test_finite_difference_totals_of_other_logit_dtypes_come_from_the_gradient_graph(ctx_of, monkeypatch):
     """Logits that are not float32 (a model run in float16) would be scored by the float32 logit
-    graph differently from the model's own graph: the total then comes from the graph the
-    gradient does."""
+    graph differently from the model's own graph: the total then comes from the gradient's own
+    graph, exactly."""
     import mindspore as ms
 
     ctx = ctx_of("grad_healthy")
