@@ -12,7 +12,9 @@ exactly as the user does (flat / sequence / end-to-end) and return `(total, outp
   one shape's own cost (a long input's peak memory) calls its static twin
   `objective.param_grad.static`. The finite-difference evaluations need the batch total only:
   in the split form with float32 logits, `model.forward` + `objective.logit_grad` (both compiled
-  anyway, no backward through the model); otherwise this graph.
+  anyway, no backward through the model); otherwise the static twin at the batch's shape, which
+  the end-to-end form's gradient uses too (two dozen calls of one shape: a dynamic graph's call
+  costs up to ~2x a static one on CPU).
 - `gradient.stats` (*grads) reduces a gradient tuple to small tensors per parameter (squared L2
   norm, max |g|, exact zeros; and, only when a squared norm is not finite, a second graph
   `gradient.stats.nonfinite` counts the NaN/Inf elements and the finite squared norm), so a large
@@ -335,18 +337,22 @@ class GradientProbe:
         total = np.sqrt(sum((d.astype(np.float64).reshape(n, -1) ** 2).sum(1) for d in dirs))
         return [(d / total.reshape((n,) + (1,) * (d.ndim - 1))).astype(np.float32) for d in dirs]
 
-    def _forward_backward(self, batch: Batch):
-        """((total, outputs), grads) of the batch total: the `objective.param_grad` graph."""
+    def _forward_backward(self, batch: Batch, static: bool | None = None):
+        """((total, outputs), grads) of the batch total: the `objective.param_grad` graph, or
+        (`static`; by default in the end-to-end form, whose finite differences take their totals
+        from it, see `batch_total`) its static twin at the batch's shape."""
         self._need_params()
         return param_grad(self.engine, self.target, ms.Tensor(batch.input_ids, ms.int32),
-                          ms.Tensor(batch.labels, ms.int32))
+                          ms.Tensor(batch.labels, ms.int32),
+                          static=self.target.model is None if static is None else static)
 
     def batch_total(self, batch: Batch) -> float:
         """The batch total, the function the parameter gradient differentiates, at the current
         parameters. Split form with float32 logits: `model.forward` + the objective's
         `objective.logit_grad` (no backward through the model; both graphs are the run's
         anyway); otherwise (end-to-end, or logits of another dtype, which the float32 logit
-        graph would not score as the model's own graph does) the parameter-gradient graph."""
+        graph would not score as the model's own graph does) the parameter-gradient graph's
+        static twin at the batch's shape."""
         if self.target.model is not None:
             logits = self.engine.call("model.forward", self.target.model,
                                       ms.Tensor(batch.input_ids, ms.int32))
@@ -356,7 +362,7 @@ class GradientProbe:
                                                   ms.Tensor(batch.labels, ms.int32),
                                                   ms.Tensor(np.float32(1.0), ms.float32))
                 return float(outputs.asnumpy()[0])
-        (total, _), _ = self._forward_backward(batch)
+        (total, _), _ = self._forward_backward(batch, static=True)
         return float(total.asnumpy())
 
     def parameters(self, batch: Batch, directions: list[np.ndarray] | None = None) -> ParamGradients:
