@@ -145,8 +145,9 @@ def run_demo(tree: Path, cwd: Path, name: str, timeout: float = 3600) -> dict:
     report = cwd / f"{name}.json"
     cmd = [sys.executable, "-m", "objdebug.cli", "demo", "-q", "--json", str(report)]
     start = time.perf_counter()
+    err = (cwd / f"{name}.stderr").open("w+b")  # a file, not a pipe nobody reads until the exit
     proc = subprocess.Popen(cmd, cwd=cwd, env=dict(_env(tree), OBJDEBUG_NO_CACHE="1"),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                            stdout=subprocess.DEVNULL, stderr=err)
     deadline = start + timeout
     while True:
         pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
@@ -158,8 +159,11 @@ def run_demo(tree: Path, cwd: Path, name: str, timeout: float = 3600) -> dict:
         time.sleep(0.05)
     wall = time.perf_counter() - start
     code = os.waitstatus_to_exitcode(status)
+    err.seek(0)
+    tail = err.read().decode(errors="replace")[-1500:]
+    err.close()
     if code != 0:
-        raise SystemExit(f"{name}: exit {code}: {proc.stderr.read().decode()[-1500:]}")
+        raise SystemExit(f"{name}: exit {code}: {tail}")
     data = json.loads(report.read_text())
     return {"name": name, "wall_s": round(wall, 2), "max_rss_gib": round(usage.ru_maxrss / 2**20, 2),
             "compiles": data["compiles"]["count"], "summary": data.get("summary")}
