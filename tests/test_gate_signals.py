@@ -262,3 +262,18 @@ def test_sigint_in_a_later_stage_is_130(tiny_target, tmp_path):
         proc.kill()
     assert proc.returncode == 130, "".join(seen) + err
     assert "interrupted after stage align" in err, err
+
+
+def test_a_swallowed_signal_is_raised_as_itself_without_its_disguise(monkeypatch):
+    """`raise_swallowed`: nothing when no signal fired; the Interrupted of the one that fired,
+    not chained to the error it was caught as (MindSpore's "Failed to read ...: SIGTERM")."""
+    from objdebug.core import interrupts
+
+    interrupts.raise_swallowed()  # no signal fired: nothing
+    monkeypatch.setitem(interrupts._hold, "fired", signal.SIGTERM)
+    with pytest.raises(interrupts.Interrupted) as info:
+        try:
+            raise RuntimeError("Failed to read the checkpoint: SIGTERM")
+        except RuntimeError:
+            interrupts.raise_swallowed()
+    assert info.value.signum == signal.SIGTERM and info.value.__suppress_context__

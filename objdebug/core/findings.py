@@ -190,12 +190,11 @@ class Check:
                 result.findings.append(finding)
         except Exception as exc:  # a crash inside a check is ERROR, the run goes on
             from objdebug.core.errors import InputError
-            from objdebug.core.interrupts import swallowed
+            from objdebug.core.interrupts import raise_swallowed
 
             if isinstance(exc, InputError):
                 raise
-            if swallowed() is not None:  # a signal, turned into an error on the way: stop
-                raise swallowed() from None
+            raise_swallowed()  # a signal, turned into an error on the way: stop
             result.error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
             from objdebug.core import crash  # a MindSpore text may open with a newline or a ruler
             from objdebug.core.locations import location  # a graph error: name the user's line

@@ -96,6 +96,15 @@ def swallowed() -> Interrupted | None:
     return Interrupted(signum) if signum else None
 
 
+def raise_swallowed() -> None:
+    """Raise the Interrupted that code on the way swallowed, if any (`swallowed`): the run stops
+    there, as asked. Inside an `except` block the caught error is not chained to it: it was only
+    the signal's disguise."""
+    exc = swallowed()
+    if exc is not None:
+        raise exc from None
+
+
 @contextlib.contextmanager
 def held() -> Iterator[None]:
     """Delay SIGINT/SIGTERM until the block ends: a few renames that must happen all together.

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from objdebug.core.interrupts import swallowed
+from objdebug.core.interrupts import raise_swallowed
 
 STATIC_SUFFIX = ".static"
 
@@ -38,8 +38,7 @@ def call(engine: Any, name: str, build: Callable[[], Any], dynamic: Sequence[Any
         try:  # no shape arguments: the compile log counts one compile for the dynamic graph
             return engine.call(name, lambda: cell(*tensors))
         except Exception:
-            if swallowed() is not None:  # a ^C that MindSpore's compile turned into an error
-                raise swallowed() from None
+            raise_swallowed()  # a ^C that MindSpore's compile turned into an error
             if engine.called(name):
                 raise  # it compiled and ran before: a genuine run-time error
             engine.static_fallbacks.add(name)

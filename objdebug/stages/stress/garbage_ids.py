@@ -45,7 +45,7 @@ import numpy as np
 from objdebug.pipeline.context import Context
 from objdebug.engine.data import Sample
 from objdebug.core.findings import Check, Condition, Verdict
-from objdebug.core.interrupts import swallowed
+from objdebug.core.interrupts import raise_swallowed
 from objdebug.core.settings import Settings
 from objdebug.engine.gradients import objective_logit_grad
 from objdebug.stages.stress._common import POISONED, error_line, loss_and_grad, packed, short_length
@@ -177,8 +177,7 @@ class OutOfRangeIds(Check):
         try:
             value = run(bad_ids, bad_labels)
         except Exception as exc:  # rejection is the healthy outcome
-            if swallowed() is not None:  # a ^C turned into an error on the way is no rejection
-                raise swallowed() from None
+            raise_swallowed()  # a ^C turned into an error on the way is no rejection
             if POISONED in str(exc).lower():
                 raise
             return {"rejected": True, "valid_loss": valid,
