@@ -290,7 +290,11 @@ def build_labels(prompt: list[int], response: list[int], label_pad_id: int, shif
         for t in range(max(p - 1, 0), len(ids) - 1):
             labels[t] = ids[t + 1]
     else:      # the model shifts itself: position t carries token t
-        labels[p:] = ids[p:]
+        # the first token is nobody's next token (no position before it): masked, so the two
+        # layouts supervise the same tokens (a shifting objective on a left-padded row would
+        # otherwise train the last padding position toward it)
+        first = max(p, 1)
+        labels[first:] = ids[first:]
     return labels
 
 

@@ -38,6 +38,7 @@ import numpy as np
 from mindspore import Parameter, nn, ops
 
 from objdebug.engine.cells import as_outputs
+from objdebug.engine.label_pairing import paired_labels
 
 LOGIT_GRAD = "library.logit_grad"
 PROBE_NAME = "objdebug_head_probe"
@@ -161,11 +162,7 @@ class _ProbeGrad(nn.Cell):
 
 def loss_labels(labels: np.ndarray, positions: int, shifts: bool, label_pad_id: int) -> np.ndarray:
     """The batch's labels [B, T] aligned with the head's positions [B, T'] (module docstring)."""
-    src = labels[:, 1:] if shifts else labels
-    out = np.full((labels.shape[0], positions), label_pad_id, labels.dtype)
-    n = min(positions, src.shape[1])
-    out[:, :n] = src[:, :n]
-    return out
+    return paired_labels(labels, 1 if shifts else 0, label_pad_id, positions)
 
 
 def head_of(target) -> dict[str, Any]:

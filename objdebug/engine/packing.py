@@ -56,15 +56,13 @@ def document(sample: Sample, cfg) -> Document:
 
     With a separator, the position before it predicts it (the document's end) and the separator
     itself predicts nothing. Without label shift (the objective shifts), a document's first label
-    is masked: it would be scored on the previous document's last logits."""
+    is masked (`build_labels`): it would be scored on the previous document's last logits."""
     d = cfg.data
     prompt, response = list(sample.prompt), list(sample.response)
     sep = separator_id(cfg)
     if sep is not None and (prompt + response)[-1:] != [sep]:
         response = response + [sep]
     labels = build_labels(prompt, response, d.label_pad_id, d.shift).astype(np.int32)
-    if not d.shift and len(labels):
-        labels[0] = d.label_pad_id
     return Document(sample.id, prompt + response, labels)
 
 

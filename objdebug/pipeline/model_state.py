@@ -54,9 +54,7 @@ def _from_logits(ctx: Context, samples: list) -> dict[str, Any]:
     cfg = ctx.config.data
     ce_sum, ent_sum, count = 0.0, 0.0, 0
     for x, labels in logits_of_rows(ctx, samples):
-        y = labels.astype(np.int64)
-        if not cfg.shift:  # the objective shifts: logits at t predict the label at t + 1
-            x, y = x[:, :-1], y[:, 1:]
+        y = labels.astype(np.int64)  # at t the token after t (logits_of_rows)
         keep = y != cfg.label_pad_id
         x, y = x[keep], y[keep]
         if not y.size:

@@ -14,7 +14,9 @@ import numpy as np
 from objdebug.core.errors import InputError
 from objdebug.engine.data import Sample
 from objdebug.engine.gradients import Batch, GradientProbe, ParamGradients, reference_mean_ce_grad
-from objdebug.engine.library_logits import LibraryLogits
+from objdebug.engine import label_pairing
+from objdebug.engine.label_pairing import Pairing
+from objdebug.engine.library_logits import LibraryLogits, model_shifts
 from objdebug.pipeline.context import Context
 from objdebug.pipeline.datasets import text_samples
 
@@ -55,10 +57,36 @@ def library_logits(ctx: Context) -> LibraryLogits:
     return ctx.provide(library_logits, lambda: LibraryLogits(ctx.engine))
 
 
+def pairing(ctx: Context) -> Pairing:
+    """Which label each logit position is scored against (engine/label_pairing.py): measured on
+    the configured objective in the split form, by the library model's setup probe end to end."""
+    def build() -> Pairing:
+        if ctx.target.end_to_end:
+            info = (ctx.target.info or {}).get("library_model") or {}
+            offset = 1 if model_shifts(ctx.target) else 0
+            if info.get("shifts_labels") is not None:
+                return Pairing(offset=offset, measured=True, why="the library model's setup probe")
+            return label_pairing.declared(ctx.config.data.shift, "no logits in the model's output")
+        return label_pairing.of(ctx.engine)
+    return ctx.provide(pairing, build)
+
+
+def pairing_skip(ctx: Context) -> str | None:
+    """Why a position-wise check cannot pair logits with labels here (None: it can)."""
+    return logit_checks_skip(ctx) or label_pairing.custom_reason(pairing(ctx))
+
+
+def paired(ctx: Context, labels: np.ndarray, positions: int | None = None) -> np.ndarray:
+    """`labels` [B, T] as the logit positions see them: position t holds the label it is scored
+    against (labels[t + 1] when the objective or the model shifts them), label_pad_id where none."""
+    return label_pairing.paired_labels(labels, pairing(ctx).offset,
+                                       ctx.engine.padding.label_pad_id, positions)
+
+
 def logit_gradients(ctx: Context) -> dict[str, np.ndarray]:
     """Logits of the batch, the objective's squared logit-gradient norm per position, reference,
-    and the labels each logit position is scored against ("labels": the batch's labels; for a
-    library model that shifts them itself, the next position's)."""
+    and the labels each logit position is scored against ("labels": the batch's labels as the
+    measured pairing reads them: the next position's where the objective or the model shifts)."""
     def build() -> dict[str, np.ndarray]:
         batch = grad_batch(ctx)
         pid = ctx.engine.padding.label_pad_id
@@ -68,9 +96,10 @@ def logit_gradients(ctx: Context) -> dict[str, np.ndarray]:
             return {**out, "reference_sq": ref}
         logits = ctx.engine.logits(batch.input_ids)
         outputs, sq, g = grad_probe(ctx).logits(logits, batch.labels)
-        ref = reference_mean_ce_grad(logits, batch.labels, pid)
+        labels = paired(ctx, batch.labels)
+        ref = reference_mean_ce_grad(logits, labels, pid)
         return {"outputs": outputs, "sq": sq, "reference_sq": ref, "grad": g, "logits": logits,
-                "labels": batch.labels}
+                "labels": labels}
     return ctx.provide(logit_gradients, build)
 
 
@@ -84,7 +113,7 @@ def logit_checks_skip(ctx: Context) -> str | None:
 
 
 def logits_of_rows(ctx: Context, samples: list[Sample]):
-    """(float64 logits [n, T, V], int labels [n, T]) of the real rows, batch by batch: the engine's
+    """(float64 logits [n, T, V], int labels [n, T]: at t the real token after t) of the real rows, batch by batch: the engine's
     length buckets and batch size (short batches filled, the filler dropped), so the
     `model.forward` graphs are the ones every stage shares. Used by over-smoothing and the model
     state (OBJ004). A library model as the end-to-end target: its output head's logits and the
@@ -95,4 +124,8 @@ def logits_of_rows(ctx: Context, samples: list[Sample]):
             out = library_logits(ctx).run(batch.input_ids, batch.labels)
             yield out["logits"][:n].astype(np.float64), out["labels"][:n]
             continue
-        yield ctx.engine.logits(batch.input_ids)[:n].astype(np.float64), batch.labels[:n]
+        # the model's quality, not the objective's: each position against the real next token,
+        # as the labels' layout (`[data] shift`) places it, whatever pairing the objective uses
+        nxt = label_pairing.declared(ctx.config.data.shift, "").offset
+        yield (ctx.engine.logits(batch.input_ids)[:n].astype(np.float64),
+               label_pairing.paired_labels(batch.labels[:n], nxt, ctx.engine.padding.label_pad_id))

@@ -25,7 +25,7 @@ from objdebug.core.settings import Settings
 from objdebug.engine.gradients import Batch, layer_of, max_mean_ratio
 from objdebug.pipeline.context import Context
 from objdebug.pipeline.run_data import (fd_directions, grad_batch, grad_probe, logit_checks_skip,
-                                        logit_gradients, param_gradients)
+                                        logit_gradients, pairing_skip, param_gradients)
 from objdebug.stages.grad.likelihood import analyse as likelihood_shape
 from objdebug.stages.grad.supervision import SupervisionCoverage
 
@@ -162,6 +162,10 @@ class PaddingLeakage(Check):
     name = "padding-leakage"
     stage = "grad"
 
+    def skip_reason(self, ctx: Context) -> str | None:
+        # the end-to-end form without a probed head is measured by padding more (below)
+        return None if ctx.target.end_to_end else pairing_skip(ctx)
+
     def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         if logit_checks_skip(ctx):  # an end-to-end Cell whose logits objdebug cannot reach
             return self._measure_end_to_end(ctx, th)
@@ -232,7 +236,7 @@ class LogitGradientScale(Check):
     stage = "grad"
 
     def skip_reason(self, ctx: Context) -> str | None:
-        return logit_checks_skip(ctx)
+        return pairing_skip(ctx)
 
     def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         lg = logit_gradients(ctx)
@@ -434,7 +438,7 @@ class LikelihoodShape(Check):
     stage = "grad"
 
     def skip_reason(self, ctx: Context) -> str | None:
-        return logit_checks_skip(ctx)
+        return pairing_skip(ctx)
 
     def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         lg = logit_gradients(ctx)

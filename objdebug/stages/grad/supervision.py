@@ -32,7 +32,7 @@ from objdebug.pipeline.context import Context
 from objdebug.pipeline.datasets import encoder
 from objdebug.core.findings import Check, Condition, Verdict, listing
 from objdebug.core.settings import Settings
-from objdebug.pipeline.run_data import grad_batch, logit_checks_skip, logit_gradients
+from objdebug.pipeline.run_data import grad_batch, logit_gradients, pairing_skip
 
 _LISTED = 8
 
@@ -67,7 +67,7 @@ class SupervisionCoverage(Check):
     stage = "grad"
 
     def skip_reason(self, ctx: Context) -> str | None:
-        return logit_checks_skip(ctx)
+        return pairing_skip(ctx)
 
     def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         batch, lg = grad_batch(ctx), logit_gradients(ctx)

@@ -15,7 +15,8 @@ from objdebug.pipeline.context import Context
 from objdebug.engine.gradients import Batch
 from objdebug.stages.invariants.probe import InvarianceProbe, LibraryInvarianceProbe, Probe
 from objdebug.core.settings import Settings
-from objdebug.pipeline.run_data import grad_batch, library_logits, logit_checks_skip, logit_gradients
+from objdebug.pipeline.run_data import (grad_batch, library_logits, logit_checks_skip, logit_gradients,
+                                        paired)
 
 END_TO_END = ("the end-to-end form (no [model]) does not expose logits: the objective cannot be "
               "called on chosen logits and labels")
@@ -49,6 +50,14 @@ def labels(ctx: Context) -> np.ndarray:
     if ctx.target.end_to_end:
         return logit_gradients(ctx)["labels"]
     return batch(ctx).labels
+
+
+def position_labels(ctx: Context) -> np.ndarray:
+    """The label each logit position is scored against (the measured pairing: the next
+    position's where the objective or the model shifts the labels; engine/label_pairing.py)."""
+    if ctx.target.end_to_end:
+        return logit_gradients(ctx)["labels"]
+    return paired(ctx, batch(ctx).labels)
 
 
 def batch(ctx: Context) -> Batch:

@@ -5,7 +5,9 @@ d = -1, +1, +2 positions (label[t] <- label[t + d]; positions moved in from outs
 label_pad_id), so the objective is asked to predict the token d places later than configured, and
 the model's logits stay the same. With a model that predicts text, d = 0 is the minimum by a clear
 margin; an objective that shifts the labels once more (or a model that shifts internally while
-`data.shift = true`) has its minimum at d = -1.
+`data.shift = true`) has its minimum at d = -1. The measured pairing (which label the objective
+scores each logit position against, engine/label_pairing.py) is reported beside it, so a failure
+says where the extra or missing shift is (the objective, or the labels' layout).
 
 Graphs: `objective.logit_grad` on the grad stage's batch shape (shared with OBJ702,
 OBJ704, OBJ707); the model's logits come from the grad stage's forward. A library model as the
@@ -22,6 +24,7 @@ import numpy as np
 from objdebug.pipeline.context import Context
 from objdebug.core.findings import Check, Condition, Verdict
 from objdebug.core.settings import Settings
+from objdebug.pipeline.run_data import pairing
 from objdebug.stages.invariants._common import base, labels, logits, probe, skip_logit_checks
 
 
@@ -55,7 +58,10 @@ class LabelAlignment(Check):
             rows.append({"offset": d, "loss": loss,
                          "scored": int((shifted_labels(y, d, pad) != pad).sum())})
         return {"shift": bool(ctx.config.data.shift), "offsets": rows,
-                "rows": int(y.shape[0]), "length": int(y.shape[1])}
+                "rows": int(y.shape[0]), "length": int(y.shape[1]),
+                # which label the objective scores each logit position against, measured
+                # (engine/label_pairing.py): says where the extra or missing shift is
+                **({} if ctx.target.end_to_end else {"pairing": pairing(ctx).describe()})}
 
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
         margin = float(th["alignment_margin"])
@@ -75,8 +81,9 @@ class LabelAlignment(Check):
                        "data already does" if best < 0 else
                        f"the labels are shifted {best} time(s) too few (data.shift = false with a "
                        "model that does not shift, or an objective that undoes the shift)")
+                measured = f"; measured: the objective scores {v['pairing']}" if v.get("pairing") else ""
                 return Verdict.FAIL, (what + f": the minimum is at d = {best:+d}, {-gap:.3g} nats per "
-                                      f"token below the configured alignment; {why}"), float(gap)
+                                      f"token below the configured alignment; {why}{measured}"), float(gap)
             if gap >= margin:
                 return Verdict.PASS, what + f": the configured alignment is the minimum by {gap:.3g} " \
                                             f"nats per token (>= {margin})", float(gap)

@@ -36,8 +36,8 @@ import numpy as np
 from objdebug.pipeline.context import Context
 from objdebug.core.findings import Check, Condition, Verdict
 from objdebug.core.settings import Settings
-from objdebug.stages.invariants._common import (F32_EPS, base, fmt, labels, logits, probe, scored,
-    skip_logit_checks)
+from objdebug.stages.invariants._common import (F32_EPS, base, fmt, labels, logits,
+    position_labels, probe, scored, skip_logit_checks)
 from objdebug.stages.invariants.shift_attribution import attribute, component_names
 
 
@@ -47,10 +47,11 @@ def position_weights(ctx: Context) -> np.ndarray:
     def build() -> np.ndarray:
         y, x = labels(ctx), logits(ctx)
         g = probe(ctx).run(np.zeros_like(x), y).grad
-        keep = scored(ctx, y)
+        at = position_labels(ctx)  # the label each logit position is scored against
+        keep = scored(ctx, at)
         if not keep.any() or not np.isfinite(g).all():
             return np.zeros(0)
-        at_label = np.take_along_axis(g, np.where(keep, y, 0)[..., None], -1)[..., 0]
+        at_label = np.take_along_axis(g, np.where(keep, at, 0)[..., None], -1)[..., 0]
         vocab = x.shape[-1]
         return np.abs(at_label[keep]) * vocab / (vocab - 1)
     return ctx.provide(position_weights, build)

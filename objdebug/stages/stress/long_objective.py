@@ -30,8 +30,9 @@ from objdebug.pipeline.context import Context
 from objdebug.core.findings import Check, Condition, Verdict
 from objdebug.core.settings import Settings
 import objdebug.stages.stress.memory as memory
-from objdebug.engine import dynamic_graph
+from objdebug.engine import dynamic_graph, label_pairing
 from objdebug.pipeline import isolation
+from objdebug.pipeline.run_data import grad_batch, logit_gradients, paired, pairing, pairing_skip
 from objdebug.stages.stress._common import ratio_band
 
 GRAPH = "stress.objective_long"
@@ -60,16 +61,22 @@ def _build(ctx: Context):
 
 
 def real_rows(ctx: Context) -> tuple[np.ndarray, np.ndarray]:
-    """Scored rows of the model's real logits on the target's data [n, V] and their labels [n]."""
+    """Scored rows of the model's real logits on the target's data [n, V] and the labels they are
+    scored against [n] (the objective's measured pairing: engine/label_pairing.py)."""
     def build():
-        from objdebug.pipeline.run_data import grad_batch, logit_gradients
-
         batch = grad_batch(ctx)
         cached = ctx.provided(logit_gradients)  # the grad stage's logits, when it ran
         logits = cached["logits"] if cached else ctx.engine.logits(batch.input_ids)
-        scored = batch.labels != ctx.config.data.label_pad_id
-        return logits[scored].astype(np.float32), batch.labels[scored].astype(np.int32)
+        targets = paired(ctx, batch.labels)
+        scored = targets != ctx.config.data.label_pad_id
+        return logits[scored].astype(np.float32), targets[scored].astype(np.int32)
     return ctx.provide(real_rows, build)
+
+
+def objective_labels(targets: np.ndarray, offset: int, label_pad_id: int) -> np.ndarray:
+    """The labels [1, T] to hand the objective so that logit position t is scored against
+    targets[t]: as they are, or one position later for an objective that shifts them itself."""
+    return label_pairing.labels_for_targets(targets, offset, label_pad_id)
 
 
 def resampled(rows: np.ndarray, labels: np.ndarray, length: int, seed: int):
@@ -92,12 +99,15 @@ def _call(ctx: Context, x, y):
                               ms.Tensor(x), ms.Tensor(y))
 
 
-def measure_one(ctx: Context, rows, labels, length: int | None, seed: int) -> dict[str, Any]:
+def measure_one(ctx: Context, rows, labels, length: int | None, seed: int,
+                offset: int = 0) -> dict[str, Any]:
     """The objective alone on the real rows resampled to `length` (None: once, in order): loss,
-    logit-gradient norm, non-finite count, time and peak memory (here, or in the child that runs it)."""
+    logit-gradient norm, non-finite count, time and peak memory (here, or in the child that runs it).
+    `offset`: the objective's pairing (1: it scores logits[t] against labels[t + 1])."""
     with memory.PeakRss() as rss:
         start = time.perf_counter()
         x, y = resampled(rows, labels, length, seed) if length else (rows[None], labels[None])
+        y = objective_labels(y, offset, ctx.config.data.label_pad_id)
         loss, sq, bad = _call(ctx, x, y)
         loss, sq, bad = float(loss.asnumpy()), float(sq.asnumpy()), int(bad.asnumpy())
         seconds = time.perf_counter() - start
@@ -116,16 +126,18 @@ class LongObjective(Check):
                 return ("end-to-end form: the library model's loss runs only inside the model, on "
                         "inputs within its positions, not on logits alone at these lengths")
             return "end-to-end form: the objective takes input_ids, it cannot run on logits alone"
-        return None
+        return pairing_skip(ctx)
 
     def _one(self, ctx: Context, rows, labels, length: int | None, seed: int,
              isolate: bool = False, need: int | None = None) -> dict[str, Any]:
         """length None: `rows` as they are, in order (a reference run)."""
+        offset = pairing(ctx).offset
         if not (isolate and isolation.available()):
-            return measure_one(ctx, rows, labels, length, seed)
+            return measure_one(ctx, rows, labels, length, seed, offset)
         try:  # the child resamples: only the real rows travel
             return {**isolation.run_isolated(ctx, f"{__name__}:measure_one", need_bytes=need, rows=rows,
-                                             labels=labels, length=length, seed=seed), "isolated": True}
+                                             labels=labels, length=length, seed=seed, offset=offset),
+                    "isolated": True}
         except isolation.KilledForMemory as exc:
             return {"length": length, "ran": False, "isolated": True, "reason": str(exc),
                     "child_rss_bytes": exc.child_rss_bytes}
