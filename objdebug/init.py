@@ -404,10 +404,58 @@ def init_config(model: str, objective: str, checkpoint: str | None = None, data:
     found.set("run", "mode", "graph")
     found.set("run", "seed", 0)
 
-    out.write_text(render(found), encoding="utf-8")
+    create_exclusively(out, render(found), output)
     load_config(out)  # what init writes must load: a failure here is objdebug's bug
     _report(found, out, masks, inputs, echo)
     return EXIT_OK if found.probe_error is None else EXIT_CHECK_FAILED
+
+
+def create_exclusively(out: Path, text: str, output: str) -> None:
+    """Write the new config where no file is: the check before the probe is not enough (a file
+    created while init ran was overwritten). The whole text goes to a temporary beside it, which
+    is then hard-linked into place: the link fails if `out` exists by then, and a reader never sees
+    half a config. A filesystem without hard links gets an O_EXCL create instead."""
+    import tempfile
+
+    taken = InputError(f"For '--output', '{output}' was created while objdebug init ran; it never "
+                       f"overwrites a config: remove it or pass --output OTHER.toml")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
+    except OSError as exc:
+        raise InputError(f"For '--output', cannot write '{output}': {exc.strerror or exc}") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; a config is an ordinary file
+        try:
+            os.link(tmp, out)
+        except FileExistsError:
+            raise taken from None
+        except OSError:  # no hard links here (some network and FAT filesystems)
+            try:
+                fh = open(out, "x", encoding="utf-8")
+            except FileExistsError:
+                raise taken from None
+            try:
+                with fh:
+                    fh.write(text)
+            except OSError:
+                os.unlink(out)  # ours, and half written
+                raise
+    except InputError:
+        raise
+    except OSError as exc:
+        raise InputError(f"For '--output', cannot write '{output}': {exc.strerror or exc}; no file "
+                         f"was left there") from None
+    finally:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
 
 
 def _report(found: Findings, out: Path, masks: list[str], inputs: list[str], echo) -> None:
