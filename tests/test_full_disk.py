@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import cli_exit_2, digest
+from .conftest import cli_exit_2
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "synthetic.json"
 

@@ -5,7 +5,6 @@ deep, and a monitor log's `"step": Infinity` / `1e400` (OverflowError from int(i
 goes through `objdebug.core.jsonsafe.loads`. All of these stop before MindSpore starts: in-process."""
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -14,7 +13,6 @@ from objdebug.core.errors import InputError
 
 from .conftest import cli_exit_2
 
-ROOT = Path(__file__).resolve().parent.parent
 DEEP = "[" * 100_000 + "]" * 100_000
 DEEP_ROW = '{"good": ' + DEEP + ', "bad": "x"}'
 
