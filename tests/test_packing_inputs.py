@@ -30,6 +30,13 @@ def test_a_separator_beyond_int32_is_refused_when_the_config_loads(value):
         load_config(CONFIG, overrides={"packing.separator": value})
 
 
+@pytest.mark.parametrize("key", ["data.pad_id", "data.label_pad_id", "data.bos_id", "data.eos_id",
+                                 "packing.separator"])
+def test_every_id_valued_key_must_fit_int32(key):
+    with pytest.raises(InputError, match=rf"For '{key}', the value must be in \[-?\d+, 2147483647\]"):
+        load_config(CONFIG, overrides={key: 2 ** 40})
+
+
 def test_a_separator_outside_the_vocabulary_is_exit_2_before_the_stage():
     out = cli_exit_2(["run", "-c", CONFIG, "--no-cache", "--set", "packing.separator=256"],
                      "For 'packing.separator', the value must be a token id below the model's "
