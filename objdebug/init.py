@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from objdebug.core import jsonsafe
 from objdebug.core.errors import EXIT_CHECK_FAILED, EXIT_OK, InputError
 
 PROBE_LENGTHS = (128, 512, 2048)   # input lengths tried when the model names no position table
@@ -89,30 +90,60 @@ def construct_inputs(model) -> list[str]:
     return [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
 
 
+def _lines(path: Path):
+    """(line number, text) of a `--data` file: a line that is not UTF-8 is exit 2 naming it."""
+    try:
+        fh = open(path, "rb")
+    except OSError as exc:
+        raise InputError(f"For '--data', cannot read the file: {exc.strerror}", source=str(path)) from None
+    with fh:
+        for lineno, raw in enumerate(fh, 1):
+            try:
+                yield lineno, raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise InputError(f"For '--data', not UTF-8 text: byte 0x{raw[exc.start]:02x} at column "
+                                 f"{exc.start + 1}; save the file as UTF-8", source=str(path),
+                                 line=lineno) from None
+
+
+def _rows(path: Path):
+    """(line number, row object) of a JSONL `--data` file, through the one JSON reader
+    (`jsonsafe.loads`: too deep a nesting is malformed JSON, exit 2, not a RecursionError)."""
+    for lineno, line in _lines(path):
+        if not line.strip():
+            continue
+        try:
+            row = jsonsafe.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"For '--data', the row is not JSON: {exc.msg}", source=str(path),
+                             line=lineno) from None
+        if not isinstance(row, dict):
+            raise InputError(f"For '--data', each row must be a JSON object, but got "
+                             f"{type(row).__name__}", source=str(path), line=lineno)
+        yield lineno, row
+
+
+def _is_jsonl(path: Path) -> bool:
+    return path.suffix.lower() in (".jsonl", ".json", ".ndjson")
+
+
 def data_kind(path: Path) -> str:
     """'align' / 'scores' / 'preference' / 'text' from the first row's fields."""
-    if path.suffix.lower() not in (".jsonl", ".json", ".ndjson"):
+    if not _is_jsonl(path):
         return "text"
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            if line.strip():
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise InputError(f"For '--data', the first row is not JSON: {exc.msg}",
-                                     source=str(path)) from None
-                keys = set(row) if isinstance(row, dict) else set()
-                if keys & {"good", "good_ids"}:
-                    return "align"
-                if keys & {"chosen", "chosen_ids"}:
-                    return "preference"
-                if "score" in keys:
-                    return "scores"
-                if keys & {"text", "text_ids"}:
-                    return "text"
-                raise InputError(f"For '--data', cannot tell what the rows are (fields {sorted(keys)}); "
-                                 f"expected align (good/bad), scores (response/score), preference "
-                                 f"(chosen/rejected) or text rows", source=str(path))
+    for _, row in _rows(path):
+        keys = set(row)
+        if keys & {"good", "good_ids"}:
+            return "align"
+        if keys & {"chosen", "chosen_ids"}:
+            return "preference"
+        if "score" in keys:
+            return "scores"
+        if keys & {"text", "text_ids"}:
+            return "text"
+        raise InputError(f"For '--data', cannot tell what the rows are (fields {sorted(keys)}); "
+                         f"expected align (good/bad), scores (response/score), preference "
+                         f"(chosen/rejected) or text rows", source=str(path))
     raise InputError("For '--data', the file has no rows", source=str(path))
 
 
@@ -120,14 +151,10 @@ def _data_ids(paths: dict[str, Path], tokenizer) -> tuple[list[list[int]], list[
     """(token lists of text fields encoded with the tokenizer, lists given as *_ids)."""
     texts, given = [], []
     for kind, path in paths.items():
-        if kind == "text" and path.suffix.lower() not in (".jsonl", ".json", ".ndjson"):
-            texts += [tokenizer.encode(line) for line in path.read_text(encoding="utf-8").splitlines()
-                      if line.strip()]
+        if kind == "text" and not _is_jsonl(path):
+            texts += [tokenizer.encode(line.rstrip("\r\n")) for _, line in _lines(path) if line.strip()]
             continue
-        for line in path.read_text(encoding="utf-8").splitlines():
-            if not line.strip():
-                continue
-            row = json.loads(line)
+        for _, row in _rows(path):
             for key, value in row.items():
                 if key.endswith("_ids") and isinstance(value, list):
                     given.append([int(v) for v in value if isinstance(v, int)])
@@ -377,10 +404,58 @@ def init_config(model: str, objective: str, checkpoint: str | None = None, data:
     found.set("run", "mode", "graph")
     found.set("run", "seed", 0)
 
-    out.write_text(render(found), encoding="utf-8")
+    create_exclusively(out, render(found), output)
     load_config(out)  # what init writes must load: a failure here is objdebug's bug
     _report(found, out, masks, inputs, echo)
     return EXIT_OK if found.probe_error is None else EXIT_CHECK_FAILED
+
+
+def create_exclusively(out: Path, text: str, output: str) -> None:
+    """Write the new config where no file is: the check before the probe is not enough (a file
+    created while init ran was overwritten). The whole text goes to a temporary beside it, which
+    is then hard-linked into place: the link fails if `out` exists by then, and a reader never sees
+    half a config. A filesystem without hard links gets an O_EXCL create instead."""
+    import tempfile
+
+    taken = InputError(f"For '--output', '{output}' was created while objdebug init ran; it never "
+                       f"overwrites a config: remove it or pass --output OTHER.toml")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
+    except OSError as exc:
+        raise InputError(f"For '--output', cannot write '{output}': {exc.strerror or exc}") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; a config is an ordinary file
+        try:
+            os.link(tmp, out)
+        except FileExistsError:
+            raise taken from None
+        except OSError:  # no hard links here (some network and FAT filesystems)
+            try:
+                fh = open(out, "x", encoding="utf-8")
+            except FileExistsError:
+                raise taken from None
+            try:
+                with fh:
+                    fh.write(text)
+            except OSError:
+                os.unlink(out)  # ours, and half written
+                raise
+    except InputError:
+        raise
+    except OSError as exc:
+        raise InputError(f"For '--output', cannot write '{output}': {exc.strerror or exc}; no file "
+                         f"was left there") from None
+    finally:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
 
 
 def _report(found: Findings, out: Path, masks: list[str], inputs: list[str], echo) -> None:

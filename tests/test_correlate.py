@@ -317,7 +317,9 @@ def test_bad_profile_setting_is_input_error(bigram, tmp_path):
     cfg, target, engine, _ = bigram
     prof = tmp_path / "p.toml"
     prof.write_text('extends = "default"\n[correlate]\nci_method = "basic"\n')
-    ctx = Context(config=cfg, target=target, engine=engine, profile=load_profile(str(prof)))
-    with pytest.raises(InputError, match=r"For '\[correlate\] ci_method', the value must be in "
-                                         r"\['bca', 'percentile'\], but got 'basic'"):
-        run_check(ScoreCorrelation(), ctx, ctx.profile.section("correlate"))
+    message = r"For '\[correlate\] ci_method', the value must be in \['bca', 'percentile'\], but got 'basic'"
+    with pytest.raises(InputError, match=message):  # when the profile is read (issue 35) ...
+        load_profile(str(prof))
+    ctx = Context(config=cfg, target=target, engine=engine, profile=load_profile("default"))
+    with pytest.raises(InputError, match=message):  # ... and from settings given to the check itself
+        run_check(ScoreCorrelation(), ctx, ctx.profile.section("correlate").replace(ci_method="basic"))

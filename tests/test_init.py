@@ -1,10 +1,12 @@
 """`objdebug init` (issue 14): the demo's factories give back a config equivalent to the shipped one,
 with the vocabulary, calling form, label_pad_id and pad_id detected; never overwrites a config."""
 
+import pytest
 from typer.testing import CliRunner
 
 from objdebug.cli import app
 from objdebug.core.config import DEMO_CONFIG, load_config
+from objdebug.core.errors import InputError
 
 from .conftest import FIXTURES, cli_exit_2, messages
 
@@ -63,3 +65,36 @@ def test_init_bad_factory_spec_is_exit_2(tmp_path):
                 "objdebug.losses:MaskedCrossEntropy", "--output", tmp_path / "x.toml"],
                "For '--model', the value must be 'module:callable'")
     assert not (tmp_path / "x.toml").exists() and messages("") == []
+
+
+def test_init_never_overwrites_a_config_created_while_it_ran(tmp_path, monkeypatch):
+    """Issue 35: the output was checked before the probe only; a file created meanwhile (here by
+    the probe step, patched) was overwritten. Now it is created exclusively (hard link into place):
+    exit 2, the other file untouched, no temporary left."""
+    import objdebug.init as init
+
+    out = tmp_path / "new.toml"
+
+    def probe_that_races(cfg, target):
+        out.write_text("# written by someone else while init ran\n")
+        return None, "the probe was replaced by the test"
+    monkeypatch.setattr(init, "_probe_contract", probe_that_races)
+    cli_exit_2(["init", "--model", "objdebug.demo.model:build_model", "--objective",
+                "objdebug.losses:MaskedCrossEntropy", "--output", out],
+               "'--output'", "was created while objdebug init ran", "never overwrites")
+    assert out.read_text() == "# written by someone else while init ran\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["new.toml"]
+
+
+def test_init_without_hard_links_creates_the_config_exclusively(tmp_path, monkeypatch):
+    from objdebug.init import create_exclusively
+
+    def no_links(src, dst):
+        raise OSError(1, "Operation not permitted")
+    monkeypatch.setattr("os.link", no_links)
+    create_exclusively(tmp_path / "a.toml", "x = 1\n", "a.toml")
+    assert (tmp_path / "a.toml").read_text() == "x = 1\n"
+    with pytest.raises(InputError, match="was created while objdebug init ran"):
+        create_exclusively(tmp_path / "a.toml", "x = 2\n", "a.toml")
+    assert (tmp_path / "a.toml").read_text() == "x = 1\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["a.toml"]

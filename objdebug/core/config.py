@@ -580,6 +580,8 @@ def validate_packing(cfg, src) -> None:
                                  "it is not.", source=src.of("packing.separator"))
         elif isinstance(sep, bool) or not isinstance(sep, int) or sep < 0:
             raise bad("separator", "a token id >= 0 or \"eos\" (leave it out for none)", sep)
+        else:  # ids reach MindSpore as int32: 2**40 wrapped to 0, the pad id, and passed untested
+            _check_range(sep, 0, INT32_MAX, "packing.separator", src)
     if cfg.model is None:
         raise InputError("[packing] needs a [model]: the packing stage calls the model on packed "
                          "rows (the end-to-end form has no logits)", source=str(src))
@@ -587,7 +589,7 @@ def validate_packing(cfg, src) -> None:
         if (not isinstance(p.inputs, list) or not all(isinstance(x, str) and x in PACKED_INPUTS
                                                       for x in p.inputs)
                 or len(set(p.inputs)) != len(p.inputs) or "input_ids" not in p.inputs):
-            raise bad("inputs", f"construct's arguments in order, each once, from "
+            raise bad("inputs", f"construct's arguments (the ids, then the others by name), each once, from "
                       f"{list(PACKED_INPUTS)} and with 'input_ids'", p.inputs)
     names = packed_inputs(cfg)
     if p.boundary != "none" and p.boundary not in names:

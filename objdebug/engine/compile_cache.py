@@ -41,6 +41,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from objdebug.core import jsonsafe
 from objdebug.engine import cache_files
 
 MANIFEST = "objdebug-manifest.json"
@@ -279,7 +280,7 @@ class CompileCache:
 
     def _read_manifest(self) -> dict[str, Any] | None:
         try:
-            data = json.loads(cache_files.read_text(self.dir / MANIFEST))
+            data = jsonsafe.loads(cache_files.read_text(self.dir / MANIFEST))
         except (OSError, ValueError):
             return None
         if data.get("schema") != SCHEMA or data.get("key") != self.key or not isinstance(

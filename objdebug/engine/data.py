@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from objdebug.core import jsonsafe
 from objdebug.core.errors import InputError
 from objdebug.engine.model_inputs import mark_padding, marks_padding
 
@@ -135,8 +136,8 @@ def _unique_keys(pairs):
 
 
 def _parse_line(line: str) -> Any:
-    return json.loads(line, parse_float=_finite_float, parse_constant=_no_constant,
-                      object_pairs_hook=_unique_keys)
+    return jsonsafe.loads(line, parse_float=_finite_float, parse_constant=_no_constant,
+                          object_pairs_hook=_unique_keys)
 
 
 def check_row(row: dict, what: str, source: str, lineno: int) -> None:
@@ -209,7 +210,7 @@ def read_jsonl(path: str | None, what: str) -> list[tuple[int, dict[str, Any]]]:
             except json.JSONDecodeError as exc:
                 raise InputError(f"not valid JSON: {exc.msg} (column {exc.colno})",
                                  source=str(p), line=lineno) from None
-            except (ValueError, RecursionError) as exc:
+            except ValueError as exc:  # a non-finite number, a repeated field
                 raise InputError(f"not valid JSON: {exc}", source=str(p), line=lineno) from None
             if not isinstance(row, dict):
                 raise InputError(f"each line must be a JSON object, but got {type(row).__name__}",

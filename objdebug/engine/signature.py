@@ -35,7 +35,7 @@ def takes(cell, name: str) -> bool:
     return names is not None and name in names
 
 
-def check_names(cell, names, where: str) -> None:
+def check_names(cell, names, where: str, source: str | None = None) -> None:
     """Every name but the first (the ids, passed by position) must be a construct parameter."""
     taken = parameters(cell)
     if taken is None:
@@ -44,4 +44,4 @@ def check_names(cell, names, where: str) -> None:
     if unknown:
         raise InputError(f"For '{where}', every name must be a parameter of "
                          f"{type(cell).__name__}.construct, which takes {taken}, but got "
-                         f"{unknown[0]!r}.")
+                         f"{unknown[0]!r}.", source=source)

@@ -172,6 +172,10 @@ def load_target(cfg: Config) -> Target:
         from objdebug.engine.cells import wrap  # MindSpore at import: only once a target loads
 
         model = wrap(model, cfg)  # [model] inputs / output: called through ModelCall
+        if cfg.packing is not None:  # [packing] inputs go by name too: checked before any work
+            from objdebug.engine.packed_call import check_names_of
+
+            check_names_of(model, cfg)
     if cfg.objective.call == "preference-pairs":
         # its factory takes the policy and the reference: the preference stage builds it
         target = Target(config=cfg, objective=None, model=model, checkpoint_params=n_loaded)

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from objdebug.core import jsonsafe
 from objdebug.core.errors import InputError
 from objdebug.core.findings import Verdict
 from objdebug.core.jsonsafe import number
@@ -44,7 +45,7 @@ def load_log(path: str) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str,
             if not line.strip():
                 continue
             try:
-                obj = json.loads(line)
+                obj = jsonsafe.loads(line)
             except json.JSONDecodeError as exc:
                 if lineno == 1 and is_run_report(path):
                     raise InputError("this is an objdebug run report (--json), not a training-monitor "
@@ -92,7 +93,7 @@ def is_run_report(path: str) -> bool:
     """True when the whole file is an objdebug JSON run report (what --json writes)."""
     try:
         with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
+            data = jsonsafe.load(fh)
     except (OSError, ValueError):
         return False
     return isinstance(data, dict) and data.get("tool") == "objdebug" and "schema_version" in data
@@ -131,7 +132,7 @@ def _parse_step(obj: dict[str, Any], path: str, lineno: int, header: dict[str, A
                            "n_params": int(g["n_params"])}
     except KeyError as exc:
         raise InputError(f"step record is missing field {exc.args[0]!r}", source=path, line=lineno) from None
-    except (TypeError, ValueError, AttributeError) as exc:
+    except (TypeError, ValueError, AttributeError, OverflowError) as exc:  # "step": Infinity / 1e400
         raise InputError(f"step record has a malformed value: {exc}", source=path, line=lineno) from None
     return rec
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from objdebug.core.errors import InputError
 from objdebug.core.settings import Settings
+from objdebug.pipeline.setting_ranges import problem
 
 
 @dataclass
@@ -156,6 +157,7 @@ def _check_schema(data: dict[str, Any], schema: dict[str, Any], source: str,
                     want = "a string" if types is str else "a number"
                     raise InputError(f"For '{_where(here + [k])}', the value must be {want}, but got "
                                      f"{v!r}.", source=source)
+                _check_range(here + [k], dotted, v, None, source)
             continue
         if key not in schema:
             close = difflib.get_close_matches(key, [k for k in schema if k not in _FREE_KEYS], n=1)
@@ -172,6 +174,18 @@ def _check_schema(data: dict[str, Any], schema: dict[str, Any], source: str,
         elif not _same_type(value, example):
             raise InputError(f"For '{_where(here)}', the value must be {_type_name(example)} (as in "
                              f"checks/default.toml), but got {value!r}.", source=source)
+        else:
+            _check_range(here, dotted, value, example, source)
+
+
+def _check_range(here: list[str], dotted: str, value: Any, example: Any, source: str) -> None:
+    """The value within its key's range (setting_ranges.RANGES): checked in the file that sets it,
+    so the message names that file, before any MindSpore work."""
+    first = example[0] if isinstance(example, list) and example else example
+    integer = isinstance(first, int) and not isinstance(first, bool)
+    wrong = problem(dotted, value, integer)
+    if wrong is not None:
+        raise InputError(f"For '{_where(here)}', {wrong}", source=source)
 
 
 def load_profile(name_or_path: str = "default", _depth: int = 0) -> Profile:
@@ -217,14 +231,7 @@ def _validate(data: dict[str, Any], source: str) -> None:
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise InputError(f"For '{key}', the value must be a list of code prefixes, but got "
                              f"{value!r}.", source=source)
-    timeout = data.get("timeout", 0.0)
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0:
-        raise InputError(f"For 'timeout', the value must be a number of seconds >= 0 (0: no limit), "
-                         f"but got {timeout!r}.", source=source)
-    batch = data["engine"]["batch_size"]  # every profile stands on default.toml
-    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-        raise InputError(f"For '[engine] batch_size', the value must be an integer >= 1, but got "
-                         f"{batch!r}.", source=source)
+    # numbers, their ranges and the verdict words: each file's own values, in _check_schema
 
 
 def code_selected(code: str, select: list[str], ignore: list[str]) -> bool:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from objdebug.core.config import Config
-from objdebug.core.errors import EXIT_CHECK_FAILED, EXIT_OK
+from objdebug.core.errors import EXIT_CHECK_FAILED, EXIT_OK, InputError
 from objdebug.core.findings import Check, CheckResult, Verdict
 from objdebug.core.interrupts import Interrupted, swallowed
 from objdebug.core.progress import Progress, StageSummary
@@ -208,7 +208,9 @@ def _prepare(ctx: Context, planned, debug: bool) -> None:
     """`Check.prepare` of every check that will run: work that can go on beside the checks
     before it starts now. It is only ever a head start (the check measures everything itself
     when nothing was prepared), so a failure here is not the check's result: it is dropped,
-    and the check meets it again, in its own run, if it is real."""
+    and the check meets it again, in its own run, if it is real. An InputError is the exception:
+    a value only the probed model or the data can judge (`[packing] separator` beyond the
+    vocabulary) ends the run with exit 2 here, before any stage's work."""
     for stage, skip, checks in planned:
         if skip:
             continue
@@ -219,6 +221,8 @@ def _prepare(ctx: Context, planned, debug: bool) -> None:
             ctx.engine.check = check.name
             try:
                 check.prepare(ctx, thresholds)
+            except InputError:
+                raise
             except Exception:  # noqa: BLE001 - see the docstring
                 if debug:
                     raise

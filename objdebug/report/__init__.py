@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import errno
 import os
 import tempfile
 from collections.abc import Iterator
@@ -85,7 +86,10 @@ def write_atomic(path: str | os.PathLike, data: str | bytes) -> None:
 
     clean_report_temporaries(path)  # a killed run's `.NAME.XXXXXXXX`
     mode = "wb" if isinstance(data, bytes) else "w"
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    except OSError as exc:
+        raise not_written(path, exc) from None
     try:
         with os.fdopen(fd, mode, **({} if mode == "wb" else {"encoding": "utf-8"})) as fh:
             fh.write(data)
@@ -99,12 +103,27 @@ def write_atomic(path: str | os.PathLike, data: str | bytes) -> None:
             staged.append((tmp, path))
             return
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        if isinstance(exc, OSError):
+            raise not_written(path, exc) from None
         raise
+
+
+def not_written(path: Path, exc: OSError) -> Exception:
+    """A report the OS would not let us write (a full disk, a quota, no permission): an
+    input/output problem of the user's (exit 2), said in one line. Only a temporary was being
+    written, and it is gone: every report file is as it was before the run (within
+    all_or_nothing() none of the run's reports was renamed into place)."""
+    from objdebug.core.errors import InputError
+
+    code = errno.errorcode.get(exc.errno, "")
+    reason = f"{exc.strerror or exc}" + (f" [{code}]" if code else "")
+    return InputError(f"cannot write this report: {reason}; no report file was written or half "
+                      f"written (the existing ones are unchanged)", source=str(path))
 
 
 class ReportSet:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from objdebug.core import jsonsafe
 from objdebug.core.jsonsafe import encode as _clean
 from objdebug.report import write_atomic
 
@@ -61,7 +62,7 @@ def load(path: str, renderable: bool = False) -> dict[str, Any]:
 
     try:
         with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
+            data = jsonsafe.load(fh)
     except FileNotFoundError:
         raise InputError("report not found", source=path) from None
     except json.JSONDecodeError as exc:

@@ -22,7 +22,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from objdebug.core.config import packed_inputs
+from objdebug.core.config import packed_inputs, separator_id
+from objdebug.core.errors import InputError
+from objdebug.core.findings import Check
 from objdebug.engine.data import Sample
 from objdebug.engine.packing import PackedRow, changed_first, document, pack_rows, row_arrays
 
@@ -73,21 +75,53 @@ def measurement(ctx, th) -> PackedMeasurement:
     return ctx.provide(measurement, lambda: _measure(ctx, th))
 
 
+def documents(ctx) -> list:
+    """The documents the stage packs: the data's rows with at least one scored token."""
+    def build():
+        from objdebug.pipeline.datasets import text_samples
+
+        pad = ctx.config.data.label_pad_id
+        docs = [document(s, ctx.config) for s in text_samples(ctx)]
+        return [d for d in docs if (d.labels != pad).any()]
+    return ctx.provide(documents, build)
+
+
+def preflight(ctx) -> None:
+    """`[packing]` values that only the model's vocabulary and the data can judge, checked once
+    the contract probe knows the vocabulary and before the stage's work (from `PackingCheck.prepare`,
+    which the runner calls before any stage, and again from the measurement): an InputError (exit 2)
+    naming the key, where the checks would otherwise crash one by one (4 ERRORs from Gather)."""
+    cfg = ctx.config
+    sep = separator_id(cfg)
+    if sep is not None:
+        vocab = ctx.engine.vocab_size()
+        if sep >= vocab:
+            how = f"[data] eos_id {sep}" if cfg.packing.separator == "eos" else str(sep)
+            raise InputError(f"For 'packing.separator', the value must be a token id below the "
+                             f"model's vocabulary of {vocab}, but got {how}.", source=cfg.source)
+    per_row, found = cfg.packing.documents, len(documents(ctx))
+    if found < per_row:
+        raise InputError(f"For 'packing.documents', the value must be at most the {found} data rows "
+                         f"with a scored token (one document each), but got {per_row}.",
+                         source=cfg.source)
+
+
+class PackingCheck(Check):
+    """A packing check: its `prepare` runs the stage's `preflight` before any stage starts."""
+
+    def prepare(self, ctx, th) -> None:
+        preflight(ctx)
+
+
 def _measure(ctx, th) -> PackedMeasurement:
-    from objdebug.pipeline.datasets import text_samples
     from objdebug.engine.gradients import GradientProbe
     from objdebug.engine.packed_call import packed_logits
 
     cfg, engine = ctx.config, ctx.engine
     pad = cfg.data.label_pad_id
     per_row = cfg.packing.documents
-    docs = [document(s, cfg) for s in text_samples(ctx)]
-    docs = [d for d in docs if (d.labels != pad).any()]
-    want = int(th["rows"]) * per_row
-    if len(docs) < per_row:
-        raise ValueError(f"For '[packing] documents', the data must hold at least {per_row} "
-                         f"documents with a scored token, but got {len(docs)}.")
-    docs = docs[:want]
+    preflight(ctx)  # a run without prepare (a check called alone) meets the same input errors
+    docs = documents(ctx)[:int(th["rows"]) * per_row]
     rows = pack_rows(docs, per_row)
     longest = max(r.used for r in rows)
     if engine.max_length and longest > engine.max_length:

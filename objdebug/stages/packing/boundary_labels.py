@@ -17,12 +17,12 @@ from typing import Any
 import numpy as np
 
 from objdebug.engine.packing import separator_id
-from objdebug.core.findings import Check, Condition, Verdict, listing
+from objdebug.core.findings import Condition, Verdict, listing
 from objdebug.core.settings import Settings
-from objdebug.stages.packing._common import measurement
+from objdebug.stages.packing._common import PackingCheck, measurement
 
 
-class PackingBoundaryLabels(Check):
+class PackingBoundaryLabels(PackingCheck):
     name = "packing-boundary-labels"
     stage = "packing"
 

@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from objdebug.core.findings import Check, Condition, Verdict, listing
+from objdebug.core.findings import Condition, Verdict, listing
 from objdebug.core.settings import Settings
-from objdebug.stages.packing._common import measurement
+from objdebug.stages.packing._common import PackingCheck, measurement
 
 # the fix for a leak, by what the model was given about the boundaries
 ADVICE = {
@@ -36,7 +36,7 @@ ADVICE = {
 }
 
 
-class PackingIsolation(Check):
+class PackingIsolation(PackingCheck):
     name = "packing-isolation"
     stage = "packing"
 

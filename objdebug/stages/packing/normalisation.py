@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from objdebug.core.findings import Check, Condition, Verdict
+from objdebug.core.findings import Condition, Verdict
 from objdebug.core.settings import Settings
-from objdebug.stages.packing._common import measurement
+from objdebug.stages.packing._common import PackingCheck, measurement
 
 NAMES = {"token_mean": "the token mean", "document_mean": "the mean of document means",
          "row_mean": "the mean of packed-row means", "token_sum": "the token sum"}
@@ -30,7 +30,7 @@ def _matches(value: float, refs: dict, rtol: float) -> str | None:
     return None
 
 
-class PackingNormalisation(Check):
+class PackingNormalisation(PackingCheck):
     name = "packing-normalisation"
     stage = "packing"
 

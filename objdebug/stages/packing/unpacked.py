@@ -16,12 +16,12 @@ from typing import Any
 
 import numpy as np
 
-from objdebug.core.findings import Check, Condition, Verdict, listing
+from objdebug.core.findings import Condition, Verdict, listing
 from objdebug.core.settings import Settings
-from objdebug.stages.packing._common import measurement
+from objdebug.stages.packing._common import PackingCheck, measurement
 
 
-class PackingUnpacked(Check):
+class PackingUnpacked(PackingCheck):
     name = "packing-unpacked"
     stage = "packing"
 
