@@ -1,0 +1,214 @@
+"""The batches stage (OBJ01x): the pipeline's real batches against the real objective (in graph
+mode) and the declared conventions.
+
+The fixtures (fixtures/batch_pipelines.py) run whole: the healthy HF-style collator and the
+MindFormers-style MindRecord pass every check under ci-gate; the source procedure's bug (labels
+padded with 0, the user's believed `label_pad_id = -100`) fails. The other bugs run through one
+real Context on the tiny model, the batches swapped per case (the objective's graphs are reused).
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from objdebug import api
+from objdebug.core.config import load_config
+from objdebug.core.findings import Verdict
+from objdebug.pipeline.runner import resolve_stages, run_check
+
+from .conftest import TARGETS
+
+
+def _findings(result):
+    return {f.code: (f.verdict, f.message) for f in result.findings if f.code.startswith("OBJ01")}
+
+
+def test_the_healthy_collator_passes_every_check_under_ci_gate():
+    cfg = load_config(TARGETS / "batches_healthy" / "objdebug.toml")
+    res = api.run(cfg, stages=["batches"], profile="ci-gate", compile_cache=False)
+    found = _findings(res)
+    assert res.exit_code == 0
+    assert set(found) == {f"OBJ01{i}" for i in range(7)}
+    assert all(v is Verdict.PASS for v, _ in found.values()), found
+    assert "labels are pre-shifted" in found["OBJ013"][1]
+
+
+def test_the_mindrecord_pipeline_passes(ctx):
+    found = _judge(ctx, None, target="batches_mindrecord")
+    assert found["OBJ016"][0] is Verdict.SKIP  # no mask column: padding from the pad run
+    assert all(v is Verdict.PASS for c, (v, _) in found.items() if c != "OBJ016"), found
+    assert "labels are unshifted" in found["OBJ013"][1] and "7 rows" in found["OBJ012"][1]
+
+
+def test_the_seed_bug_fails_with_the_believed_config(ctx):
+    """Labels padded with 0 by the collator, ignore_index -100, label_pad_id = -100 believed."""
+    found = _judge(ctx, None, target="batches_pad_zero")
+    verdict, message = found["OBJ010"]
+    assert verdict is Verdict.FAIL
+    assert message.startswith("labels on padding are 0; the objective ignores -100")
+    assert "112 padding positions" in message and "instead of 0" in message
+    assert found["OBJ012"] == (Verdict.FAIL, found["OBJ012"][1])
+    assert "label_pad_id = -100 declared, but the batches put 0 on padding" in found["OBJ012"][1]
+    assert found["OBJ011"][0] is Verdict.PASS  # the prompt is masked right
+
+
+def test_the_stage_runs_first_when_batches_are_set_and_only_then():
+    from objdebug.pipeline.profile import load_profile
+
+    with_batches = load_config(TARGETS / "batches_healthy" / "objdebug.toml")
+    assert resolve_stages(with_batches, load_profile("default"), None)[:2] == ["batches", "align"]
+    cfg = load_config(TARGETS / "tiny" / "objdebug.toml")
+    assert "batches" not in resolve_stages(cfg, load_profile("default"), None)
+    assert "batches" not in cfg.to_dict()["data"]
+    assert resolve_stages(with_batches, load_profile("default"), ["align"]) == ["align"]
+
+
+# --------------------------------------------------------------------------- one bug per case
+CASE: dict[str, list] = {"batches": []}
+
+
+def _case_module():
+    mod = types.ModuleType("batchcase_test")
+    mod.make = lambda: iter(CASE["batches"])
+    sys.modules["batchcase_test"] = mod
+
+
+@pytest.fixture(scope="module")
+def ctx():
+    from objdebug.engine import runtime
+    from objdebug.engine.core import Engine
+    from objdebug.engine.target import load_target
+    from objdebug.pipeline.context import Context
+    from objdebug.pipeline.profile import load_profile
+
+    _case_module()
+    cfg = load_config(TARGETS / "batches_healthy" / "objdebug.toml")
+    runtime.setup("CPU", "graph", 0)
+    target = load_target(cfg)
+    yield Context(config=cfg, target=target, engine=Engine(target), profile=load_profile())
+    sys.modules.pop("batchcase_test", None)
+
+
+def _collated(label_pad=-100, side="right", pad=0, shift=True, mask=True, prompt_label=-100):
+    """Four rows of 'prompt' + 'answer' bytes of different lengths, padded, labelled."""
+    rows = [(list(b"ask: "), list(b"yes.")), (list(b"q? "), list(b"no, never.")),
+            (list(b"prompt "), list(b"ok")), (list(b"x "), list(b"fine, thanks"))]
+    length = max(len(p) + len(r) for p, r in rows)
+    ids = np.full((4, length), pad, np.int64)
+    labels = np.full((4, length), label_pad, np.int64)
+    att = np.zeros((4, length), np.int64)
+    for i, (p, r) in enumerate(rows):
+        row, n = p + r, len(p) + len(r)
+        sl = slice(0, n) if side == "right" else slice(length - n, length)
+        ids[i, sl], att[i, sl] = row, 1
+        lab = np.full(n, prompt_label, np.int64)
+        if shift:
+            lab[len(p) - 1:n - 1] = r
+            lab[n - 1] = -100
+        else:
+            lab[len(p):] = r
+        labels[i, sl] = lab
+    out = {"input_ids": ids, "labels": labels}
+    if mask:
+        out["attention_mask"] = att
+    return out
+
+
+def _judge(ctx, batches, target="batches_healthy", **data):
+    """{code: (verdict, message)} of the stage's checks on `batches` (None: the target's own)."""
+    from objdebug.stages import stage_checks
+    from objdebug.stages.batches.audit import audit, real_batches
+
+    base = load_config(TARGETS / target / "objdebug.toml")
+    if batches is not None:
+        CASE["batches"] = batches
+        base = replace(base, data=replace(base.data, batches="batchcase_test:make", batches_kwargs={}))
+    ctx.config = replace(base, data=replace(base.data, **data))
+    ctx.forget(audit), ctx.forget(real_batches)
+    th = ctx.profile.section("batches")
+    out = {}
+    for check in stage_checks("batches"):
+        for f in run_check(check, ctx, th).findings:
+            out[f.code] = (f.verdict, f.message)
+    return out
+
+
+def test_a_healthy_case_passes_on_the_shared_context(ctx):
+    found = _judge(ctx, [_collated()])
+    assert all(v is Verdict.PASS for v, _ in found.values()), found
+
+
+def test_labels_of_zero_on_the_prompt_fail(ctx):
+    found = _judge(ctx, [_collated(prompt_label=0)])
+    verdict, message = found["OBJ011"]
+    assert verdict is Verdict.FAIL and message.startswith("labels on prompt are 0 and -100; the objective ignores -100: 13 prompt positions")
+    assert found["OBJ010"][0] is Verdict.PASS
+
+
+def test_unshifted_labels_with_shift_true_fail_naming_both(ctx):
+    found = _judge(ctx, [_collated(shift=False)])
+    verdict, message = found["OBJ013"]
+    assert verdict is Verdict.FAIL
+    assert "equal the input ids at the same positions" in message and "data.shift = true" in message
+    found = _judge(ctx, [_collated(shift=False)], shift=False)
+    assert found["OBJ013"][0] is Verdict.PASS
+
+
+def test_pad_id_side_bos_and_eos_contradictions_fail_naming_both(ctx):
+    found = _judge(ctx, [_collated(pad=2, side="left", mask=False)], bos_id=1, eos_id=3)
+    verdict, message = found["OBJ012"]
+    assert verdict is Verdict.FAIL
+    for part in ("pad_id = 0 declared, but the batches pad input_ids with 2",
+                 "padding_side = 'right' declared, but the batches pad on the left",
+                 "bos_id = 1 declared, but the batches start 4 of 4 rows with another id",
+                 "eos_id = 3 declared, but the batches hold 3 in none of 4 rows"):
+        assert part in message, message
+    found = _judge(ctx, [_collated(pad=2, side="left", mask=False)], pad_id=2, padding_side="left")
+    assert found["OBJ012"][0] is Verdict.PASS, found["OBJ012"]
+
+
+def test_a_row_with_nothing_to_learn_fails_naming_it(ctx):
+    batch = _collated()
+    batch["labels"][1, :] = -100  # a truncation that cut the whole answer
+    verdict, message = _judge(ctx, [_collated(), batch])["OBJ014"]
+    assert verdict is Verdict.FAIL and "1 of 8 rows" in message and "batch 2 row 1" in message
+
+
+def test_ids_outside_the_vocabulary_fail(ctx):
+    batch = _collated()
+    batch["input_ids"][0, 1] = 300
+    batch["labels"][2, 5] = -1  # neither a token nor what the objective ignores
+    verdict, message = _judge(ctx, [batch])["OBJ015"]
+    assert verdict is Verdict.FAIL
+    assert "1 input_ids (300 at batch 1 row 0 position 1)" in message and "1 labels (-1 at" in message
+
+
+def test_a_mask_of_ones_on_padded_rows_fails(ctx):
+    batch = _collated()
+    batch["attention_mask"][:] = 1
+    verdict, message = _judge(ctx, [batch])["OBJ016"]
+    assert verdict is Verdict.FAIL and "1 on padding (the pad run of 0 on the right)" in message
+
+
+def test_no_labels_column_is_valid(ctx):
+    batch = _collated()
+    del batch["labels"]
+    found = _judge(ctx, [batch])
+    for code in ("OBJ010", "OBJ011", "OBJ013"):
+        assert found[code][0] is Verdict.SKIP and "no labels column" in found[code][1]
+    assert found["OBJ014"][0] is Verdict.PASS and found["OBJ016"][0] is Verdict.PASS
+
+
+def test_pad_equal_to_eos_keeps_the_last_eos_real():
+    from objdebug.pipeline.batches_source import RealBatch
+    from objdebug.stages.batches.layout import find_padding
+
+    ids = np.array([[5, 6, 7, 3, 3, 3], [5, 6, 7, 8, 9, 3]])
+    padding, pad, side = find_padding(RealBatch(1, {"input_ids": ids}), 3, 3)
+    assert (pad, side) == (3, "right")
+    assert padding.tolist() == [[False] * 4 + [True] * 2, [False] * 6]
