@@ -212,3 +212,47 @@ def test_pad_equal_to_eos_keeps_the_last_eos_real():
     padding, pad, side = find_padding(RealBatch(1, {"input_ids": ids}), 3, 3)
     assert (pad, side) == (3, "right")
     assert padding.tolist() == [[False] * 4 + [True] * 2, [False] * 6]
+
+
+# --------------------------------------------------------------------------- objdebug batches --show
+def test_show_marks_each_token_and_wraps_to_the_width(ctx):
+    from objdebug.stages.batches.audit import audit
+    from objdebug.stages.batches.show import decoder, render
+
+    _judge(ctx, None, target="batches_pad_zero")
+    measured = audit(ctx, ctx.profile.section("batches"))
+    narrow = render(measured, 2, decoder(ctx.config), width=40)
+    assert all(len(line) <= 40 for line in narrow.splitlines()), narrow
+    assert any(line.strip() == "⟨0⟩→0×10" for line in narrow.splitlines())  # a piece is never split
+    text = render(measured, 2, decoder(ctx.config), width=200)
+    lines = text.splitlines()
+    assert lines[0].endswith("(the objective ignores -100)") and lines[4].startswith("[wrong-label]")
+    assert lines[6:] == [
+        "batch 1 row 0: 37 positions — 7 trained, 30 ignored, 0 padding, 0 wrong-label",
+        "  [ignored]what is the capital of france[trained]? paris[ignored].",
+        "batch 1 row 1: 37 positions — 5 trained, 22 ignored, 0 padding, 10 wrong-label",
+        "  [ignored]name a primary colour[trained]: red[ignored].[wrong-label]⟨0⟩→0×10 ",  # the seed bug
+        "2 of 16 rows read shown"]
+    ids_only = render(measured, 1, None, width=200)
+    assert "[ignored]⟨119⟩⟨104⟩⟨97⟩⟨116⟩" in ids_only  # no tokenizer: ids ("what")
+
+
+def test_show_on_the_command_line(tmp_path):
+    from typer.testing import CliRunner
+
+    from objdebug.cli import app
+
+    cfg = TARGETS / "batches_healthy" / "objdebug.toml"
+    out = CliRunner().invoke(app, ["batches", "-c", str(cfg), "--show", "1"], env={"COLUMNS": "80"})
+    assert out.exit_code == 0, out.output
+    assert "[padding]" in out.output and "1 of 16 rows read shown" in out.output
+    assert "[wrong-label]⟨" not in out.output
+
+
+def test_show_needs_batches_and_a_positive_count():
+    from .conftest import cli_exit_2
+
+    cli_exit_2(["batches", "-c", TARGETS / "tiny" / "objdebug.toml", "--show", "2"],
+               "For '--show', [data] batches must name the pipeline's batches")
+    cli_exit_2(["batches", "-c", TARGETS / "batches_healthy" / "objdebug.toml", "--show", "0"],
+               "For '--show', the value must be a number of rows >= 1, but got 0.")
