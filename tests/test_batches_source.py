@@ -183,3 +183,44 @@ def test_a_batches_file_is_relative_to_the_config_and_quiet_when_unset(tmp_path)
     assert load_config(cfg).data.batches == "pkg.mod:make"  # a factory is not a path
     cfg.write_text("[objective]\nfactory = 'a:b'\n")
     assert not {"batches", "max_batches", "columns"} & set(load_config(cfg).to_dict()["data"])
+
+
+def test_relative_paths_in_batches_kwargs_stay_the_users(tmp_path):
+    """The factory runs in the user's directory, even when objdebug works in a scratch one."""
+    (tmp_path / "ids.txt").write_text("4 5 6\n7 8 9\n")
+
+    def from_file(path):
+        with open(path) as fh:  # relative: the user's directory
+            return [{"input_ids": [[int(x) for x in line.split()]]} for line in fh]
+
+    _module(from_file=from_file)
+    got = read_batches(_spec("from_file", batches_kwargs={"path": "ids.txt"}), user_dir=str(tmp_path))
+    assert [b.input_ids.tolist() for b in got.batches] == [[[4, 5, 6]], [[7, 8, 9]]]
+
+
+def _jsonl_target(tmp_path, text):
+    from .conftest import TARGETS
+
+    (tmp_path / "rows.jsonl").write_text(text)
+    cfg = (TARGETS / "batches_healthy" / "objdebug.toml").read_text()
+    cfg = cfg.replace('"../tiny/', f'"{TARGETS}/tiny/').replace(
+        'batches = "fixtures.batch_pipelines:healthy_collator"', 'batches = "rows.jsonl"')
+    (tmp_path / "objdebug.toml").write_text(cfg.replace("batches_kwargs = { batch_size = 4, batches = 4 }\n", ""))
+    return tmp_path / "objdebug.toml"
+
+
+def test_a_report_never_replaces_the_batches_file(tmp_path):
+    from .conftest import cli_exit_2
+
+    cfg = _jsonl_target(tmp_path, '{"input_ids": [1, 2]}\n')
+    cli_exit_2(["batches", "-c", cfg, "--json", tmp_path / "rows.jsonl"], "is data.batches",
+               unchanged=[tmp_path / "rows.jsonl"])
+
+
+def test_a_bad_batch_is_exit_2_with_one_line_from_the_command(tmp_path):
+    from .conftest import cli_exit_2
+
+    cfg = _jsonl_target(tmp_path, '{"input_ids": [1, 2]}\n{"input_ids": [1, 2], "labels": [0.5, 2]}\n')
+    cli_exit_2(["batches", "-c", cfg],
+               "For 'data.batches', batch 2 of 'rows.jsonl', column 'labels' must hold integer ids, "
+               "but has dtype float64.")
