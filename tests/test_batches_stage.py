@@ -256,3 +256,28 @@ def test_show_needs_batches_and_a_positive_count():
                "For '--show', [data] batches must name the pipeline's batches")
     cli_exit_2(["batches", "-c", TARGETS / "batches_healthy" / "objdebug.toml", "--show", "0"],
                "For '--show', the value must be a number of rows >= 1, but got 0.")
+
+
+def test_a_repeated_token_ending_full_rows_is_not_padding():
+    """No false alarm: '!!' ending rows (an id that occurs elsewhere too) is text, not padding."""
+    from objdebug.pipeline.batches_source import RealBatch
+    from objdebug.stages.batches.layout import find_padding
+
+    ids = np.array([[33, 5, 6, 7, 33, 33], [5, 6, 7, 8, 33, 33]])
+    padding, pad, side = find_padding(RealBatch(1, {"input_ids": ids}), 0, None)
+    assert pad is None and not padding.any()
+    ids = np.array([[5, 6, 7, 9, 9, 9], [5, 6, 7, 8, 4, 9]])  # 9 only at the edge: padding
+    padding, pad, side = find_padding(RealBatch(1, {"input_ids": ids}), 0, None)
+    assert (pad, side) == (9, "right") and padding.sum() == 4
+
+
+def test_a_full_row_ending_in_eos_equal_to_pad_keeps_its_mask(ctx):
+    """HF style with pad == eos and eos_id undeclared: the full-length row's final EOS has mask 1."""
+    batch = _collated(pad=3)
+    longest = int(batch["attention_mask"].sum(axis=1).argmax())
+    batch["input_ids"][longest, -1] = 3  # the longest row ends with EOS (= the pad id)
+    found = _judge(ctx, [batch], pad_id=3)
+    assert found["OBJ016"][0] is Verdict.PASS, found["OBJ016"]
+    batch["attention_mask"][0, :] = 1  # a padded row whose mask is all ones still fails
+    verdict, message = _judge(ctx, [batch], pad_id=3)["OBJ016"]
+    assert verdict is Verdict.FAIL and "batch 1 row 0" in message

@@ -46,7 +46,8 @@ def find_padding(batch: RealBatch, pad_id: int, eos_id: int | None) -> tuple[np.
 
     From the attention mask when there is one (its zeros; the id most of them hold); else from
     the run of one id at the rows' edges: the declared pad id, or an id whose run covers two or
-    more positions of some row, whichever side and id cover the most. When the pad id is also
+    more positions of some row and that occurs nowhere else in the rows ("!!" ending a sentence
+    is not padding), whichever side and id cover the most. When the pad id is also
     the EOS id, the first of a trailing run is the row's real EOS."""
     ids, mask = batch.input_ids, batch.attention_mask
     if mask is not None:
@@ -64,8 +65,9 @@ def find_padding(batch: RealBatch, pad_id: int, eos_id: int | None) -> tuple[np.
             runs = edge_runs(ids, value, side)
             if side == "right" and eos_id is not None and value == eos_id:
                 runs = np.maximum(runs - 1, 0)  # pad == eos: the last EOS of a row is real
-            if value != pad_id and runs.max(initial=0) < 2:
-                continue  # a single equal token at the edge is a token, not padding
+            if value != pad_id and (runs.max(initial=0) < 2
+                                    or (ids == value)[~run_mask(ids.shape, runs, side)].any()):
+                continue  # an undeclared id pads only as a run of 2+ and nowhere else in the rows
             if runs.sum() > best[0]:
                 best = (int(runs.sum()), int(value), side, runs)
     if best[1] is None:

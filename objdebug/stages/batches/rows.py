@@ -123,8 +123,12 @@ class AttentionMask(Check):
             if mask is None:
                 continue
             runs = edge_runs(ids, pad, side)
-            if side == "right" and d.eos_id is not None and pad == d.eos_id:
-                runs = np.maximum(runs - 1, 0)  # pad == eos: the last EOS of a row is real
+            if side == "right":
+                # pad == eos: the last EOS of a row is real; with eos_id undeclared, so is a lone
+                # pad id ending a row whose mask has no zero (a full-length row ending in EOS)
+                real_eos = (runs > 0) if d.eos_id is not None and pad == d.eos_id else \
+                    (runs == 1) & (mask != 0).all(axis=1)
+                runs = np.where(real_eos, runs - 1, runs)
             bad = {"not_binary": ~np.isin(mask, (0, 1)),
                    "ones_on_padding": run_mask(ids.shape, runs, side) & (mask == 1),
                    "zeros_on_tokens": (mask == 0) & (ids != pad)}
