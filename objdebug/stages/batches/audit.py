@@ -112,8 +112,10 @@ def probe(ctx: Any, value: int, tolerance: float) -> Probe:
     """The real objective on rows labelled only with `value` (one shared per-sample graph)."""
     from objdebug.engine.compile_errors import compile_error
 
+    # at the contract probe's length when it ran: its per-sample graph is reused, no compile
+    length = (getattr(ctx.target, "info", None) or {}).get("contract", {}).get("length")
     try:
-        loss = float(ctx.engine.masked_probe(label=value)[0])
+        loss = float(ctx.engine.masked_probe(length, label=value)[0])
     except Exception as exc:  # e.g. GatherD: the value is out of range for the objective
         if compile_error(exc) is not None:  # a graph that does not compile is not an answer
             raise
