@@ -56,7 +56,8 @@ def _factories():
             floats=lambda: [{"input_ids": np.ones((2, 4), np.float32)}],
             mismatched=lambda: [{"input_ids": np.ones((2, 4), np.int64),
                                  "labels": np.ones((2, 5), np.int64)}],
-            not_iterable=lambda: 3, generator_dataset=_generator_dataset)
+            not_iterable=lambda: 3, generator_dataset=_generator_dataset,
+            raising_dataset=_raising_dataset, user_dicts=_user_dicts)
     yield
     sys.modules.pop("batchmod_test", None)
 
@@ -64,6 +65,24 @@ def _factories():
 def _raising():
     yield _rows()
     raise ValueError("tokenizer exploded on row 17")
+
+
+def _raising_dataset():
+    import mindspore.dataset as ds
+
+    def source():
+        for i in range(10):
+            if i == 5:
+                raise ValueError("tokenizer exploded on row 5")
+            yield (np.arange(4, dtype=np.int32),)
+
+    return ds.GeneratorDataset(source, ["input_ids"], shuffle=False).batch(2)
+
+
+def _user_dicts():
+    from collections import UserDict
+
+    return [UserDict(_rows())]  # HF's BatchEncoding is a UserDict
 
 
 def _generator_dataset(rows=100_000):
@@ -106,6 +125,10 @@ def test_tuples_are_named_by_batch_columns_and_columns_rename():
     assert got.batches[0].labels is None  # no labels column is a valid (pre-training) pipeline
 
 
+def test_a_mapping_batch_is_read_like_a_dict():
+    assert read_batches(_spec("user_dicts")).batches[0].labels.shape == (2, 6)
+
+
 def test_jsonl_rows_are_batches_of_one_as_written(tmp_path):
     path = tmp_path / "rows.jsonl"
     path.write_text("\n".join(json.dumps({"input_ids": [5, 6, 7], "labels": [-100, 6, 7]})
@@ -132,6 +155,8 @@ def test_mindrecord_in_file_order_batched_or_row_by_row(tmp_path):
 
 @pytest.mark.parametrize("name, kw, words", [
     ("raising", {}, ["batch 2 of 'batchmod_test:raising'", "ValueError", "row 17"]),
+    ("raising_dataset", {}, ["of 'batchmod_test:raising_dataset' raised ValueError: tokenizer "
+                             "exploded on row 5"]),
     ("ragged", {}, ["batch 1", "column 'input_ids'", "ragged", "[3, 2]"]),
     ("floats", {}, ["batch 1", "column 'input_ids'", "integer ids", "float32"]),
     ("renamed", {}, ["batch 1", "no column 'input_ids'", "['tokens']"]),

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -99,13 +101,25 @@ def _pulled(raw: Iterator[Any], most: int, source: str) -> Iterator[tuple[int, A
         except InputError:
             raise
         except Exception as exc:  # the user's pipeline raised: their input, one line
-            first = (str(exc).strip().splitlines() or [""])[0]
             raise InputError(f"For '{_KEY}', reading batch {k} of '{source}' raised "
-                             f"{type(exc).__name__}: {first}") from None
+                             f"{_cause(exc)}") from None
         yield k, element
     close = getattr(raw, "close", None)  # a generator's finally blocks run now, not at exit
     if close is not None:
         close()
+
+
+_RAISED = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception)): (.+)$")
+
+
+def _cause(exc: Exception) -> str:
+    """`Type: message` of what the user's code raised: inside a MindSpore dataset, the last
+    exception line of the Python call stack MindSpore wraps it in; else the first meaningful line."""
+    from objdebug.core import crash
+
+    text = str(exc).split("Dataset Pipeline Error Message")[0]
+    raised = [m for m in map(_RAISED.match, text.splitlines()) if m]
+    return f"{raised[-1].group(1)}: {raised[-1].group(2).strip()}" if raised else crash.summary(exc)
 
 
 def _factory(data: DataSpec, base_dir: str) -> Iterator[Any]:
@@ -192,7 +206,7 @@ def _batch(element: Any, k: int, data: DataSpec, source: str) -> RealBatch:
             raise InputError(f"For 'data.batch_columns', the value must name each of the "
                              f"{len(element)} elements of {where}, but got {data.batch_columns}.")
         element = dict(zip(data.batch_columns, element))
-    if not isinstance(element, dict):
+    if not isinstance(element, Mapping):  # a dict, or an HF BatchEncoding (a UserDict)
         raise InputError(f"For '{_KEY}', each batch must be a dict of columns or a tuple, but "
                          f"{where} is {type(element).__name__}.")
     columns = {}
