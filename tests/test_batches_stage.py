@@ -33,7 +33,7 @@ def test_the_healthy_collator_passes_every_check_under_ci_gate():
     res = api.run(cfg, stages=["batches"], profile="ci-gate", compile_cache=False)
     found = _findings(res)
     assert res.exit_code == 0
-    assert set(found) == {f"OBJ01{i}" for i in range(7)}
+    assert set(found) == {f"OBJ01{i}" for i in range(9)}
     assert all(v is Verdict.PASS for v, _ in found.values()), found
     assert "labels are pre-shifted" in found["OBJ013"][1]
 
@@ -43,6 +43,7 @@ def test_the_mindrecord_pipeline_passes(ctx):
     assert found["OBJ016"][0] is Verdict.SKIP  # no mask column: padding from the pad run
     assert all(v is Verdict.PASS for c, (v, _) in found.items() if c != "OBJ016"), found
     assert "labels are unshifted" in found["OBJ013"][1] and "7 rows" in found["OBJ012"][1]
+    assert "in all 7 rows whose prompt is known" in found["OBJ017"][1]
 
 
 def test_the_seed_bug_fails_with_the_believed_config(ctx):
@@ -140,7 +141,37 @@ def _judge(ctx, batches, target="batches_healthy", **data):
 
 def test_a_healthy_case_passes_on_the_shared_context(ctx):
     found = _judge(ctx, [_collated()])
+    assert found.pop("OBJ017")[0] is Verdict.SKIP and found.pop("OBJ018")[0] is Verdict.SKIP
     assert all(v is Verdict.PASS for v, _ in found.values()), found
+
+
+def _fixture_batches():
+    from fixtures.batch_pipelines import healthy_collator
+
+    return list(healthy_collator())
+
+
+def test_a_prompt_left_unmasked_fails(ctx):
+    batches = _fixture_batches()
+    b = batches[0]
+    n = int(b["attention_mask"][0].sum())
+    b["labels"][0, :n - 1] = b["input_ids"][0, 1:n]  # row 0 trains on its prompt (pre-shifted)
+    found = _judge(ctx, batches)
+    verdict, message = found["OBJ017"]
+    assert verdict is Verdict.FAIL
+    assert "the prompt is trained in 1 of 16 rows whose prompt is known (batch 1 row 0): 29 positions" in message
+    assert found["OBJ018"][0] is Verdict.PASS
+
+
+def test_a_prompt_mask_one_token_too_long_fails(ctx):
+    batches = _fixture_batches()
+    b = batches[0]
+    first = int(np.argmax(b["labels"][1] != -100))  # the position predicting the first answer token
+    b["labels"][1, first] = -100
+    found = _judge(ctx, batches)
+    verdict, message = found["OBJ018"]
+    assert verdict is Verdict.FAIL and "not trained in 1 of 16 rows" in message and "batch 1 row 1" in message
+    assert found["OBJ017"][0] is Verdict.PASS
 
 
 def test_labels_of_zero_on_the_prompt_fail(ctx):

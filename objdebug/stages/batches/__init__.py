@@ -10,7 +10,9 @@ Codes OBJ01x:
 - OBJ013 label layout: unshifted or pre-shifted labels vs `[data] shift`;
 - OBJ014 supervision: every row trains on something (supervised share per row);
 - OBJ015 vocabulary: input ids and trained labels inside the model's vocabulary;
-- OBJ016 attention mask: 0 exactly on the padding.
+- OBJ016 attention mask: 0 exactly on the padding;
+- OBJ017 / OBJ018 prompt boundary (rows matched to the align / scores prompts): the prompt's
+  labels ignored, the answer's first token trained.
 
 The batches are read and measured once (`audit.py`); `show.py` prints rows as the checks see them.
 """
@@ -20,9 +22,10 @@ from __future__ import annotations
 from objdebug.core.findings import Check
 from objdebug.stages.batches.conventions import Conventions, LabelLayout
 from objdebug.stages.batches.labels import PaddingLabels, PromptLabels
+from objdebug.stages.batches.prompt import PromptBoundary
 from objdebug.stages.batches.rows import AttentionMask, Supervision, Vocabulary
 
 
 def checks() -> list[Check]:
-    return [PaddingLabels(), PromptLabels(), Conventions(), LabelLayout(), Supervision(),
-            Vocabulary(), AttentionMask()]
+    return [PaddingLabels(), PromptLabels(), Conventions(), LabelLayout(), PromptBoundary(),
+            Supervision(), Vocabulary(), AttentionMask()]
