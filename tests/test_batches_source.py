@@ -57,7 +57,9 @@ def _factories():
             mismatched=lambda: [{"input_ids": np.ones((2, 4), np.int64),
                                  "labels": np.ones((2, 5), np.int64)}],
             not_iterable=lambda: 3, generator_dataset=_generator_dataset,
-            raising_dataset=_raising_dataset, user_dicts=_user_dicts)
+            raising_dataset=_raising_dataset, user_dicts=_user_dicts,
+            bad_prompt_length=lambda: [{"input_ids": np.ones((2, 4), np.int64),
+                                        "prompt_length": [1, 2, 3]}])
     yield
     sys.modules.pop("batchmod_test", None)
 
@@ -164,6 +166,8 @@ def test_mindrecord_in_file_order_batched_or_row_by_row(tmp_path):
     ("mismatched", {}, ["batch 1", "column 'labels'", "[2, 5]", "[2, 4]"]),
     ("tuples", {}, ["data.batch_columns", "batch 1", "2 elements"]),
     ("not_iterable", {}, ["must return a mindspore.dataset.Dataset", "int"]),
+    ("bad_prompt_length", {}, ["batch 1", "column 'prompt_length'", "one number per row (2)", "[1, 3]"]),
+    ("hf", {"columns": {"loss_mask": "lm"}}, ["batch 1", "no column 'lm'", "data.columns.loss_mask"]),
 ])
 def test_a_bad_source_is_one_line_naming_source_batch_and_column(name, kw, words):
     with pytest.raises(InputError) as err:

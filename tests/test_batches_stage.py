@@ -312,3 +312,28 @@ def test_a_full_row_ending_in_eos_equal_to_pad_keeps_its_mask(ctx):
     batch["attention_mask"][0, :] = 1  # a padded row whose mask is all ones still fails
     verdict, message = _judge(ctx, [batch], pad_id=3)["OBJ016"]
     assert verdict is Verdict.FAIL and "batch 1 row 0" in message
+
+
+@pytest.mark.parametrize("column", ["response_start", "prompt_length", "loss_mask"])
+def test_the_prompt_boundary_from_a_column_of_the_pipeline(ctx, column):
+    """No align rows needed when the batch says where the answer starts (prompts of 'ask: ' ...
+    that no configured row holds); one token too long is caught from each kind of column."""
+    batch = _collated()
+    answer = np.array([5, 3, 7, 2])  # len("ask: "), len("q? "), ... : every row right-padded
+    if column == "response_start":
+        batch[column] = answer
+    elif column == "prompt_length":
+        batch[column] = answer[:, None]  # [B, 1] is one number per row too
+    else:
+        batch[column] = (batch["labels"] != -100).astype(np.int64)
+    found = _judge(ctx, [batch], align=None)
+    assert found["OBJ017"][0] is Verdict.PASS and found["OBJ018"][0] is Verdict.PASS, found
+    assert "all 4 rows whose prompt is known" in found["OBJ017"][1]
+    batch["labels"][2, answer[2] - 1] = -100  # row 2's first answer token masked
+    verdict, message = _judge(ctx, [batch], align=None)["OBJ018"]  # the column still says where
+    assert verdict is Verdict.FAIL and "batch 1 row 2" in message
+
+
+def test_without_a_boundary_the_prompt_checks_skip_saying_why(ctx):
+    found = _judge(ctx, [_collated()], align=None)
+    assert found["OBJ017"][0] is Verdict.SKIP and "no prompt boundary" in found["OBJ017"][1]

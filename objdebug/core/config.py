@@ -455,6 +455,9 @@ def _validate(cfg: Config, src: _Sources) -> None:
 
 
 BATCH_COLUMNS = ("input_ids", "labels", "attention_mask", "position_ids")  # read from a batch by name
+# where a row's prompt ends, when the pipeline says: a per-position mask of the trained labels, or
+# one number per row (the prompt's length from the first real token, or the answer's first index)
+BOUNDARY_COLUMNS = ("loss_mask", "prompt_length", "response_start")
 BATCH_FILES = (".jsonl", ".mindrecord")
 
 
@@ -482,8 +485,9 @@ def _validate_batches(d: DataSpec, src: _Sources) -> None:
         raise bad("batch_columns", "a list of distinct column names (a tuple batch's elements in "
                   "order)", d.batch_columns)
     if not isinstance(d.columns, dict) or not all(
-            k in BATCH_COLUMNS and isinstance(v, str) and v for k, v in d.columns.items()):
-        raise bad("columns", f"a table from {list(BATCH_COLUMNS)} to the pipeline's column names "
+            k in BATCH_COLUMNS + BOUNDARY_COLUMNS and isinstance(v, str) and v
+            for k, v in d.columns.items()):
+        raise bad("columns", f"a table from {list(BATCH_COLUMNS + BOUNDARY_COLUMNS)} to the pipeline's column names "
                   "(e.g. {input_ids = \"tokens\"})", d.columns)
     if d.batch_size is not None:
         _check_type(d.batch_size, int, "data.batch_size", src)

@@ -28,10 +28,10 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from objdebug.core.config import BATCH_COLUMNS, DataSpec, batches_file
+from objdebug.core.config import BATCH_COLUMNS, BOUNDARY_COLUMNS, DataSpec, batches_file
 from objdebug.core.errors import InputError
 
-ID_COLUMNS = ("input_ids", "labels", "position_ids")  # integers by nature
+ROW_COLUMNS = ("prompt_length", "response_start")  # one number per row
 _KEY = "data.batches"
 
 
@@ -220,8 +220,21 @@ def _batch(element: Any, k: int, data: DataSpec, source: str) -> RealBatch:
             continue
         columns[ours] = _column(element[theirs], ours, theirs, where)
     rows, length = columns["input_ids"].shape
+    for ours in BOUNDARY_COLUMNS:  # optional: where each row's prompt ends, when the pipeline says
+        theirs = data.columns.get(ours, ours)
+        if theirs not in element and ours in data.columns:
+            raise InputError(f"For '{_KEY}', {where} has no column '{theirs}' (data.columns.{ours}); "
+                             f"its columns are {sorted(map(str, element))}.")
+        if theirs in element:
+            value = _column(element[theirs], ours, theirs, where)
+            columns[ours] = value.reshape(-1) if ours in ROW_COLUMNS and value.size == rows else value
     for ours, value in columns.items():
-        if value.shape != (rows, length):
+        if ours in ROW_COLUMNS:
+            if value.shape != (rows,):
+                raise InputError(f"For '{_KEY}', {where}, column '{data.columns.get(ours, ours)}' "
+                                 f"must hold one number per row ({rows}), but has shape "
+                                 f"{list(value.shape)}.")
+        elif value.shape != (rows, length):
             raise InputError(f"For '{_KEY}', {where}, column '{data.columns.get(ours, ours)}' has "
                              f"shape {list(value.shape)}, but the input ids have {[rows, length]}.")
     return RealBatch(k, columns)
@@ -244,9 +257,10 @@ def _column(value: Any, ours: str, theirs: str, where: str) -> np.ndarray:
     if array.ndim != 2:
         raise InputError(f"For '{_KEY}', {where}, column '{theirs}' must be [batch, length], but has "
                          f"shape {list(array.shape)}.")
-    if array.dtype.kind == "b" and ours == "attention_mask":
+    masks = ("attention_mask", "loss_mask")
+    if array.dtype.kind == "b" and ours in masks:
         return array.astype(np.int64)
-    if array.dtype.kind == "f" and ours == "attention_mask" and np.isin(array, (0.0, 1.0)).all():
+    if array.dtype.kind == "f" and ours in masks and np.isin(array, (0.0, 1.0)).all():
         return array.astype(np.int64)  # a float 0/1 mask is a mask
     if array.dtype.kind not in "iu":
         raise InputError(f"For '{_KEY}', {where}, column '{theirs}' must hold integer ids, but has "

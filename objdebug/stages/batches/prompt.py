@@ -1,8 +1,11 @@
 """OBJ017 / OBJ018: where the prompt ends in each real row, and what its labels train.
 
-The boundary comes from matching the row to the target's configured rows (align and scores
-prompts, framed as `[data] bos_id` says): a row whose real tokens start with a known prompt has
-its answer right after it. Without such a match the check SKIPs and says why. Given the boundary
+The boundary comes from a column when the pipeline has one (`response_start`: the answer's first
+index; `prompt_length`: the prompt's tokens from the first real one; `loss_mask`: 1 on the trained
+labels, whose first 1 pairs with the answer's first token), else from matching the row to the
+target's configured rows (align and scores prompts, framed as `[data] bos_id` says): a row whose
+real tokens start with a known prompt has its answer right after it. Without either the check
+SKIPs and says why. Given the boundary
 and the labels' layout (`layout.py`):
 
 - OBJ017: every position that predicts a prompt token carries a label the objective ignores
@@ -18,7 +21,8 @@ from typing import Any
 import numpy as np
 
 from objdebug.core.findings import Check, Condition, Verdict, listing
-from objdebug.stages.batches.audit import audit, has_labels
+from objdebug.core.config import BOUNDARY_COLUMNS
+from objdebug.stages.batches.audit import audit, has_labels, real_batches
 from objdebug.stages.batches.layout import PRE_SHIFTED, UNSHIFTED
 
 
@@ -27,7 +31,7 @@ def _prompts(ctx: Any) -> list[list[int]]:
     from objdebug.pipeline.datasets import text_samples
 
     d = ctx.config.data
-    if not (d.align or d.scores):
+    if not (d.align or d.scores) or _has_boundary(ctx):  # a column says it: no matching needed
         return []
     out = set()
     for s in text_samples(ctx):
@@ -46,6 +50,25 @@ def _boundary(real: np.ndarray, prompts: list[list[int]]) -> int | None:
     return None
 
 
+def _has_boundary(ctx: Any) -> bool:
+    return any(set(BOUNDARY_COLUMNS) & set(b.columns) for b in real_batches(ctx).batches)
+
+
+def _first_answer(batch, r: int, real_at: np.ndarray, prompts, layout: str) -> int | None:
+    """The position whose label is the row's first answer token (None: unknown)."""
+    back = 1 if layout == PRE_SHIFTED else 0
+    cols, start = batch.columns, int(real_at[0])
+    if "response_start" in cols:
+        return int(cols["response_start"][r]) - back
+    if "prompt_length" in cols:
+        return start + int(cols["prompt_length"][r]) - back
+    if "loss_mask" in cols:
+        on = np.nonzero(cols["loss_mask"][r] != 0)[0]
+        return int(on[0]) if len(on) else None
+    n = _boundary(batch.input_ids[r, real_at], prompts) if prompts else None
+    return None if n is None else start + n - back
+
+
 class PromptBoundary(Check):
     """OBJ017 / OBJ018: the prompt's labels ignored, the answer's first token trained."""
 
@@ -55,7 +78,7 @@ class PromptBoundary(Check):
     def skip_reason(self, ctx: Any) -> str | None:
         if not has_labels(ctx):
             return "the batches have no labels column: no prompt mask to check"
-        if not (ctx.config.data.align or ctx.config.data.scores):
+        if not (ctx.config.data.align or ctx.config.data.scores or _has_boundary(ctx)):
             return ("no prompt boundary: the batches carry no prompt length and the target has no "
                     "align or scores rows whose prompts could be matched to the batch rows")
         return None
@@ -76,13 +99,11 @@ class PromptBoundary(Check):
                 real_at = np.nonzero(~lay.padding[r])[0]
                 if not len(real_at):
                     continue
-                n = _boundary(lay.batch.input_ids[r, real_at], prompts)
-                if n is None:
+                start = int(real_at[0])
+                first = _first_answer(lay.batch, r, real_at, prompts, a.layout)
+                if first is None or not start <= first < labels.shape[1]:
                     continue
                 matched += 1
-                start = int(real_at[0])
-                # the position whose label is the answer's first token
-                first = start + n - (1 if a.layout == PRE_SHIFTED else 0)
                 prompt_at = np.arange(start, first)
                 trained = prompt_at[~ign[r, prompt_at]]
                 if len(trained):
@@ -99,8 +120,8 @@ class PromptBoundary(Check):
             if v["layout"] not in (UNSHIFTED, PRE_SHIFTED):
                 return "the labels' layout is unclear (OBJ013): no position pairs with the answer's first token"
             if not v["matched"]:
-                return (f"no prompt boundary: none of the {v['rows']} rows read starts with a prompt "
-                        f"of the target's align or scores rows")
+                return (f"no prompt boundary: the batches carry no prompt length and none of the "
+                        f"{v['rows']} rows read starts with a prompt of the target's align or scores rows")
             return None
 
         def prompt(v):
