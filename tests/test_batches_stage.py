@@ -258,7 +258,8 @@ def test_show_marks_each_token_and_wraps_to_the_width(ctx):
     text = render(measured, 2, decoder(ctx.config), width=200)
     lines = text.splitlines()
     assert lines[0].endswith("(the objective ignores -100)") and lines[4].startswith("[wrong-label]")
-    assert lines[6:] == [
+    assert lines[5].startswith("labels are pre-shifted: each token is marked by its label")
+    assert lines[7:] == [
         "batch 1 row 0: 37 positions — 7 trained, 30 ignored, 0 padding, 0 wrong-label",
         "  [ignored]what is the capital of france[trained]? paris[ignored].",
         "batch 1 row 1: 37 positions — 5 trained, 22 ignored, 0 padding, 10 wrong-label",

@@ -15,6 +15,7 @@ from typing import Any, Callable
 import numpy as np
 
 from objdebug.stages.batches.audit import IGNORED, PADDING, TRAINED, WRONG, Audit
+from objdebug.stages.batches.layout import PRE_SHIFTED, UNSHIFTED
 
 TAGS = {TRAINED: "[trained]", IGNORED: "[ignored]", PADDING: "[padding]", WRONG: "[wrong-label]"}
 COLOURS = {TRAINED: "32", IGNORED: "2", PADDING: "90", WRONG: "1;31"}  # ANSI SGR
@@ -91,7 +92,11 @@ def render(a: Audit, n: int, decode: Callable[[list[int]], str] | None, width: i
     lines = textwrap.wrap(f"objdebug batches: {a.source} (the objective ignores "
                           f"{', '.join(map(str, a.ignored())) or 'none of the values probed'})",
                           width + 2, subsequent_indent="  ")
-    for entry in LEGEND:
+    pairing = {PRE_SHIFTED: "labels are pre-shifted: each token is marked by its label, the token "
+                            "after it (the last prompt token trains toward the answer's first)",
+               UNSHIFTED: "labels are unshifted: each token is marked by its own label (the model "
+                          "shifts)"}.get(a.layout)
+    for entry in LEGEND + ([pairing] if pairing else []):
         lines += textwrap.wrap(entry, width + 2, subsequent_indent=" " * 14)
     lines.append("")
     total = sum(len(lay.padding) for lay in a.layouts)
