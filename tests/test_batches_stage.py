@@ -282,7 +282,15 @@ def test_show_on_the_command_line(tmp_path):
 
 
 def test_show_needs_batches_and_a_positive_count():
+    from typer.testing import CliRunner
+
+    from objdebug.cli import app
     from .conftest import cli_exit_2
+
+    helps = {c: CliRunner().invoke(app, [c, "--help"], env={"COLUMNS": "200"}).output
+             for c in ("batches", "run", "align")}
+    assert "--show" in helps["batches"] and "Stage 0:" in helps["batches"]
+    assert "--show" not in helps["run"] and "--show" not in helps["align"]
 
     cli_exit_2(["batches", "-c", TARGETS / "tiny" / "objdebug.toml", "--show", "2"],
                "For '--show', [data] batches must name the pipeline's batches")
