@@ -225,6 +225,7 @@ class Request:
     workers: int | None = None
     expect_trained: bool = False
     timeout: float | None = None  # seconds; None: the profile's `timeout`
+    show: int | None = None  # `objdebug batches --show N`: print N real rows instead of running
     settings: dict[str, Any] = field(default_factory=dict)  # --synthesize, --batch-size, --samples
 
     @classmethod
@@ -292,6 +293,8 @@ def execute(req: Request, progress: Progress, echo: Callable[[str], None], colou
     from objdebug.engine import watchdog
     from objdebug.engine.cache_fallback import in_fallback
 
+    if req.show is not None:
+        return show_batches(req, echo, colour)
     p = prepare(req)
     watchdog.timeout(req.timeout if req.timeout is not None else p.profile.data.get("timeout", 0.0))
     no_cache = req.no_cache or in_fallback()  # the rerun after a graph the cache cannot save
@@ -321,6 +324,35 @@ def execute(req: Request, progress: Progress, echo: Callable[[str], None], colou
         exc.reports_written = bool(written and written.committed)
         raise
     return result.exit_code
+
+
+def show_batches(req: Request, echo: Callable[[str], None], colour: bool = False) -> int:
+    """`objdebug batches --show N`: the first N rows of `[data] batches`, token by token, marked
+    trained / ignored / padding / wrong-label as measured on the real objective (the batches
+    stage's own measurement, stages/batches/audit.py); wrapped to the terminal's width."""
+    import shutil
+
+    from objdebug.engine import runtime
+    from objdebug.engine.core import Engine
+    from objdebug.engine.target import load_target
+    from objdebug.pipeline.context import Context
+    from objdebug.stages.batches import audit, show
+
+    if req.show < 1:
+        raise InputError(f"For '--show', the value must be a number of rows >= 1, but got {req.show}.")
+    p = prepare(req)
+    if p.config.data.batches is None:
+        raise InputError("For '--show', [data] batches must name the pipeline's batches, but it is "
+                         "not set (docs/config.md: your pipeline's batches).", source=p.config.source)
+    runtime.setup(p.config.run.device, p.config.run.mode, p.config.run.seed)
+    with runtime.scratch_dir():
+        target = load_target(p.config)
+        engine = Engine(target, batch_size=p.profile.section("engine")["batch_size"])
+        ctx = Context(config=p.config, target=target, engine=engine, profile=p.profile)
+        measured = audit.audit(ctx, p.profile.section("batches"))
+    echo(show.render(measured, req.show, show.decoder(p.config),
+                     shutil.get_terminal_size().columns, colour))
+    return 0
 
 
 def render(result_json: Path, *, html=None, markdown=None, junit=None,

@@ -106,9 +106,10 @@ OPTIONS: dict[str, tuple[Any, Any]] = {
     "workers": _opt(Optional[int], None, "--workers", help="Run N workers through MindSpore's msrun on this machine; rows are sharded, results combined with collectives (docs/distributed.md)."),
     "timeout": _opt(Optional[float], None, "--timeout", help="End the run after this many seconds with exit 3, naming the graph being compiled (default: the profile's timeout; 0: none)."),
     "expect_trained": _opt(bool, False, "--expect-trained", help="The model is trained: never treat it as untrained (quality checks are judged even at loss ~ log V; see OBJ004)."),
+    "show": _opt(Optional[int], None, "--show", help="batches: print N real rows as tokens marked trained / ignored / padding / wrong-label (measured on the objective) instead of the checks."),
 }
 DebugOpt = OPTIONS["debug"][0]
-RUN_OPTIONS = tuple(OPTIONS)  # what `run` and each stage command take
+RUN_OPTIONS = tuple(k for k in OPTIONS if k != "show")  # what `run` and each stage command take
 DEMO_OPTIONS = ("json_path", "out", "profile", "debug", "verbose", "junit", "html", "markdown",
                 "compile_cache", "no_cache", "quiet", "output_format_", "gitlab_report", "workers",
                 "timeout")
@@ -140,7 +141,7 @@ def with_options(*names: str):
 from objdebug.pipeline.registry import REGISTRY as _STAGES  # noqa: E402  (data only: no MindSpore)
 
 def _stage_command(stage: str):
-    @with_options(*RUN_OPTIONS)
+    @with_options(*RUN_OPTIONS, *(("show",) if stage == "batches" else ()))
     def command(**opts) -> None:
         execute(stages=[stage], **opts)
     return command

@@ -78,6 +78,13 @@ class DataSpec:
     padding_side: str = "right"    # where objdebug pads a row: "right" or "left"
     bos_id: int | None = None      # prepended to every scored text, as the model was trained
     eos_id: int | None = None      # appended to every response (not to a prompt)
+    # the user's own batches (objdebug/pipeline/batches_source.py; the `batches` stage audits them)
+    batches: str | None = None     # "pkg.module:factory", a .mindrecord file or a pre-tokenized .jsonl
+    batches_kwargs: dict[str, Any] = field(default_factory=dict)  # the factory's kwargs, as written
+    batch_columns: list[str] | None = None  # the names of a tuple batch's elements, in order
+    columns: dict[str, str] = field(default_factory=dict)  # our column name -> the pipeline's
+    batch_size: int | None = None  # rows per MindRecord batch (None: row by row)
+    max_batches: int = 8           # batches read at most (a large dataset is never read whole)
 
 
 @dataclass
@@ -160,7 +167,10 @@ class Config:
 # (section, key, default): left out of Config.to_dict() at their default
 _QUIET_DEFAULTS = (("run", "amp_level", "O0"), ("run", "amp_dtype", "float16"),
                    ("run", "amp_objective", False), ("run", "loss_scale", None),
-                   ("data", "bos_id", None), ("data", "eos_id", None))
+                   ("data", "bos_id", None), ("data", "eos_id", None),
+                   ("data", "batches", None), ("data", "batches_kwargs", {}),
+                   ("data", "batch_columns", None), ("data", "columns", {}),
+                   ("data", "batch_size", None), ("data", "max_batches", 8))
 AMP_LEVELS = ("O0", "O1", "O2", "O3")
 AMP_DTYPES = ("float16", "bfloat16")
 
@@ -305,6 +315,8 @@ def _build(raw: dict, path: Path, origins: dict[str, str] | None = None) -> Conf
         spec = getattr(cfg, section)
         if spec is not None and getattr(spec, key):
             setattr(spec, key, str((path.parent / getattr(spec, key)).resolve()))
+    if batches_file(cfg.data.batches):  # a file is relative to the config; a factory is not a path
+        cfg.data.batches = str((path.parent / cfg.data.batches).resolve())
     if cfg.run.profile.endswith(".toml"):  # a profile file is relative to the config, like data
         cfg.run.profile = str((path.parent / cfg.run.profile).resolve())
     return cfg
@@ -414,6 +426,7 @@ def _validate(cfg: Config, src: _Sources) -> None:
                                  f"{value}.", source=src.of(f"data.{key}"))
             _check_range(value, 0, INT32_MAX, f"data.{key}", src)
     _validate_model_io(cfg, src)
+    _validate_batches(d, src)
     if d.text_max_tokens < 2:
         raise InputError(f"For 'data.text_max_tokens', the value must be >= 2, but got "
                          f"{d.text_max_tokens}.", source=src)
@@ -439,6 +452,48 @@ def _validate(cfg: Config, src: _Sources) -> None:
     _validate_precision(r, src)
     if cfg.packing is not None:
         validate_packing(cfg, src)
+
+
+BATCH_COLUMNS = ("input_ids", "labels", "attention_mask", "position_ids")  # read from a batch by name
+# where a row's prompt ends, when the pipeline says: a per-position mask of the trained labels, or
+# one number per row (the prompt's length from the first real token, or the answer's first index)
+BOUNDARY_COLUMNS = ("loss_mask", "prompt_length", "response_start")
+BATCH_FILES = (".jsonl", ".mindrecord")
+
+
+def batches_file(value: Any) -> bool:
+    """Whether `[data] batches` names a file (.jsonl / .mindrecord) rather than a factory."""
+    return isinstance(value, str) and value.lower().endswith(BATCH_FILES)
+
+
+def _validate_batches(d: DataSpec, src: _Sources) -> None:
+    """`[data] batches` and the keys that say how to read them (exit 2, one line naming the key)."""
+    def bad(key: str, expected: str, got: Any) -> InputError:
+        return InputError(f"For 'data.{key}', the value must be {expected}, but got {got!r}.",
+                          source=src.of(f"data.{key}"))
+
+    if d.batches is not None:
+        _check_type(d.batches, str, "data.batches", src)
+        _check_path_text(d.batches, "data.batches", src)
+        module, _, attr = d.batches.partition(":")
+        if not batches_file(d.batches) and not (module.strip() and attr.strip()):
+            raise bad("batches", "'pkg.module:factory', a .mindrecord file or a .jsonl file", d.batches)
+    _check_type(d.batches_kwargs, dict, "data.batches_kwargs", src)
+    if d.batch_columns is not None and (not isinstance(d.batch_columns, list) or not d.batch_columns
+                                        or not all(isinstance(c, str) and c for c in d.batch_columns)
+                                        or len(set(d.batch_columns)) != len(d.batch_columns)):
+        raise bad("batch_columns", "a list of distinct column names (a tuple batch's elements in "
+                  "order)", d.batch_columns)
+    if not isinstance(d.columns, dict) or not all(
+            k in BATCH_COLUMNS + BOUNDARY_COLUMNS and isinstance(v, str) and v
+            for k, v in d.columns.items()):
+        raise bad("columns", f"a table from {list(BATCH_COLUMNS + BOUNDARY_COLUMNS)} to the pipeline's column names "
+                  "(e.g. {input_ids = \"tokens\"})", d.columns)
+    if d.batch_size is not None:
+        _check_type(d.batch_size, int, "data.batch_size", src)
+        _check_range(d.batch_size, 1, INT32_MAX, "data.batch_size", src)
+    _check_type(d.max_batches, int, "data.max_batches", src)
+    _check_range(d.max_batches, 1, INT32_MAX, "data.max_batches", src)
 
 
 def _validate_precision(r: RunSpec, src: _Sources) -> None:

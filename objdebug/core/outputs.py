@@ -15,6 +15,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from objdebug.core.config import batches_file
 from objdebug.core.errors import InputError
 from objdebug.core.paths import path_problem
 
@@ -63,6 +64,8 @@ def config_inputs(cfg, profile_source: str | None = None, baseline=None) -> list
     found += [("data.align", cfg.data.align), ("data.scores", cfg.data.scores),
               ("data.text", getattr(cfg.data, "text", None)),
               ("data.preference", getattr(cfg.data, "preference", None))]
+    if batches_file(getattr(cfg.data, "batches", None)):  # a factory spec is not a file
+        found.append(("data.batches", cfg.data.batches))
     reference = getattr(cfg, "reference", None)
     if reference is not None:
         found.append(("reference.checkpoint", reference.checkpoint))

@@ -383,9 +383,11 @@ class Engine:
         out[order] = results
         return out
 
-    def masked_probe(self, length: int | None = None) -> np.ndarray:
-        """The objective on rows whose labels are all label_pad_id: what a fully masked sample scores."""
+    def masked_probe(self, length: int | None = None, label: int | None = None) -> np.ndarray:
+        """The objective on rows whose labels are all `label` (default label_pad_id): what a fully
+        masked sample scores (0, or NaN from 0/0, when the objective ignores that value)."""
         length = length or self.bucket(1)
         ids = self.padding.only((self.batch_size, length))  # marked (mask 0) when the model takes a mask
-        labels = np.full((self.batch_size, length), self.padding.label_pad_id, np.int32)
+        value = self.padding.label_pad_id if label is None else int(label)
+        labels = np.full((self.batch_size, length), value, np.int32)
         return self.per_sample_raw(ids, labels)[0]

@@ -110,14 +110,22 @@ def scratch_dir() -> Iterator[str]:
     leftovers.clean_scratch()  # what runs killed by SIGKILL left
     tmp = tempfile.mkdtemp(prefix="objdebug-")
     leftovers.mark(tmp)
+    _state["user_dir"] = old
     os.chdir(tmp)
     watchdog.scratch(tmp)  # removed by the watchdog too, if it has to end a stuck run
     try:
         yield tmp
     finally:
         os.chdir(old)
+        _state.pop("user_dir", None)
         shutil.rmtree(tmp, ignore_errors=True)
         watchdog.scratch(tmp, add=False)
+
+
+def user_dir() -> str:
+    """The user's working directory (outside a scratch directory: the current one): where the
+    user's own code expects its relative paths to start (`[data] batches_kwargs`)."""
+    return str(_state.get("user_dir") or os.getcwd())
 
 
 def versions() -> dict[str, str]:

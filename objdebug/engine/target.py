@@ -33,28 +33,30 @@ def _package_root(top: str, base_dir: str, levels: int = 6) -> str:
     return str(here)
 
 
-def import_factory(spec: str, where: str, base_dir: str) -> Any:
+def import_factory(spec: str, where: str, base_dir: str, key: str | None = None) -> Any:
     """'pkg.module:attr' -> the attribute; importable from the config's directory (or the parent
-    that holds the package), then from installed packages."""
+    that holds the package), then from installed packages. `key`: the config key messages name
+    (default `<where>.factory`)."""
+    key = key or f"{where}.factory"
     module_name, _, attr = spec.partition(":")
     root = _package_root(module_name.split(".")[0], base_dir)
     if root not in sys.path:
         sys.path.insert(0, root)
-    with user_exits(f"For '{where}.factory', importing '{module_name}'"):
+    with user_exits(f"For '{key}', importing '{module_name}'"):
         try:
             module = importlib.import_module(module_name)
         except Exception as exc:  # ImportError, or an error raised while importing the user's module
-            raise InputError(f"For '{where}.factory', cannot import module '{module_name}': "
+            raise InputError(f"For '{key}', cannot import module '{module_name}': "
                              f"{type(exc).__name__}: {exc}") from None
     obj = module
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)
         except AttributeError:
-            raise InputError(f"For '{where}.factory', module '{module_name}' has no attribute "
+            raise InputError(f"For '{key}', module '{module_name}' has no attribute "
                              f"'{attr}'.") from None
     if not callable(obj):
-        raise InputError(f"For '{where}.factory', '{spec}' must be callable, but got {type(obj).__name__}.")
+        raise InputError(f"For '{key}', '{spec}' must be callable, but got {type(obj).__name__}.")
     return obj
 
 

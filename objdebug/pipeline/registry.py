@@ -21,8 +21,9 @@ class Stage:
 
     @property
     def number(self) -> int:
-        """The stage's place in the pipeline (1-based)."""
-        return STAGES.index(self.name) + 1
+        """The stage's place in the pipeline: `batches` (the data, before any objective stage) is
+        stage 0, align stage 1, ..."""
+        return STAGES.index(self.name)
 
     @property
     def help(self) -> str:
@@ -30,6 +31,8 @@ class Stage:
 
 
 REGISTRY: tuple[Stage, ...] = (
+    Stage("batches", "Your pipeline's real batches (data.batches) against the objective and the declared conventions: padding and prompt labels it scores, pad/label/BOS/EOS ids, padding side, label layout vs shift, rows with nothing to learn, ids outside the vocabulary, attention mask vs padding.",
+          scores_rows=True),
     Stage("align", "Loss must order good < medium < bad answers to the same prompt, with a clear gap.",
           scores_rows=True),
     Stage("grad", "Gradient health (norms, disconnected/NaN parameters, padding leakage, supervision coverage, autodiff vs finite differences)."),
@@ -46,7 +49,16 @@ REGISTRY: tuple[Stage, ...] = (
 STAGES = tuple(s.name for s in REGISTRY)  # pipeline order
 # stages that run only when the target asks for them (a config section); a run that names no
 # stages gets them only then, so a target without the section reports exactly what it did before
-OPT_IN = {"packing": "packing"}
+# (the config key that switches a stage on: a section, or a dotted section.key)
+OPT_IN = {"batches": "data.batches", "packing": "packing"}
+
+
+def opted_in(config, name: str) -> bool:
+    """Whether the target sets the key that switches the opt-in stage `name` on."""
+    value = config
+    for part in OPT_IN[name].split("."):
+        value = getattr(value, part, None)
+    return value is not None
 
 
 def scores_rows(names) -> bool:
@@ -71,7 +83,10 @@ def stage_skip_reason(config, name: str) -> str | None:
     A target whose [objective] is a preference call has no `loss(logits, labels)`: the stages that
     test one are skipped; only the preference stage runs.
     """
-    if name in OPT_IN and getattr(config, OPT_IN[name], None) is None:
+    if name == "batches" and not opted_in(config, name):
+        return ("no [data] batches: the batches stage audits the pipeline's real batches and runs "
+                "only when the target names them (docs/config.md)")
+    if name in OPT_IN and not opted_in(config, name):
         return (f"no [{OPT_IN[name]}] section: the {name} stage checks how the pipeline packs "
                 f"documents and runs only when the target describes it (docs/config.md)")
     if name != "preference" and config.objective.call in PREFERENCE_CALLS:

@@ -29,7 +29,8 @@ from objdebug.engine.target import load_target
 from objdebug.pipeline import contract, model_state
 from objdebug.pipeline.context import Context, RunOptions
 from objdebug.pipeline.profile import Profile, code_selected
-from objdebug.pipeline.registry import OPT_IN, STAGES, pipeline_order, scores_rows, stage_skip_reason
+from objdebug.pipeline.registry import (OPT_IN, STAGES, opted_in, pipeline_order, scores_rows,
+                                        stage_skip_reason)
 
 ChecksOf = Callable[[str], list[Check]]
 
@@ -82,7 +83,7 @@ def resolve_stages(cfg: Config, profile: Profile, stages: list[str] | None) -> l
         return pipeline_order(cfg.run.stages, "run.stages", cfg.source)
     # the profile's choice: opt-in stages join when their section is configured
     names = list(profile.stages or [s for s in STAGES if s not in OPT_IN])
-    names += [s for s, key in OPT_IN.items() if getattr(cfg, key, None) is not None and s not in names]
+    names += [s for s in OPT_IN if opted_in(cfg, s) and s not in names]
     return pipeline_order(names)
 
 

@@ -1,0 +1,31 @@
+"""Stage 0, batches: the user's real batches (`[data] batches`) against the real objective and the
+declared conventions. Runs first when `[data] batches` is set and the run names no stages.
+Codes OBJ01x:
+
+- OBJ010 padding labels: the label value on padding (attention mask 0, or the pad run) is one
+  the objective ignores — probed on the objective in graph mode (the source procedure's bug:
+  labels padded with 0, `ignore_index = -100`);
+- OBJ011 prompt labels: likewise on real tokens whose label is not the paired input token;
+- OBJ012 conventions: `label_pad_id`, `pad_id`, `padding_side`, `bos_id`, `eos_id` vs the batches;
+- OBJ013 label layout: unshifted or pre-shifted labels vs `[data] shift`;
+- OBJ014 supervision: every row trains on something (supervised share per row);
+- OBJ015 vocabulary: input ids and trained labels inside the model's vocabulary;
+- OBJ016 attention mask: 0 exactly on the padding;
+- OBJ017 / OBJ018 prompt boundary (rows matched to the align / scores prompts): the prompt's
+  labels ignored, the answer's first token trained.
+
+The batches are read and measured once (`audit.py`); `show.py` prints rows as the checks see them.
+"""
+
+from __future__ import annotations
+
+from objdebug.core.findings import Check
+from objdebug.stages.batches.conventions import Conventions, LabelLayout
+from objdebug.stages.batches.labels import PaddingLabels, PromptLabels
+from objdebug.stages.batches.prompt import PromptBoundary
+from objdebug.stages.batches.rows import AttentionMask, Supervision, Vocabulary
+
+
+def checks() -> list[Check]:
+    return [PaddingLabels(), PromptLabels(), Conventions(), LabelLayout(), PromptBoundary(),
+            Supervision(), Vocabulary(), AttentionMask()]

@@ -1,0 +1,110 @@
+"""OBJ010 / OBJ011: the label values the pipeline writes where nothing should be learned — on
+padding, and on real tokens whose label is not the paired input token (the prompt) — each
+probed on the real objective (`audit.probe`): does it ignore that value?"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from objdebug.core.findings import Check, Condition, Verdict, listing
+from objdebug.stages.batches.audit import Audit, audit, has_labels
+
+
+def _values(counts: Counter) -> str:
+    vals = [str(v) for v, _ in counts.most_common()]
+    return vals[0] if len(vals) == 1 else listing(vals[:-1], 6) + " and " + vals[-1]
+
+
+class _MaskedLabels(Check):
+    stage = "batches"
+    where = ""      # "padding" / "prompt"
+    code = ""
+
+    def skip_reason(self, ctx: Any) -> str | None:
+        if not has_labels(ctx):
+            return ("the batches have no labels column (the model or the objective derives them): "
+                    "no label value to check")
+        return None
+
+    def counts(self, a: Audit) -> Counter:
+        raise NotImplementedError
+
+    def rows(self, a: Audit) -> tuple[int, int]:
+        raise NotImplementedError
+
+    def measure(self, ctx: Any, th: Any) -> dict[str, Any]:
+        a = audit(ctx, th)
+        counts = self.counts(a)
+        scored = {v: n for v, n in counts.items() if not (v in a.probes and a.probes[v].ignored)}
+        rows_with, rows = self.rows(a)
+        return {"source": a.source, "values": dict(counts), "scored": scored,
+                "ignores": a.ignored(), "rows_with": rows_with, "rows": rows,
+                "probes": {v: {"loss": p.loss, "ignored": p.ignored, "rejected": p.rejected}
+                           for v, p in a.probes.items()},
+                "label_pad_id": ctx.config.data.label_pad_id}
+
+    def conditions(self, th: Any) -> list[Condition]:
+        where = self.where
+
+        def judge(v):
+            values = Counter(v["values"])
+            if not values:
+                return Verdict.SKIP, (f"no {where} position in the {v['rows']} rows read from "
+                                      f"'{v['source']}': nothing to check"), None
+            n = sum(values.values())
+            if not v["scored"]:
+                return Verdict.PASS, (f"labels on {where} are {_values(values)} ({n} positions in "
+                                      f"{v['rows_with']} of {v['rows']} rows); the objective "
+                                      f"ignores {_values(values)}"), 0.0
+            scored = Counter(v["scored"])
+            ignores = (_values(Counter(dict.fromkeys(v["ignores"], 1))) if v["ignores"]
+                       else f"none of {sorted(int(x) for x in v['probes'])}")
+            how = []
+            for value in scored:
+                p = v["probes"].get(value)
+                if p is None:
+                    how.append(f"{value} was not probed (a rarer value)")
+                elif p["rejected"]:
+                    how.append(f"it rejects {value} ({p['rejected']})")
+                else:
+                    how.append(f"a row labelled only {value} gives loss {p['loss']:.4g} instead of 0")
+            k = sum(scored.values())
+            return Verdict.FAIL, (
+                f"labels on {where} are {_values(values)}; the objective ignores {ignores}: "
+                f"{k} {where} positions in '{v['source']}' are trained toward {_values(scored)} "
+                f"({'; '.join(how)})"), float(k)
+
+        return [Condition(self.code, f"{where}_labels_ignored", judge)]
+
+
+class PaddingLabels(_MaskedLabels):
+    """OBJ010: labels on padding (attention mask 0, or the pad run) must be ignored."""
+
+    name = "batch-padding-labels"
+    where, code = "padding", "OBJ010"
+
+    def counts(self, a: Audit) -> Counter:
+        return a.on_pad
+
+    def rows(self, a: Audit) -> tuple[int, int]:
+        return (sum(int(lay.padding.any(axis=1).sum()) for lay in a.layouts),
+                sum(len(lay.padding) for lay in a.layouts))
+
+
+class PromptLabels(_MaskedLabels):
+    """OBJ011: labels on real tokens that do not follow the inputs (the prompt, a masked EOS)
+    must be ignored."""
+
+    name = "batch-prompt-labels"
+    where, code = "prompt", "OBJ011"
+
+    def counts(self, a: Audit) -> Counter:
+        return a.on_real
+
+    def rows(self, a: Audit) -> tuple[int, int]:
+        from objdebug.stages.batches.layout import follows
+
+        with_prompt = sum(int((~lay.padding & ~follows(lay, a.layout)).any(axis=1).sum())
+                          for lay in a.layouts if lay.batch.labels is not None)
+        return with_prompt, sum(len(lay.padding) for lay in a.layouts)
