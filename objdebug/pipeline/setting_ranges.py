@@ -134,6 +134,9 @@ RANGES: dict[str, str | tuple[str, ...]] = {
     # [model_state]
     "model_state.samples": "[1, inf)",
     "model_state.loss_ratio": TOLERANCE, "model_state.entropy_ratio": TOLERANCE,
+    # [batches]
+    "batches.masked_tolerance": TOLERANCE, "batches.probe_values": "[0, inf)",
+    "batches.layout_min_share": SHARE, "batches.empty_rows_fail": SHARE,
     # [packing]
     "packing.rows": "[1, inf)", "packing.seed": SEED,
     "packing.isolation_tolerance": TOLERANCE, "packing.gradient_rtol": TOLERANCE,
