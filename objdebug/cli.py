@@ -237,8 +237,9 @@ def init_command(
 
 def main() -> None:
     from objdebug import supervisor
-    from objdebug.engine.distributed import serve_if_scheduler
+    from objdebug.engine.distributed import serve_if_scheduler, tie_to_launcher
 
+    tie_to_launcher()  # under msrun: this process dies with msrun, msrun with the launcher
     supervisor.require_working_directory()  # MindSpore aborts (rc 134) without one
     serve_if_scheduler()  # under msrun, the scheduler process only builds the cluster
     supervisor.supervise()  # the command runs in a child: no hang, no pass without a verdict

@@ -9,7 +9,8 @@ nothing heavy and only:
   130/143, its own line); if it has not ended GRACE seconds later, the supervisor kills it, removes
   its scratch folders, says where it was and exits 128 + signal;
 - ends the run at the `--timeout` (the profile's `timeout`): one line naming the graph being
-  compiled (engine/watchdog.py tells it), the child killed, exit 3;
+  compiled (engine/watchdog.py tells it) or, under `--workers`, the msrun workers the child waits
+  for; the child killed with every process below it (msrun runs in a session of its own), exit 3;
 - turns a child that ended with 0 without going through Python's exit (os._exit(0) from the
   target's code, which no in-process guard can catch when bound early) into exit 3 with a line:
   a run that did not reach its verdict is never a pass;
@@ -80,6 +81,7 @@ class _Child:
         self.dirs: set[str] = set()
         self.timeout = 0.0
         self.clean = False
+        self.work = ""  # what a launcher waits for (`--workers`: "2 msrun workers ran")
 
     def event(self, line: str) -> None:
         kind, _, text = line.partition(" ")
@@ -98,17 +100,20 @@ class _Child:
                 pass
         elif kind == "clean":
             self.clean = True
+        elif kind == "work":
+            self.work = text
 
     def where(self) -> str:
         if self.graph:
             return f"while compiling graph {self.graph}"
+        if self.work:
+            return f"while {self.work}"
         return f"during stage {self.stage}" if self.stage else "during setup"
 
     def kill(self) -> None:
-        try:
-            os.kill(self.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        """The child and everything below it: `--workers` runs msrun in a session of its own,
+        which a kill of the child alone (or of this process group) would leave running."""
+        process_tree.kill_tree(self.pid)
         os.waitpid(self.pid, 0)
         for path in self.dirs:
             shutil.rmtree(path, ignore_errors=True)

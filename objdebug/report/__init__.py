@@ -112,21 +112,23 @@ class ReportSet:
 
     committed: bool = False
     paths: list[Path]
+    staged: list[tuple[str, str]]  # all_or_nothing(commit=False): the temporaries, not renamed
 
     def __init__(self) -> None:
         self.paths = []
+        self.staged = []
 
 
 @contextlib.contextmanager
-def all_or_nothing() -> Iterator[ReportSet]:
+def all_or_nothing(commit: bool = True) -> Iterator[ReportSet]:
     """The reports of one run replace the old ones all together or not at all.
 
     Every write_atomic inside the block writes its temporary only; when the block ends normally
     they are renamed in one step with SIGINT/SIGTERM held, and on any exception or interrupt they
-    are deleted, so an old r.json never sits beside a new r.xml.
+    are deleted, so an old r.json never sits beside a new r.xml. With `commit=False` they are left
+    as temporaries in `ReportSet.staged` (`--workers`: the launcher commits rank 0's reports once
+    the whole run ended well).
     """
-    from objdebug.core.interrupts import held
-
     done = ReportSet()
     staged: list[tuple[str, Path]] = []
     token = _staged.set(staged)
@@ -139,8 +141,21 @@ def all_or_nothing() -> Iterator[ReportSet]:
                 os.unlink(tmp)
         raise
     _staged.reset(token)
+    if not commit:  # another process renames them (commit_staged), or removes them
+        done.staged = [(str(tmp), str(path)) for tmp, path in staged]
+        return
+    commit_staged(staged, done)
+
+
+def commit_staged(staged, done: ReportSet | None = None) -> ReportSet:
+    """Rename a run's report temporaries ((temporary, path) pairs) over their reports in one step,
+    with SIGINT/SIGTERM held; `done.committed` is true once they all are."""
+    from objdebug.core.interrupts import held
+
+    done = done or ReportSet()
     with held():
         for tmp, path in staged:
             os.replace(tmp, path)
-        done.paths = [path for _, path in staged]
+        done.paths = [Path(path) for _, path in staged]
         done.committed = True
+    return done
