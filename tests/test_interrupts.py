@@ -162,3 +162,25 @@ def test_a_second_signal_during_the_cleanup_is_silent(tmp_path):
                           env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert proc.returncode == 130, proc.stderr
     assert proc.stderr.splitlines() == ["objdebug: error: interrupted; no report written"], proc.stderr
+
+
+def test_a_signal_just_after_the_scratch_folder_is_made_removes_it(tiny_target, tmp_path, monkeypatch):
+    """On a busy machine the run can be descheduled right after mkdtemp: a ^C then (what
+    test_signal_during_a_run sends the moment the folder appears) left the folder behind."""
+    from objdebug.core import leftovers
+
+    mark = leftovers.mark
+
+    def mark_then_signal(folder):
+        mark(folder)
+        if os.path.basename(folder).startswith("objdebug-"):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.5)
+
+    monkeypatch.setattr(leftovers, "mark", mark_then_signal)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    result = CliRunner().invoke(app, ["align", "-c", str(tiny_target / "objdebug.toml")])
+    assert result.exit_code == 130, result.output
+    assert messages(result.output) == ["objdebug: error: interrupted after stage setup (during load); "
+                                       "no report written"]
+    assert [p for p in tmp_path.iterdir() if p.name.startswith("objdebug-")] == []

@@ -48,7 +48,9 @@ def under_msrun() -> bool:
 
 def serve_if_scheduler() -> None:
     """msrun runs the command once more as its scheduler (MS_ROLE=MS_SCHED): that process must only
-    build the cluster. `init()` serves the workers and ends the process when they are done."""
+    build the cluster. `init()` serves the workers and ends the process when they are done.
+    Every process msrun starts (workers too) is first tied to the launcher (`tie_to_launcher`)."""
+    tie_to_launcher()
     if os.environ.get("MS_ROLE") != "MS_SCHED":
         return
     from mindspore.communication import init
