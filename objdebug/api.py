@@ -49,6 +49,7 @@ def run(cfg: Config, *, stages: list[str] | None = None, profile: Profile | str 
     old = _load_baseline(baseline)  # a bad baseline is an input error before any work
     if out_dir:  # checks run inside a scratch directory: a relative path would be lost there
         out_dir = str(Path(out_dir).resolve())
+    named = compile_cache is not True or bool(cfg.run.compile_cache)  # else the default: checked
     if compile_cache is True:  # the CLI's default: the configured directory, else ./.objdebug_cache
         compile_cache = cfg.run.compile_cache or default_root()
     elif compile_cache is None:
@@ -77,7 +78,7 @@ def run(cfg: Config, *, stages: list[str] | None = None, profile: Profile | str 
     with progress.running(chosen):
         progress.stage_start("load")
         result = run_pipeline(cfg, chosen, profile, options, out_dir, strict, select, ignore,
-                              debug, progress, compile_cache, stage_checks)
+                              debug, progress, compile_cache, stage_checks, cache_named=named)
     if old is not None:
         from objdebug.pipeline import baseline as baseline_mod
 

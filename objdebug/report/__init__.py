@@ -43,7 +43,8 @@ def model_state_line(report: dict) -> str | None:
 
 def compile_cache_line(report: dict, short: bool = False) -> str | None:
     """'compile cache warm: 12 hits, 0 misses' from the report's extra.compile_cache, or None when
-    the run used no cache; `short` leaves out why a cache was unavailable."""
+    the run used no cache; it says which cache the run trusted (one the user named, or the default
+    folder found private); `short` leaves out why a cache was unavailable."""
     c = report.get("extra", {}).get("compile_cache")
     if not isinstance(c, dict) or c.get("status") in (None, "off"):
         return None
@@ -55,6 +56,11 @@ def compile_cache_line(report: dict, short: bool = False) -> str | None:
             f"{misses} miss{'es' if misses != 1 else ''}")
     if c.get("unsafe") and not short:  # the next run starts cold again: say why (issue 22)
         line += f"; not kept for the next run: {c['unsafe']}"
+    if c.get("trust") and short:  # which cache the run trusted (issue 35)
+        line += f" ({c['trust']})"
+    elif c.get("trust"):
+        line += ("; trusted as named (--compile-cache / run.compile_cache)" if c["trust"] == "named"
+                 else "; the default folder, trusted as this user's alone")
     return line
 
 
