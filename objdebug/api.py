@@ -341,6 +341,7 @@ def execute(req: Request, progress: Progress, echo: Callable[[str], None], colou
         if leader:
             echo(text)
             ci_output(report, p.fmt, echo)
+        watchdog.said(result.exit_code)  # the verdict is out: a slow exit is not a time-out
     except Interrupted as exc:
         exc.after, exc.during = (result.stages or ["setup"])[-1], "report writing"
         exc.reports_written = bool(written and written.committed)

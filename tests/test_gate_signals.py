@@ -301,13 +301,15 @@ def test_a_swallowed_signal_is_raised_as_itself_without_its_disguise(monkeypatch
 
 
 SLOW_EXIT_MODEL = '''import atexit
+import os
 import time
 
 from objdebug.demo.model import build_model
 
 
 def build(**kwargs):
-    atexit.register(time.sleep, 12)  # the process is slow to end (a busy machine's teardown)
+    # the process is slow to end (a busy machine's teardown)
+    atexit.register(time.sleep, float(os.environ.get("SLOW_EXIT_S", "12")))
     open(__file__ + ".built", "w").close()
     return build_model(**kwargs)
 '''
@@ -332,4 +334,24 @@ def test_a_run_slow_to_exit_after_its_line_says_one_line(tiny_target, tmp_path):
     assert proc.returncode == 130, err
     lines = messages(err)
     assert len(lines) == 1 and lines[0].startswith("objdebug: error: interrupted after stage "), err
+    assert list(tmp.iterdir()) == []
+
+
+@pytest.mark.slow  # waits for a 90 s time-out (the verdict must come before it on a busy machine)
+def test_a_time_out_after_the_verdict_keeps_the_verdict(tiny_target, tmp_path, monkeypatch):
+    """The verdict and the report were out, then the exit was slow past --timeout: before, exit 3
+    "timed out ...; no report written" beside the written report; now the run's own exit code."""
+    (tiny_target / "slow_exit.py").write_text(SLOW_EXIT_MODEL)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setenv("SLOW_EXIT_S", "300")
+    proc = _popen(tiny_target, tmp, "--set", "model.factory=slow_exit:build", "--timeout", "90",
+                  "--json", str(tmp_path / "r.json"))
+    try:
+        out, err = proc.communicate(timeout=200)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, out + err
+    assert messages(err) == [] and out.startswith("PASSED"), out + err
+    assert (tmp_path / "r.json").exists()
     assert list(tmp.iterdir()) == []
