@@ -49,6 +49,7 @@ def run(cfg: Config, *, stages: list[str] | None = None, profile: Profile | str 
     old = _load_baseline(baseline)  # a bad baseline is an input error before any work
     if out_dir:  # checks run inside a scratch directory: a relative path would be lost there
         out_dir = str(Path(out_dir).resolve())
+    named = compile_cache is not True or bool(cfg.run.compile_cache)  # else the default: checked
     if compile_cache is True:  # the CLI's default: the configured directory, else ./.objdebug_cache
         compile_cache = cfg.run.compile_cache or default_root()
     elif compile_cache is None:
@@ -77,7 +78,7 @@ def run(cfg: Config, *, stages: list[str] | None = None, profile: Profile | str 
     with progress.running(chosen):
         progress.stage_start("load")
         result = run_pipeline(cfg, chosen, profile, options, out_dir, strict, select, ignore,
-                              debug, progress, compile_cache, stage_checks)
+                              debug, progress, compile_cache, stage_checks, cache_named=named)
     if old is not None:
         from objdebug.pipeline import baseline as baseline_mod
 
@@ -106,10 +107,10 @@ def _load_baseline(baseline: str | Path | dict[str, Any] | None) -> dict[str, An
 def write_reports(result: RunResult | dict[str, Any], *, json: str | Path | None = None,
                   junit: str | Path | None = None, junit_warnings_as_skipped: bool = False,
                   html: str | Path | None = None, markdown: str | Path | None = None,
-                  gitlab: str | Path | None = None):
+                  gitlab: str | Path | None = None, commit: bool = True):
     """Write the report files of a run (a RunResult, or a saved report's dict from
     `json_report.load`): every file is replaced, or none (report.all_or_nothing). Returns the
-    ReportSet (its `paths`, and `committed`)."""
+    ReportSet (its `paths`, and `committed`; with `commit=False` only its temporaries, `staged`)."""
     from objdebug.report import all_or_nothing, json_report
     from objdebug.report import gitlab as gitlab_report
     from objdebug.report import html as html_report
@@ -118,7 +119,7 @@ def write_reports(result: RunResult | dict[str, Any], *, json: str | Path | None
     from objdebug.report.figures import draw_all
 
     report = json_report.to_dict(result) if isinstance(result, RunResult) else result
-    with all_or_nothing() as written:
+    with all_or_nothing(commit) as written:
         if json:
             json_report.write_dict(report, str(json))
         if junit:
@@ -279,9 +280,29 @@ def prepare(req: Request) -> Prepared:
 
 def launch(req: Request, argv: list[str]):
     """`--workers N` outside msrun: the request checked (in milliseconds, not after the workers'
-    cluster timeout), then N msrun workers run this same command line less `--workers`."""
-    prepare(req)
-    return distributed.launch(distributed.without_workers(argv), req.workers)
+    cluster timeout), then N msrun workers run this same command line less `--workers`, within
+    the run's time limit (the supervisor's: it ends msrun and every worker with this process).
+    Rank 0's reports are committed here, once the whole run ended well: a cancelled, killed or
+    failed run leaves none."""
+    from objdebug.core.interrupts import Interrupted
+    from objdebug.engine import watchdog
+    from objdebug.report import ReportSet, commit_staged
+
+    p = prepare(req)
+    limit = req.timeout if req.timeout is not None else p.profile.data.get("timeout", 0.0)
+    watchdog.timeout(limit)
+    res = distributed.launch(distributed.without_workers(argv), req.workers,
+                             **({"timeout": limit} if limit else {}))
+    written = ReportSet()
+    try:
+        commit_staged(res.staged, written)
+    except Interrupted as exc:  # held until every rename was done: say so
+        exc.reports_written = written.committed
+        raise
+    except BaseException:
+        distributed.discard(res.staged)
+        raise
+    return res
 
 
 def execute(req: Request, progress: Progress, echo: Callable[[str], None], colour: bool = False) -> int:
@@ -309,16 +330,21 @@ def execute(req: Request, progress: Progress, echo: Callable[[str], None], colou
             else terminal.render(report, colour=colour, verbose=req.verbose).rstrip("\n"))
     written = None
     try:
+        # under objdebug's launcher rank 0 leaves its reports as temporaries, which the launcher
+        # renames once every worker ended well: a cancelled or killed job writes no report
+        handed = distributed.launched() and distributed.world().distributed
         if leader:  # the run's report files: all replaced, or none
             written = write_reports(report, json=req.json_path, junit=req.junit,
                                     junit_warnings_as_skipped=req.junit_warnings_as_skipped,
                                     html=req.html, markdown=req.markdown,
-                                    gitlab=gitlab_path(p.fmt, req.gitlab_report))
+                                    gitlab=gitlab_path(p.fmt, req.gitlab_report), commit=not handed)
         distributed.record_exit(result.exit_code, report_text=text + "\n" +
-                                ci_annotations(report, p.fmt) if leader else None)
+                                ci_annotations(report, p.fmt) if leader else None,
+                                staged=written.staged if written else None)
         if leader:
             echo(text)
             ci_output(report, p.fmt, echo)
+        watchdog.said(result.exit_code)  # the verdict is out: a slow exit is not a time-out
     except Interrupted as exc:
         exc.after, exc.during = (result.stages or ["setup"])[-1], "report writing"
         exc.reports_written = bool(written and written.committed)

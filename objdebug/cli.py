@@ -24,10 +24,11 @@ app = typer.Typer(name="objdebug", add_completion=False, pretty_exceptions_enabl
 
 
 def _fail(message: str, code: int) -> None:
-    from objdebug.engine.distributed import record_exit
+    from objdebug.engine import distributed, watchdog
 
-    record_exit(code, message)  # a launched worker tells the launcher (no-op otherwise)
+    distributed.record_exit(code, message)  # a launched worker tells the launcher (no-op otherwise)
     typer.echo(f"objdebug: error: {message}", err=True)
+    watchdog.said(code)  # the supervisor adds no line of its own if the exit is slow
     raise typer.Exit(code)
 
 
@@ -241,7 +242,7 @@ def main() -> None:
     from objdebug.engine.distributed import serve_if_scheduler
 
     supervisor.require_working_directory()  # MindSpore aborts (rc 134) without one
-    serve_if_scheduler()  # under msrun, the scheduler process only builds the cluster
+    serve_if_scheduler()  # under msrun: tied to the launcher; the scheduler only builds the cluster
     supervisor.supervise()  # the command runs in a child: no hang, no pass without a verdict
     app()
 

@@ -9,7 +9,8 @@ nothing heavy and only:
   130/143, its own line); if it has not ended GRACE seconds later, the supervisor kills it, removes
   its scratch folders, says where it was and exits 128 + signal;
 - ends the run at the `--timeout` (the profile's `timeout`): one line naming the graph being
-  compiled (engine/watchdog.py tells it), the child killed, exit 3;
+  compiled (engine/watchdog.py tells it) or, under `--workers`, the msrun workers the child waits
+  for; the child killed with every process below it (msrun runs in a session of its own), exit 3;
 - turns a child that ended with 0 without going through Python's exit (os._exit(0) from the
   target's code, which no in-process guard can catch when bound early) into exit 3 with a line:
   a run that did not reach its verdict is never a pass;
@@ -73,13 +74,17 @@ def supervise() -> None:
 
 
 class _Child:
-    def __init__(self, pid: int):
+    def __init__(self, pid: int, pipe: int | None = None):
         self.pid = pid
+        self.pipe = pipe  # the read end of the child's event pipe
+        self.rest = b""   # a line not complete yet
         self.graph = ""
         self.stage = ""
         self.dirs: set[str] = set()
         self.timeout = 0.0
         self.clean = False
+        self.work = ""  # what a launcher waits for (`--workers`: "2 msrun workers ran")
+        self.said: int | None = None  # the child printed its ending line and exits with this code
 
     def event(self, line: str) -> None:
         kind, _, text = line.partition(" ")
@@ -98,20 +103,52 @@ class _Child:
                 pass
         elif kind == "clean":
             self.clean = True
+        elif kind == "work":
+            self.work = text
+        elif kind == "said":
+            try:
+                self.said = int(text)
+            except ValueError:
+                pass
 
     def where(self) -> str:
         if self.graph:
             return f"while compiling graph {self.graph}"
+        if self.work:
+            return f"while {self.work}"
         return f"during stage {self.stage}" if self.stage else "during setup"
 
     def kill(self) -> None:
-        try:
-            os.kill(self.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        """The child and everything below it: `--workers` runs msrun in a session of its own,
+        which a kill of the child alone (or of this process group) would leave running."""
+        process_tree.kill_tree(self.pid)
         os.waitpid(self.pid, 0)
+        self.remove_dirs()
+
+    def remove_dirs(self) -> None:
+        """The scratch folders of a child that cannot remove them, those it told of last included:
+        on a busy machine its "dir" line may still be in the pipe when it is killed."""
+        self.drain()
         for path in self.dirs:
             shutil.rmtree(path, ignore_errors=True)
+
+    def drain(self) -> None:
+        """Read every event the child wrote so far (never blocks)."""
+        if self.pipe is None:
+            return
+        os.set_blocking(self.pipe, False)
+        data = b""
+        while True:
+            try:
+                chunk = os.read(self.pipe, 65536)
+            except (BlockingIOError, OSError):
+                break
+            if not chunk:
+                break
+            data += chunk
+        *lines, self.rest = (self.rest + data).split(b"\n")
+        for line in lines:
+            self.event(line.decode("utf-8", "replace"))
 
 
 def _say(line: str) -> None:
@@ -120,7 +157,7 @@ def _say(line: str) -> None:
 
 
 def _watch(pid: int, read: int) -> int:
-    child = _Child(pid)
+    child = _Child(pid, read)
     got: list[tuple[int, float]] = []
 
     sent = [0.0]
@@ -136,35 +173,35 @@ def _watch(pid: int, read: int) -> int:
 
     for s in (signal.SIGINT, signal.SIGTERM):
         signal.signal(s, forward)
-    start, buf = time.monotonic(), b""
+    start = time.monotonic()
     while True:
         try:
             ready, _, _ = select.select([read], [], [], 0.2)
         except InterruptedError:
             ready = []
         if ready:
-            data = os.read(read, 65536)
-            buf += data
-            *lines, buf = buf.split(b"\n")
-            for line in lines:
-                child.event(line.decode("utf-8", "replace"))
+            child.drain()
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
-            code = _code(child, status)
-            # MindSpore's runtime turns a SIGINT into SIGTERM inside the child: the supervisor
-            # knows which signal the user sent
-            if got and got[0][0] == signal.SIGINT and code == 128 + signal.SIGTERM:
-                return 128 + signal.SIGINT
-            return code
+            return _as_sent(got, _code(child, status))
         now = time.monotonic()
+        ending = child.timeout and now - start > child.timeout or got and now - got[0][1] > GRACE
+        if ending:
+            child.drain()
+        if ending and child.said is not None:
+            # the child said how the run ended and is slow to exit (a busy machine): its line is
+            # the one line; end it quietly with its code
+            child.kill()
+            return _as_sent(got, child.said)
         if child.timeout and now - start > child.timeout:
             child.kill()
             _say(f"timed out after {child.timeout:g} s (--timeout) {child.where()}; no report "
                  f"written")
             return 3
-        if got and now - sent[0] > RESEND:
+        if got and now - sent[0] > RESEND and (child.drain() or child.said is None):
             # a signal that arrived while MindSpore ran a graph went to MindSpore's own handler
             # and may be lost; the child ignores signals once one fired, so sending again is safe
+            # until it said its line (then it is exiting, with Python's handlers back)
             sent[0] = now
             try:
                 os.kill(pid, got[0][0])
@@ -178,11 +215,21 @@ def _watch(pid: int, read: int) -> int:
             return 128 + signum
 
 
+def _as_sent(got: list[tuple[int, float]], code: int) -> int:
+    """MindSpore's runtime turns a SIGINT into SIGTERM inside the child: the supervisor knows
+    which signal the user sent."""
+    if got and got[0][0] == signal.SIGINT and code == 128 + signal.SIGTERM:
+        return 128 + signal.SIGINT
+    return code
+
+
 def _code(child: _Child, status: int) -> int:
+    # what the child said before it ended, all of it: its "clean" line may have come after this
+    # loop's last read (a busy machine), and a clean exit must not read as os._exit(0)
+    child.drain()
     code = os.waitstatus_to_exitcode(status)
     if code < 0:  # killed by a signal (SIGKILL from outside, the OOM killer): clean up after it
-        for path in child.dirs:
-            shutil.rmtree(path, ignore_errors=True)
+        child.remove_dirs()
         return 128 - code
     if code == 0 and not child.clean:
         _say(f"the run ended with exit 0 without a verdict {child.where()}: the target's code ended "

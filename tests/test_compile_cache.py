@@ -63,6 +63,8 @@ class FakeMindSpore:
         self.missed = False
 
     def compile(self, graph: str) -> str:
+        if os.environ.get("MS_COMPILER_CACHE_ENABLE") != "1":  # no cache: nothing loaded or saved
+            return graph
         path = self.folder / f"compile_cache_{self.n}.mindir"
         self.n += 1
         if path.is_file() and not self.missed:
@@ -91,13 +93,14 @@ class Shape:
         self.dtype = "Int32"
 
 
-def run_sequence(tmp_path, monkeypatch, graphs, *, hidden_after=None, crash_after=None, retire_before=()):
+def run_sequence(tmp_path, monkeypatch, graphs, *, hidden_after=None, crash_after=None, retire_before=(),
+                 named=True):
     """One simulated process: open, compile `graphs` (name, length) through the engine, close."""
     monkeypatch.setattr(compile_cache, "_process", {"dir": None})
     monkeypatch.setattr(compile_cache, "_any_graph_compiled", lambda: False)
     monkeypatch.setenv("MS_COMPILER_CACHE_ENABLE", "0")  # restored after the test
     monkeypatch.setenv("MS_COMPILER_CACHE_PATH", "")
-    cache = CompileCache(str(tmp_path / "cache"))
+    cache = CompileCache(str(tmp_path / "cache"), named=named)
     monkeypatch.setattr(compile_cache, "key_parts", lambda *a: {"fixed": 1})
     cache.open(None, None, [], {}, 8)
     ms = FakeMindSpore(cache.dir)
@@ -161,8 +164,9 @@ def test_a_changed_sequence_never_loads_a_stale_graph(tmp_path, monkeypatch, cha
     assert ran == [f"{n}@{t}" for n, t in changed] and again.misses == 0
 
 
-def test_without_the_guard_mindspore_loads_stale_graphs(tmp_path):
+def test_without_the_guard_mindspore_loads_stale_graphs(tmp_path, monkeypatch):
     # the failure the guard exists for, in the simulation: the 2nd compile gets the old 2nd graph
+    monkeypatch.setenv("MS_COMPILER_CACHE_ENABLE", "1")
     ms = FakeMindSpore(tmp_path)
     [ms.compile(f"{n}@{t}") for n, t in SEQ]
     ms2 = FakeMindSpore(tmp_path)

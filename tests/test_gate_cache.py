@@ -164,3 +164,110 @@ def test_real_graphs_of_another_objective_copied_in_change_no_verdict(tiny_targe
     proc = run()
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.startswith("PASSED"), proc.stdout
+
+
+# --------------------------------------------------------------------------- whose cache (issue 35)
+def _rewrite(cache):
+    """Whoever can write the folder: another graph in place, and the manifest's digest rewritten to
+    vouch for it (the digests alone stop a swapped file, not a writer of the manifest)."""
+    from objdebug.engine.cache_files import sha256
+
+    poisoned = _graphs(cache) / "compile_cache_1.mindir"
+    poisoned.write_text("per_sample@64 of another model (logits negated)")
+    manifest = json.loads((cache.dir / MANIFEST).read_text())
+    for e in manifest["events"]:
+        if e["file"] == poisoned.name:
+            e["sha256"] = sha256(poisoned)
+    (cache.dir / MANIFEST).write_text(json.dumps(manifest))
+
+
+def _open_to_others(root):
+    for folder, dirs, files in os.walk(root):
+        for name in [folder, *(os.path.join(folder, n) for n in dirs + files)]:
+            os.chmod(name, os.stat(name).st_mode | 0o022)
+
+
+def test_the_default_cache_is_trusted_only_when_no_one_else_can_write_it(tmp_path, monkeypatch):
+    cold, _ = run_sequence(tmp_path, monkeypatch, SEQ, named=False)
+    root = cold.dir.parent
+    assert cold.status == "cold" and cold.summary()["trust"] == "default"
+    assert os.stat(root).st_mode & 0o077 == 0  # made private
+    again, _ = run_sequence(tmp_path, monkeypatch, SEQ, named=False)
+    assert again.hits == 4  # private and ours: used
+    _rewrite(cold)
+    _open_to_others(root)  # a restored shared CI cache: anyone could have written it
+    warm, ran = run_sequence(tmp_path, monkeypatch, SEQ, named=False)
+    assert ran == EXPECTED  # nothing loaded from it
+    assert warm.status == "untrusted" and "writable by its group or others" in warm.reason
+    assert "--compile-cache" in warm.reason and warm.summary()["trust"] == "default"
+    # a folder the user names is their choice: trusted, and the report says so
+    named, ran = run_sequence(tmp_path, monkeypatch, SEQ, named=True)
+    assert named.status == "warm" and named.summary()["trust"] == "named"
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="giving a folder to another user needs root")
+def test_the_default_cache_of_another_user_is_not_trusted(tmp_path, monkeypatch):
+    cold, _ = run_sequence(tmp_path, monkeypatch, SEQ, named=False)
+    for folder, dirs, files in os.walk(cold.dir.parent):
+        for name in [folder, *(os.path.join(folder, n) for n in dirs + files)]:
+            os.chown(name, 12345, 12345)
+    warm, ran = run_sequence(tmp_path, monkeypatch, SEQ, named=False)
+    assert ran == EXPECTED and warm.status == "untrusted" and "owned by uid 12345" in warm.reason
+
+
+def test_the_cache_line_says_which_cache_was_trusted():
+    from objdebug.report import compile_cache_line
+
+    def line(trust, short, status="warm"):
+        return compile_cache_line({"extra": {"compile_cache": {
+            "status": status, "hits": 2, "misses": 0, "trust": trust,
+            "reason": "'x' is writable by its group or others (mode 777)"}}}, short=short)
+
+    assert line("default", True) == "compile cache warm: 2 hits, 0 misses (default)"
+    assert line("named", False).endswith("; trusted as named (--compile-cache / run.compile_cache)")
+    assert line("default", True, "untrusted") == "compile cache untrusted"
+    assert line("default", False, "untrusted") == ("compile cache untrusted ('x' is writable by its "
+                                                   "group or others (mode 777))")
+
+
+@pytest.mark.slow  # four real runs (~40 s on 2 cores); the three tests above are its CI twins
+def test_a_shared_default_cache_with_a_rewritten_manifest_changes_no_verdict(tiny_target, tmp_path):
+    """The issue's attack with real graphs: the healthy target's default cache gets a broken
+    objective's graphs AND a manifest whose digests vouch for them, in a folder others can write
+    (a restored shared CI cache). Was exit 1 ("cache warm", the planted graphs' FAIL); now the
+    default cache is not trusted, the run compiles fresh and passes, and says why."""
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from objdebug.engine.cache_files import sha256
+
+    root = Path(__file__).resolve().parent.parent
+    env = {k: v for k, v in os.environ.items() if k != "OBJDEBUG_NO_CACHE"}
+    env["PYTHONPATH"] = str(root)
+    cache = tiny_target / ".objdebug_cache"
+
+    def run(*extra):
+        return subprocess.run([sys.executable, "-m", "objdebug.cli", "run", "--stages", "align",
+                               "--json", str(tmp_path / "r.json"), *extra], cwd=tiny_target,
+                              env=env, capture_output=True, text=True, timeout=600)
+
+    assert run().returncode == 0
+    assert run("--set", "objective.kwargs={ignore_index=0}").returncode == 1
+    by_kwargs = {json.loads((d / "key.json").read_text())["target"]["objective"]["kwargs"]["ignore_index"]: d
+                 for d in cache.iterdir() if (d / "key.json").is_file()}
+    good, bad = by_kwargs[-100], by_kwargs[0]
+    for f in (bad / "rank_0" / "graph_cache").glob("*.mindir"):
+        shutil.copy(f, good / "rank_0" / "graph_cache" / f.name)
+    manifest = json.loads((good / MANIFEST).read_text())
+    for e in manifest["events"]:
+        if e.get("file"):
+            e["sha256"] = sha256(good / "rank_0" / "graph_cache" / e["file"])
+    (good / MANIFEST).write_text(json.dumps(manifest))
+    _open_to_others(cache)
+    proc = run()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "compile cache untrusted" in proc.stdout, proc.stdout
+    c = json.loads((tmp_path / "r.json").read_text())["extra"]["compile_cache"]
+    assert c["status"] == "untrusted" and "writable by its group or others" in c["reason"]

@@ -20,6 +20,19 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _hold: dict[str, object] = {"depth": 0, "pending": None, "fired": None, "handler": None}
 
 
+def _after_the_first(signum, frame) -> None:
+    """What SIGINT/SIGTERM do once one fired: nothing. A Python function, not SIG_IGN: a signal
+    that reaches Python's C handler anyway (MindSpore's C handler, installed while a graph runs,
+    passes it on to the handler it replaced; the supervisor sends again every 0.5 s) would find
+    SIG_IGN at the Python level and print "Signal 2 ignored due to race condition" with a
+    traceback from whatever line ran (the watchdog's os.write), where one line is promised."""
+
+
+def _ignore_later_signals() -> None:
+    for s in SIGNALS:
+        signal.signal(s, _after_the_first)
+
+
 class Interrupted(BaseException):
     """The run was stopped by a signal; `after` is the last finished stage, `during` the current one."""
 
@@ -59,8 +72,7 @@ def raising_signals() -> Iterator[None]:
         if _hold["depth"]:  # inside held(): raised when the block ends
             _hold["pending"] = _hold["pending"] or signum
             return
-        for s in SIGNALS:
-            signal.signal(s, signal.SIG_IGN)
+        _ignore_later_signals()
         _hold["fired"] = signum
         raise Interrupted(signum)
 
@@ -119,7 +131,6 @@ def held() -> Iterator[None]:
         _hold["depth"] -= 1
         if not _hold["depth"] and _hold["pending"]:
             pending, _hold["pending"] = _hold["pending"], None
-            for s in SIGNALS:
-                signal.signal(s, signal.SIG_IGN)
+            _ignore_later_signals()
             _hold["fired"] = pending
             raise Interrupted(pending)

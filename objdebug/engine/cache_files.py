@@ -58,3 +58,33 @@ def read_text(path: Path) -> str:
 
 def open_lock(path: Path) -> int:
     return os.open(path, os.O_RDWR | os.O_CREAT | _NOFOLLOW, 0o644)
+
+
+def untrusted(root: Path, key_dir: Path) -> str:
+    """Why a cache folder that no one named (the default `./.objdebug_cache`) must not be used,
+    or '' when it may: `root` and, unless `root` is private (no access for group and others),
+    everything under `key_dir` must be owned by this user and writable by no one else. A graph
+    file there is code that MindSpore runs, and its manifest (the digests that vouch for the
+    graphs) can be rewritten by anyone who can write the folder (a restored shared CI cache)."""
+    uid = os.getuid()
+
+    def problem(path: Path) -> str:
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return ""
+        if st.st_uid != uid:
+            return f"'{path}' is owned by uid {st.st_uid}, not by this user (uid {uid})"
+        if st.st_mode & 0o022 and not os.path.islink(path):
+            return f"'{path}' is writable by its group or others (mode {st.st_mode & 0o777:o})"
+        return ""
+
+    first = problem(root)
+    if first or not root.exists() or not os.lstat(root).st_mode & 0o077:
+        return first  # a private root: no one else reaches anything below it
+    for folder, dirs, files in os.walk(key_dir):  # links are not followed (and refused later)
+        for name in [folder, *(os.path.join(folder, n) for n in dirs + files)]:
+            why = problem(Path(name))
+            if why:
+                return why
+    return ""

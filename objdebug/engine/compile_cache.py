@@ -184,10 +184,16 @@ def _entry_script_problem() -> str:
 
 
 class CompileCache:
-    """One run's use of a cache directory; `summary()` goes into the report."""
+    """One run's use of a cache directory; `summary()` goes into the report.
 
-    def __init__(self, root: str | None):
+    `named`: the directory was chosen by the user (`--compile-cache`, `run.compile_cache`) and is
+    trusted as their choice; the default `./.objdebug_cache` is used only when this user owns it
+    and no one else can write it (`cache_files.untrusted`), else the run goes without a cache
+    (status "untrusted", the reason in the report)."""
+
+    def __init__(self, root: str | None, named: bool = True):
         self.root = root
+        self.named = named
         self.dir: Path | None = None
         self.key = ""
         self.status = "off" if not root else "pending"
@@ -229,8 +235,14 @@ class CompileCache:
             self._disable(script)
             return
         root = self.dir.parent
-        if not root.exists():  # ours: keep it out of the user's git
-            root.mkdir(parents=True)
+        why = "" if self.named else cache_files.untrusted(root, self.dir)
+        if why:
+            self._disable(f"{why}; the default cache is used only from a folder this user owns and "
+                          f"no one else can write (name a folder with --compile-cache to trust it)")
+            self.status = "untrusted"
+            return
+        if not root.exists():  # ours: keep it out of the user's git, and others out of it
+            root.mkdir(parents=True, mode=0o700)
             cache_files.write_exclusive(root / ".gitignore", GITIGNORE)
         graphs = self.dir / "rank_0" / "graph_cache"
         link = cache_files.linked(self.dir, self.dir / "rank_0", graphs)
@@ -436,6 +448,8 @@ class CompileCache:
         out: dict[str, Any] = {"status": self.status}
         if self.status == "off":
             return out
+        # which cache the run trusted: one the user named, or the default one found private
+        out["trust"] = "named" if self.named else "default"
         out.update({"dir": str(self.dir) if self.dir else None, "key": self.key[:24],
                     "compiles": len(self.events), "hits": self.hits, "misses": self.misses})
         if self.diverged_at is not None:
@@ -449,11 +463,12 @@ class CompileCache:
 
 def open_cache(root: str | None, cfg: Any, profile: Any, stages: list[str],
                options: dict[str, Any], batch_size: int, refuse: str = "",
-               params: list[str] | None = None) -> CompileCache:
+               params: list[str] | None = None, named: bool = True) -> CompileCache:
     """A cache session for one run (a no-op when `root` is None); never raises. `refuse`: why
-    this run must not use it (the cache is then 'unavailable' with that reason)."""
+    this run must not use it (the cache is then 'unavailable' with that reason). `named`: the
+    user chose `root` (else it is the default, used only when private: `CompileCache`)."""
     if root and refuse:
-        cache = CompileCache(root)
+        cache = CompileCache(root, named)
         cache._disable(refuse)
         return cache
-    return CompileCache(root).open(cfg, profile, stages, options, batch_size, params)
+    return CompileCache(root, named).open(cfg, profile, stages, options, batch_size, params)

@@ -29,7 +29,7 @@ import socket
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -37,6 +37,7 @@ import numpy as np
 from objdebug.core.errors import EXIT_INPUT_ERROR, EXIT_INTERNAL_ERROR, InputError
 
 WORKER_DIR_ENV = "OBJDEBUG_WORKER_DIR"
+LAUNCHER_ENV = "OBJDEBUG_LAUNCHER"  # the launcher's pid, in every process msrun starts
 
 
 # --------------------------------------------------------------------------- inside a worker
@@ -47,7 +48,9 @@ def under_msrun() -> bool:
 
 def serve_if_scheduler() -> None:
     """msrun runs the command once more as its scheduler (MS_ROLE=MS_SCHED): that process must only
-    build the cluster. `init()` serves the workers and ends the process when they are done."""
+    build the cluster. `init()` serves the workers and ends the process when they are done.
+    Every process msrun starts (workers too) is first tied to the launcher (`tie_to_launcher`)."""
+    tie_to_launcher()
     if os.environ.get("MS_ROLE") != "MS_SCHED":
         return
     from mindspore.communication import init
@@ -139,16 +142,43 @@ def shard_and_combine(n_rows: int, width_hint: int, batches: list, evaluate_batc
     return w.allreduce_sum(buf).astype(np.float64)
 
 
-def record_exit(code: int, message: str = "", report_text: str | None = None) -> None:
-    """In a launched worker: leave the exit code, the one-line message and (rank 0) the report."""
+def record_exit(code: int, message: str = "", report_text: str | None = None,
+                staged: list[tuple[str, str]] | None = None) -> None:
+    """In a launched worker: leave the exit code, the one-line message and (rank 0) the report,
+    and the report files rank 0 wrote as temporaries (`staged`: (temporary, path) pairs) that the
+    launcher renames once the whole run ended well: a cancelled or killed run commits none."""
     folder = os.environ.get(WORKER_DIR_ENV)
     if not folder:
         return
     rank = os.environ.get("RANK_ID", "0")
-    record = {"rank": int(rank), "code": int(code), "message": message}
-    Path(folder, f"rank_{rank}.json").write_text(json.dumps(record), encoding="utf-8")
+    record = {"rank": int(rank), "code": int(code), "message": message, "staged": staged or []}
     if report_text is not None:
         Path(folder, f"rank_{rank}.out").write_text(report_text, encoding="utf-8")
+    # whole or absent: the launcher may read it at any moment (a signal, a time-out)
+    tmp = Path(folder, f".rank_{rank}.json.tmp")
+    tmp.write_text(json.dumps(record), encoding="utf-8")
+    os.replace(tmp, Path(folder, f"rank_{rank}.json"))
+
+
+def launched() -> bool:
+    """True in a worker that objdebug's launcher started (it collects the worker's records and
+    commits rank 0's reports), False under a msrun the user started."""
+    return bool(os.environ.get(WORKER_DIR_ENV))
+
+
+def tie_to_launcher() -> None:
+    """In every process msrun starts (workers, scheduler): die with the parent (msrun, which dies
+    with objdebug's launcher), and end at once when the launcher is already gone (it died before
+    the kernel was told). A CI runner that kills the job's process group leaves none running."""
+    if not os.environ.get("MS_ROLE"):
+        return
+    from objdebug.engine.process_tree import alive, die_with_parent
+
+    die_with_parent()
+    launcher = os.environ.get(LAUNCHER_ENV, "")
+    # (under a msrun the user started, msrun may be a container's pid 1: only ours is checked)
+    if launcher.isdigit() and (os.getppid() == 1 or not alive(int(launcher))):
+        os._exit(EXIT_INTERNAL_ERROR)
 
 
 # --------------------------------------------------------------------------- the launcher
@@ -174,6 +204,7 @@ class LaunchResult:
     output: str          # rank 0's terminal report, or the failing worker's message
     failed: bool
     log_dir: str | None  # kept (and named in the output) when a worker failed
+    staged: list = field(default_factory=list)  # rank 0's report temporaries, for the caller to commit
 
 
 def without_workers(argv: list[str]) -> list[str]:
@@ -191,14 +222,20 @@ def without_workers(argv: list[str]) -> list[str]:
 
 def launch(cli_args: list[str], workers: int, *, timeout: float = 3600.0,
            cluster_timeout: int = 60) -> LaunchResult:
-    """Run `objdebug <cli_args>` as `workers` msrun workers on this machine; wait; collect."""
+    """Run `objdebug <cli_args>` as `workers` msrun workers on this machine; wait; collect.
+
+    Rank 0's report files come back as temporaries (`LaunchResult.staged`): the caller renames them
+    when the run ended well. A launch that does not return (a signal, an error) removes them, so a
+    report never appears for a cancelled run."""
     if workers < 2:
         raise InputError(f"For '--workers', the value must be >= 2 to launch workers, but got {workers}.")
     launcher = _msrun()  # before the folder: a missing msrun leaves nothing behind
     from objdebug.core import leftovers
+    from objdebug.engine import process_tree, watchdog
 
     root = tempfile.mkdtemp(prefix="objdebug-msrun-")
     leftovers.mark(root)
+    watchdog.scratch(root)  # the supervisor removes it if it must kill this process
     log_dir, result_dir = os.path.join(root, "logs"), os.path.join(root, "results")
     os.makedirs(result_dir)
     entry = os.path.join(root, "objdebug_worker.py")
@@ -207,17 +244,27 @@ def launch(cli_args: list[str], workers: int, *, timeout: float = 3600.0,
                            encoding="utf-8")
     env = dict(os.environ)
     env[WORKER_DIR_ENV] = result_dir
+    env[LAUNCHER_ENV] = str(os.getpid())
+    # the workers' scratch folders inside this one: whoever removes it (this process, or the
+    # supervisor that had to kill it) removes theirs, which a SIGKILLed worker cannot
+    env["TMPDIR"] = os.path.join(root, "tmp")
+    os.makedirs(env["TMPDIR"])
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
     # the workers import the same objdebug as this process
     pkg_root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = pkg_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    # --tail_worker_log names no worker: msrun's `tail -f` of each log (its output went nowhere)
+    # would outlive a killed msrun, as a child that no one ties to it
     cmd = [launcher, f"--worker_num={workers}", f"--local_worker_num={workers}",
            "--master_addr=127.0.0.1", f"--master_port={_free_port()}", "--join=True",
-           f"--log_dir={log_dir}", f"--cluster_time_out={cluster_timeout}", entry, *cli_args]
+           f"--tail_worker_log={workers}", f"--log_dir={log_dir}",
+           f"--cluster_time_out={cluster_timeout}", entry, *cli_args]
     # msrun and its workers get a session of their own; whatever ends this wait (a time-out, a
-    # signal, an error) ends the whole session too, so no worker outlives the launcher
+    # signal, an error) ends the whole tree too, and msrun dies with this process (its workers
+    # with msrun: tie_to_launcher), so no worker outlives the launcher, even a SIGKILLed one
+    watchdog.send("work", f"{workers} msrun workers ran")
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=process_tree.die_with_parent)
     msrun_code: int | None = None
     try:
         msrun_code = proc.wait(timeout=timeout)
@@ -225,37 +272,47 @@ def launch(cli_args: list[str], workers: int, *, timeout: float = 3600.0,
         _stop(proc)
     except BaseException:
         _stop(proc)
+        discard(_records(result_dir).get(0, {}).get("staged", []))
         shutil.rmtree(root, ignore_errors=True)
+        watchdog.scratch(root, add=False)
         raise
+    records = _records(result_dir)
+    out_file = Path(result_dir, "rank_0.out")
+    report = out_file.read_text(encoding="utf-8") if out_file.is_file() else ""
+    result = _collect(records, workers, msrun_code, report, log_dir, timeout)
+    staged = [tuple(pair) for pair in records.get(0, {}).get("staged", [])]
+    if result.failed:
+        discard(staged)
+    else:
+        result.staged = staged
+        shutil.rmtree(root, ignore_errors=True)
+        watchdog.scratch(root, add=False)
+    return result
+
+
+def _records(result_dir: str) -> dict[int, dict]:
     records = {}
     for path in Path(result_dir).glob("rank_*.json"):
         rec = json.loads(path.read_text(encoding="utf-8"))
         records[rec["rank"]] = rec
-    out_file = Path(result_dir, "rank_0.out")
-    report = out_file.read_text(encoding="utf-8") if out_file.is_file() else ""
-    result = _collect(records, workers, msrun_code, report, log_dir, timeout)
-    if not result.failed:
-        shutil.rmtree(root, ignore_errors=True)
-    return result
+    return records
+
+
+def discard(staged) -> None:
+    """Remove report temporaries that will not be committed."""
+    for tmp, _ in staged:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
 
 
 def _stop(proc: subprocess.Popen) -> None:
-    """Kill msrun's whole session and every process it started, and reap msrun.
+    """Kill msrun, every process it started and their groups (msrun gives each worker a process
+    group of its own, issue 23), and reap msrun."""
+    from objdebug.engine.process_tree import kill_tree
 
-    msrun gives each worker a process group of its own, so killing msrun's group alone left the
-    workers running, re-parented to PID 1 (issue 23): every descendant is found first (through
-    /proc) and killed with its group."""
-    import signal
-
-    from objdebug.engine.process_tree import descendants
-
-    family = descendants(proc.pid)
-    for pid in [proc.pid, *family]:
-        for kill, target in ((os.killpg, pid), (os.kill, pid)):
-            try:
-                kill(target, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError, OSError):
-                pass
+    kill_tree(proc.pid)
     proc.wait()
 
 

@@ -105,21 +105,27 @@ def scratch_dir() -> Iterator[str]:
     """Run the block in a temporary working directory, removed afterwards."""
     old = os.getcwd()
     from objdebug.core import leftovers
+    from objdebug.core.interrupts import held
     from objdebug.engine import watchdog
 
     leftovers.clean_scratch()  # what runs killed by SIGKILL left
-    tmp = tempfile.mkdtemp(prefix="objdebug-")
-    leftovers.mark(tmp)
-    _state["user_dir"] = old
-    os.chdir(tmp)
-    watchdog.scratch(tmp)  # removed by the watchdog too, if it has to end a stuck run
+    tmp = None
     try:
+        # a signal between mkdtemp and the `finally` that removes the folder (a busy machine
+        # can deschedule the run right there) left it behind: it waits for the folder's setup
+        with held():
+            tmp = tempfile.mkdtemp(prefix="objdebug-")
+            leftovers.mark(tmp)
+            _state["user_dir"] = old
+            os.chdir(tmp)
+            watchdog.scratch(tmp)  # removed by the watchdog too, if it has to end a stuck run
         yield tmp
     finally:
-        os.chdir(old)
-        _state.pop("user_dir", None)
-        shutil.rmtree(tmp, ignore_errors=True)
-        watchdog.scratch(tmp, add=False)
+        if tmp is not None:
+            os.chdir(old)
+            _state.pop("user_dir", None)
+            shutil.rmtree(tmp, ignore_errors=True)
+            watchdog.scratch(tmp, add=False)
 
 
 def user_dir() -> str:

@@ -58,6 +58,12 @@ def scratch(path: str, add: bool = True) -> None:
     send("dir" if add else "undir", path)
 
 
+def said(code: int) -> None:
+    """The command printed its one ending line and exits with `code`: a supervisor that must
+    still kill it (its exit is slow on a busy machine) adds no second line."""
+    send("said", str(int(code)))
+
+
 def clean_exit() -> None:
     """atexit: the process ends through Python (a verdict, an error line), not os._exit."""
     send("clean")

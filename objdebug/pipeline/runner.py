@@ -105,16 +105,18 @@ def skipped(check, reason: str):
 
 def run_pipeline(cfg: Config, chosen: list[str], profile: Profile, options: dict[str, Any] | None,
                  out_dir: str | None, strict: bool, select: list[str], ignore: list[str], debug: bool,
-                 progress: Progress, compile_cache: str | None, checks_of: ChecksOf) -> RunResult:
+                 progress: Progress, compile_cache: str | None, checks_of: ChecksOf,
+                 cache_named: bool = True) -> RunResult:
     """Load the target, probe its contract, run each chosen stage's checks (`checks_of(stage)`) and
-    the model state; never raises for a failing check. Interrupts say where the run stopped."""
+    the model state; never raises for a failing check. Interrupts say where the run stopped.
+    `cache_named`: the user chose `compile_cache` (else it is the default, used only when private)."""
     result = RunResult(config=cfg, profile=profile, stages=chosen, options=dict(options or {}),
                        versions=runtime.versions(), strict=strict,
                        created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
     t0 = time.perf_counter()
     try:
         _run_stages(cfg, result, profile, chosen, select, ignore, options, out_dir, debug, progress,
-                    compile_cache, checks_of)
+                    compile_cache, checks_of, cache_named)
     except (Interrupted, Exception) as exc:  # say where the run stopped: the CLI prints it
         if not isinstance(exc, Interrupted):
             if swallowed() is None:
@@ -130,7 +132,7 @@ def run_pipeline(cfg: Config, chosen: list[str], profile: Profile, options: dict
 
 
 def _run_stages(cfg, result, profile, chosen, select, ignore, options, out_dir, debug, progress,
-                compile_cache, checks_of) -> None:
+                compile_cache, checks_of, cache_named=True) -> None:
     runtime.setup(cfg.run.device, cfg.run.mode, cfg.run.seed)
     host_memory.start_run()
     world = distributed.world()  # rank 0 of 1 unless started by msrun (`--workers N`)
@@ -149,7 +151,7 @@ def _run_stages(cfg, result, profile, chosen, select, ignore, options, out_dir, 
         cache = open_cache(compile_cache, cfg, profile, chosen, dict(options or {}),
                            engine.batch_size,
                            refuse="not with --workers (one cache per process)" if world.distributed else "",
-                           params=parameter_shapes(target))
+                           params=parameter_shapes(target), named=cache_named)
         cache.attach(engine)
         with cache:  # writes the cache's manifest after a clean run only
             engine.check = "contract"

@@ -44,7 +44,8 @@ def model_state_line(report: dict) -> str | None:
 
 def compile_cache_line(report: dict, short: bool = False) -> str | None:
     """'compile cache warm: 12 hits, 0 misses' from the report's extra.compile_cache, or None when
-    the run used no cache; `short` leaves out why a cache was unavailable."""
+    the run used no cache; it says which cache the run trusted (one the user named, or the default
+    folder found private); `short` leaves out why a cache was unavailable."""
     c = report.get("extra", {}).get("compile_cache")
     if not isinstance(c, dict) or c.get("status") in (None, "off"):
         return None
@@ -56,6 +57,11 @@ def compile_cache_line(report: dict, short: bool = False) -> str | None:
             f"{misses} miss{'es' if misses != 1 else ''}")
     if c.get("unsafe") and not short:  # the next run starts cold again: say why (issue 22)
         line += f"; not kept for the next run: {c['unsafe']}"
+    if c.get("trust") and short:  # which cache the run trusted (issue 35)
+        line += f" ({c['trust']})"
+    elif c.get("trust"):
+        line += ("; trusted as named (--compile-cache / run.compile_cache)" if c["trust"] == "named"
+                 else "; the default folder, trusted as this user's alone")
     return line
 
 
@@ -131,21 +137,23 @@ class ReportSet:
 
     committed: bool = False
     paths: list[Path]
+    staged: list[tuple[str, str]]  # all_or_nothing(commit=False): the temporaries, not renamed
 
     def __init__(self) -> None:
         self.paths = []
+        self.staged = []
 
 
 @contextlib.contextmanager
-def all_or_nothing() -> Iterator[ReportSet]:
+def all_or_nothing(commit: bool = True) -> Iterator[ReportSet]:
     """The reports of one run replace the old ones all together or not at all.
 
     Every write_atomic inside the block writes its temporary only; when the block ends normally
     they are renamed in one step with SIGINT/SIGTERM held, and on any exception or interrupt they
-    are deleted, so an old r.json never sits beside a new r.xml.
+    are deleted, so an old r.json never sits beside a new r.xml. With `commit=False` they are left
+    as temporaries in `ReportSet.staged` (`--workers`: the launcher commits rank 0's reports once
+    the whole run ended well).
     """
-    from objdebug.core.interrupts import held
-
     done = ReportSet()
     staged: list[tuple[str, Path]] = []
     token = _staged.set(staged)
@@ -158,8 +166,21 @@ def all_or_nothing() -> Iterator[ReportSet]:
                 os.unlink(tmp)
         raise
     _staged.reset(token)
+    if not commit:  # another process renames them (commit_staged), or removes them
+        done.staged = [(str(tmp), str(path)) for tmp, path in staged]
+        return
+    commit_staged(staged, done)
+
+
+def commit_staged(staged, done: ReportSet | None = None) -> ReportSet:
+    """Rename a run's report temporaries ((temporary, path) pairs) over their reports in one step,
+    with SIGINT/SIGTERM held; `done.committed` is true once they all are."""
+    from objdebug.core.interrupts import held
+
+    done = done or ReportSet()
     with held():
         for tmp, path in staged:
             os.replace(tmp, path)
-        done.paths = [path for _, path in staged]
+        done.paths = [Path(path) for _, path in staged]
         done.committed = True
+    return done
