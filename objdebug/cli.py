@@ -18,9 +18,8 @@ from objdebug.core.interrupts import raising_signals
 
 _USER_GLOG = os.environ.get("GLOG_v")  # a user's own MindSpore log level is kept (read, not set)
 
-app = typer.Typer(name="objdebug", add_completion=False, pretty_exceptions_enable=False,
-                  no_args_is_help=True, help="Diagnose a MindSpore training objective: align, grad, "
-                  "invariants, decompose, correlate, preference, stress.")
+app = typer.Typer(name="objdebug", add_completion=False, pretty_exceptions_enable=False, no_args_is_help=True,
+                  help="Diagnose a MindSpore training objective: align, grad, invariants, decompose, correlate, preference, stress.")
 
 
 def _fail(message: str, code: int) -> None:
