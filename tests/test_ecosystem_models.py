@@ -246,6 +246,28 @@ def test_inputs_are_bound_by_name():
     assert np.array_equal(out[..., 1], [[0, 1, 2, 0], [0, 1, 0, 0]])
 
 
+def test_a_construct_ending_in_kwargs_binds_labels_by_keyword():
+    """mindone's `construct(input_ids=None, attention_mask=None, ..., labels=None, ..., **kwargs)`:
+    the names before `**kwargs` are read, so the model is a library model (labels by keyword),
+    and a name it does not list is let through (**kwargs takes it)."""
+    from mindspore import nn
+
+    from objdebug.engine import library_model, signature
+
+    class MindoneOrder(nn.Cell):
+        def construct(self, input_ids=None, attention_mask=None, position_ids=None,
+                      past_key_values=None, inputs_embeds=None, labels=None, use_cache=None,
+                      return_dict=None, **kwargs):
+            return input_ids
+
+    cell = MindoneOrder()
+    assert signature.parameters(cell) == ["input_ids", "attention_mask", "position_ids",
+                                          "past_key_values", "inputs_embeds", "labels", "use_cache",
+                                          "return_dict"]
+    assert library_model.applies(cell)
+    signature.check_names(cell, ["input_ids", "token_type_ids"], "model.inputs")  # no exit 2
+
+
 def test_an_input_construct_does_not_take_is_exit_2():
     cli_exit_2(["run", "-c", str(TARGETS / "llama_ce" / "objdebug.toml"), "--stages", "align",
                 "--set", 'model.inputs=["input_ids", "attention_mask"]'],
