@@ -254,7 +254,7 @@ def init_config(model: str, objective: str, checkpoint: str | None = None, data:
                 tokenizer: str | None = None, output: str = "objdebug.toml", device: str = "CPU",
                 max_probe_length: int = 2048, model_kwargs: str | None = None, echo=print) -> int:
     """Write `output`; returns the exit code (0 written and probed, 1 written but the probe failed)."""
-    from objdebug.core.config import (Config, DataSpec, ModelSpec, ObjectiveSpec, RunSpec,
+    from objdebug.core.config import (INPUTS, Config, DataSpec, ModelSpec, ObjectiveSpec, RunSpec,
         load_config)
     from objdebug.engine import runtime
     from objdebug.engine.data import make_tokenizer
@@ -364,7 +364,7 @@ def init_config(model: str, objective: str, checkpoint: str | None = None, data:
                                                    f"are the ones objdebug builds (bound by name)")
     elif masks:
         found.undecided.append(f"model inputs: the model's construct takes {inputs}; objdebug builds "
-                               f"only {list(model_inputs.INPUTS)}")
+                               f"only {list(INPUTS)}")
     elif len(inputs) > 1:
         found.comments.setdefault("model", []).append(
             f"construct takes {inputs}: no mask argument; objdebug passes input_ids only")
