@@ -33,6 +33,7 @@ class Findings:
     comments: dict[str, list[str]] = field(default_factory=dict)  # section -> extra comment lines
     probe_error: str | None = None
     max_note: str = ""                 # what the length probe found, for the summary
+    left_out: list[str] = field(default_factory=list)  # inputs construct takes that did not run
 
     def set(self, section: str, key: str, value: Any, why: str = "") -> None:
         self.values.setdefault(section, {})[key] = (value, why)
@@ -308,6 +309,11 @@ def init_config(model: str, objective: str, checkpoint: str | None = None, data:
 
         # the user's model, not objdebug's wrapper: its construct and what it returns
         io = init_model_io.read(model_inputs.unwrap(target.model))
+        left_out: list[str] = []
+        if io["inputs"]:  # only the inputs that run are written (each probed, see init_model_io)
+            kept, left_out = init_model_io.runnable(model_inputs.unwrap(target.model), io["inputs"],
+                                                    io["output"])
+            io["inputs"] = kept if len(kept) > 1 else None
         cfg.model.inputs, cfg.model.output = io["inputs"], io["output"]
         from objdebug.engine.cells import wrap
 
@@ -362,6 +368,11 @@ def init_config(model: str, objective: str, checkpoint: str | None = None, data:
     if io["inputs"]:  # what objdebug can build, bound by name
         found.set("model", "inputs", io["inputs"], f"construct takes {len(inputs)} parameters; these "
                                                    f"are the ones objdebug builds (bound by name)")
+    if left_out:  # written as comments (and printed): what init left out and why
+        found.left_out = left_out
+        found.comments.setdefault("model", []).extend(f"inputs: {line}" for line in left_out)
+    elif io["inputs"]:
+        pass
     elif masks:
         found.undecided.append(f"model inputs: the model's construct takes {inputs}; objdebug builds "
                                f"only {list(INPUTS)}")
@@ -397,6 +408,8 @@ def _report(found: Findings, out: Path, masks: list[str], inputs: list[str], ech
     for name, value in detected:
         if value is not None:
             echo(f"  detected {name}: {value}")
+    for line in found.left_out:
+        echo(f"  input {line}")
     if found.probe_error:
         echo(f"  contract probe FAILED: {found.probe_error}")
     for line in found.undecided:
