@@ -289,20 +289,22 @@ def init_config(model: str, objective: str, checkpoint: str | None = None, data:
 
     found = Findings()
     given = _inline_table(model_kwargs) if model_kwargs else {}
-    model_kwargs = {**factory_defaults(import_factory(model, "model", str(base))), **given}
-    objective_defaults = factory_defaults(import_factory(objective, "objective", str(base)))
-    found.set("model", "factory", model)
-    found.set("model", "kwargs", model_kwargs, "--model-kwargs over the factory's defaults" if given
-              else "the factory's defaults: the architecture of the checkpoint")
     if checkpoint:
+        checkpoint = str(Path(checkpoint).resolve())  # before the scratch directory below
         found.set("model", "checkpoint", _rel(Path(checkpoint), out.parent), "loaded strictly: every name and shape matches")
+    found.set("model", "factory", model)
     found.set("objective", "factory", objective)
-
-    cfg = Config(objective=ObjectiveSpec(factory=objective), model=ModelSpec(
-        factory=model, kwargs=model_kwargs, checkpoint=str(Path(checkpoint).resolve()) if checkpoint else None),
-        data=DataSpec(), run=RunSpec(device=device), source=str(out), base_dir=str(base))
     runtime.setup(device, "graph", 0)
+    # the factories are imported in the scratch directory too, as the stage commands load the
+    # target: a library that writes at import (MindFormers' ./output/log/) leaves nothing here
     with runtime.scratch_dir():
+        model_kwargs = {**factory_defaults(import_factory(model, "model", str(base))), **given}
+        objective_defaults = factory_defaults(import_factory(objective, "objective", str(base)))
+        found.set("model", "kwargs", model_kwargs, "--model-kwargs over the factory's defaults"
+                  if given else "the factory's defaults: the architecture of the checkpoint")
+        cfg = Config(objective=ObjectiveSpec(factory=objective), model=ModelSpec(
+            factory=model, kwargs=model_kwargs, checkpoint=checkpoint),
+            data=DataSpec(), run=RunSpec(device=device), source=str(out), base_dir=str(base))
         target = load_target(cfg)  # InputError (exit 2): import, factory or checkpoint problems
         from objdebug import init_model_io
         from objdebug.engine import model_inputs

@@ -384,14 +384,63 @@ def test_init_writes_a_config_that_runs_unchanged(factory, tmp_path):
                 "--data", str(ROOT / "objdebug" / "demo" / "align.jsonl"), "--output", "objdebug.toml"],
                tmp_path)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    _no_third_party_line(res)
     written = digest(tmp_path / "objdebug.toml")
     res = _cli(["run", "-c", "objdebug.toml", "--stages", "grad", "--no-cache", "--json", "r.json"], tmp_path)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+    _no_third_party_line(res)
     assert digest(tmp_path / "objdebug.toml") == written
     report = json.loads((tmp_path / "r.json").read_text())
     verdicts = [f["verdict"] for r in report["results"] for f in r["findings"]]
     assert verdicts and set(verdicts) == {"PASS"}, verdicts
     assert sorted(p.name for p in tmp_path.iterdir()) == ["objdebug.toml", "r.json"]
+
+
+# what the fixtures write at import and construction, as mindone 0.5.0 and MindFormers 2.0 do
+_THIRD_PARTY = ("None of PyTorch", "FutureWarning", "Config not found for parakeet", " - INFO - ")
+
+
+def _no_third_party_line(res):
+    for text in _THIRD_PARTY:
+        assert text not in res.stdout + res.stderr, (text, res.stdout[-2000:], res.stderr[-2000:])
+
+
+def test_import_time_output_is_held_back_but_a_handler_made_then_writes_later(capsys):
+    import logging
+    import warnings
+
+    from objdebug.engine import third_party_logs
+
+    try:
+        third_party_logs.silence(debug=False)
+        with third_party_logs.held_back():
+            print("Config not found for parakeet")
+            warnings.warn("deprecated", FutureWarning)
+            handler = logging.StreamHandler()  # a library's handler, made in the window
+            logging.getLogger("lib").warning("None of PyTorch")
+        handler.stream.write("a later warning of the run\n")
+        handler.stream.flush()
+        out, err = capsys.readouterr()
+        assert "parakeet" not in out and "FutureWarning" not in err and "None of" not in err
+        assert "a later warning of the run" in err
+        third_party_logs.silence(debug=True)
+        with third_party_logs.held_back():
+            print("shown with --debug")
+        assert "shown with --debug" in capsys.readouterr().out
+    finally:
+        third_party_logs._state["hold"] = False  # noqa: SLF001 - as the library API leaves it
+        logging.disable(logging.NOTSET)
+
+
+def test_init_on_mindformers_leaves_nothing_and_prints_no_library_line(tmp_path):
+    """MindFormers sets up ./output/log/rank_0/ at import: init imports the factories in its
+    scratch directory, as the stage commands do (issue 37)."""
+    res = _cli(["init", "--model", "fixtures.ecosystem.mindformers_style:build_mindformers_style",
+                "--objective", "fixtures.llama.objectives:MaskedMeanCE", "--max-probe-length", "128",
+                "--output", "objdebug.toml"], tmp_path)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    _no_third_party_line(res)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["objdebug.toml"]
 
 
 # --------------------------------------------------------------------------- an unnamed limit (item 1)
