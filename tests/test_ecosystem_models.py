@@ -162,7 +162,9 @@ def test_library_models_probed_where_their_loss_is():
     hf = _load("eco_hf_e2e").info["library_model"]
     mf = _load("eco_mf_e2e").info["library_model"]
     assert hf["loss_from"] == "out['loss']" and hf["train"] is False
-    assert mf["loss_from"] == "the tensor itself" and mf["train"] is True and mf["dropouts_off"] == 1
+    assert mf["loss_from"] == "the model's output itself" and mf["train"] is True and mf["dropouts_off"] == 1
+    note = next(n for n in _load("eco_mf_e2e").info["notes"] if "end-to-end target" in n)
+    assert "the loss is the model's output itself, a tensor of shape" in note, note
     for info in (hf, mf):
         # the model's float32 loss is the float64 CE of logits[t] vs labels[t+1], not vs labels[t]
         assert info["shifts_labels"] is True
