@@ -500,3 +500,32 @@ def test_an_unnamed_position_limit_is_the_longest_length_that_ran(tmp_path, monk
     ran = [int(t) for r in ctx.engine.compiles.records if r.graph.startswith("objective.param_grad")
            for t in re.findall(r"\[1, (\d+)\]", r.shapes)]
     assert all(t <= 128 for t in ran)
+
+
+def test_an_untrained_tied_model_is_not_a_label_shift_bug(tmp_path):
+    """At initialisation a tied-embedding Llama favours its input token: OBJ701's minimum at d = -1
+    (measured on mindone 0.5.0's LlamaForCausalLM, exit 1). Not judged on an untrained model."""
+    from objdebug.core.config import load_config
+    from objdebug.core.findings import Verdict
+    from objdebug.engine import runtime
+    from objdebug.engine.core import Engine
+    from objdebug.engine.target import load_target
+    from objdebug.pipeline.context import Context
+    from objdebug.pipeline.profile import load_profile
+    from objdebug.pipeline.runner import run_check
+    from objdebug.stages.invariants.alignment import LabelAlignment
+
+    (tmp_path / "objdebug.toml").write_text(  # eco_hf without its checkpoint: untrained
+        '[model]\nfactory = "fixtures.ecosystem.hf_style:build_hf_style"\noutput = "logits"\n\n'
+        '[objective]\nfactory = "fixtures.llama.objectives:MaskedMeanCE"\n\n'
+        f'[data]\nvocab_size = 256\nalign = "{ROOT / "objdebug" / "demo" / "align.jsonl"}"\n')
+    cfg = load_config(tmp_path / "objdebug.toml")
+    runtime.setup("CPU", "graph", 0)
+    target = load_target(cfg)
+    profile = load_profile("default")
+    ctx = Context(config=cfg, target=target, engine=Engine(target, batch_size=8), profile=profile)
+    res = run_check(LabelAlignment(), ctx, profile.section("invariants"))
+    [f] = res.findings
+    assert f.verdict is Verdict.INFO and "not judged (would be FAIL)" in f.message, f.message
+    assert "the minimum is at d = -1" in f.message
+
