@@ -34,6 +34,7 @@ class Findings:
     comments: dict[str, list[str]] = field(default_factory=dict)  # section -> extra comment lines
     probe_error: str | None = None
     max_note: str = ""                 # what the length probe found, for the summary
+    left_out: list[str] = field(default_factory=list)  # inputs construct takes that did not run
 
     def set(self, section: str, key: str, value: Any, why: str = "") -> None:
         self.values.setdefault(section, {})[key] = (value, why)
@@ -281,7 +282,7 @@ def init_config(model: str, objective: str, checkpoint: str | None = None, data:
                 tokenizer: str | None = None, output: str = "objdebug.toml", device: str = "CPU",
                 max_probe_length: int = 2048, model_kwargs: str | None = None, echo=print) -> int:
     """Write `output`; returns the exit code (0 written and probed, 1 written but the probe failed)."""
-    from objdebug.core.config import (Config, DataSpec, ModelSpec, ObjectiveSpec, RunSpec,
+    from objdebug.core.config import (INPUTS, Config, DataSpec, ModelSpec, ObjectiveSpec, RunSpec,
         load_config)
     from objdebug.engine import runtime
     from objdebug.engine.data import make_tokenizer
@@ -315,26 +316,33 @@ def init_config(model: str, objective: str, checkpoint: str | None = None, data:
 
     found = Findings()
     given = _inline_table(model_kwargs) if model_kwargs else {}
-    model_kwargs = {**factory_defaults(import_factory(model, "model", str(base))), **given}
-    objective_defaults = factory_defaults(import_factory(objective, "objective", str(base)))
-    found.set("model", "factory", model)
-    found.set("model", "kwargs", model_kwargs, "--model-kwargs over the factory's defaults" if given
-              else "the factory's defaults: the architecture of the checkpoint")
     if checkpoint:
+        checkpoint = str(Path(checkpoint).resolve())  # before the scratch directory below
         found.set("model", "checkpoint", _rel(Path(checkpoint), out.parent), "loaded strictly: every name and shape matches")
+    found.set("model", "factory", model)
     found.set("objective", "factory", objective)
-
-    cfg = Config(objective=ObjectiveSpec(factory=objective), model=ModelSpec(
-        factory=model, kwargs=model_kwargs, checkpoint=str(Path(checkpoint).resolve()) if checkpoint else None),
-        data=DataSpec(), run=RunSpec(device=device), source=str(out), base_dir=str(base))
     runtime.setup(device, "graph", 0)
+    # the factories are imported in the scratch directory too, as the stage commands load the
+    # target: a library that writes at import (MindFormers' ./output/log/) leaves nothing here
     with runtime.scratch_dir():
+        model_kwargs = {**factory_defaults(import_factory(model, "model", str(base))), **given}
+        objective_defaults = factory_defaults(import_factory(objective, "objective", str(base)))
+        found.set("model", "kwargs", model_kwargs, "--model-kwargs over the factory's defaults"
+                  if given else "the factory's defaults: the architecture of the checkpoint")
+        cfg = Config(objective=ObjectiveSpec(factory=objective), model=ModelSpec(
+            factory=model, kwargs=model_kwargs, checkpoint=checkpoint),
+            data=DataSpec(), run=RunSpec(device=device), source=str(out), base_dir=str(base))
         target = load_target(cfg)  # InputError (exit 2): import, factory or checkpoint problems
         from objdebug import init_model_io
         from objdebug.engine import model_inputs
 
         # the user's model, not objdebug's wrapper: its construct and what it returns
         io = init_model_io.read(model_inputs.unwrap(target.model))
+        left_out: list[str] = []
+        if io["inputs"]:  # only the inputs that run are written (each probed, see init_model_io)
+            kept, left_out = init_model_io.runnable(model_inputs.unwrap(target.model), io["inputs"],
+                                                    io["output"])
+            io["inputs"] = kept if len(kept) > 1 else None
         cfg.model.inputs, cfg.model.output = io["inputs"], io["output"]
         from objdebug.engine.cells import wrap
 
@@ -389,9 +397,14 @@ def init_config(model: str, objective: str, checkpoint: str | None = None, data:
     if io["inputs"]:  # what objdebug can build, bound by name
         found.set("model", "inputs", io["inputs"], f"construct takes {len(inputs)} parameters; these "
                                                    f"are the ones objdebug builds (bound by name)")
+    if left_out:  # written as comments (and printed): what init left out and why
+        found.left_out = left_out
+        found.comments.setdefault("model", []).extend(f"inputs: {line}" for line in left_out)
+    elif io["inputs"]:
+        pass
     elif masks:
         found.undecided.append(f"model inputs: the model's construct takes {inputs}; objdebug builds "
-                               f"only {list(model_inputs.INPUTS)}")
+                               f"only {list(INPUTS)}")
     elif len(inputs) > 1:
         found.comments.setdefault("model", []).append(
             f"construct takes {inputs}: no mask argument; objdebug passes input_ids only")
@@ -472,6 +485,8 @@ def _report(found: Findings, out: Path, masks: list[str], inputs: list[str], ech
     for name, value in detected:
         if value is not None:
             echo(f"  detected {name}: {value}")
+    for line in found.left_out:
+        echo(f"  input {line}")
     if found.probe_error:
         echo(f"  contract probe FAILED: {found.probe_error}")
     for line in found.undecided:

@@ -5,6 +5,12 @@ parameter names give `[model] inputs` (`input_ids` plus whichever of `attention_
 `position_ids` it takes, bound by name), one PyNative call on a [1, 8] batch gives `[model]
 output` (a mapping's "logits" key, a tuple's first [B, T, V] element, an object's `logits`), and a
 `labels` parameter means the model computes its own loss: init then offers the end-to-end form.
+
+A parameter with the right name is not yet an input that runs: MindFormers 2.0's Llama takes
+`attention_mask` but builds its own [B, 1, T, T] mask and fails on a 2-D one; mindone's mask path
+has no CPU kernel (`Clone`). `runnable` calls the model with each candidate added, as objdebug
+would build it (one PyNative call on a padded [2, 8] batch through `cells.ModelCall`, no compile),
+and keeps only the ones that run; init writes why it left the others out.
 """
 
 from __future__ import annotations
@@ -72,3 +78,34 @@ def end_to_end_offer(model_factory: str, checkpoint: str | None) -> list[str]:
     lines += ["and set [data] shift = false if the model shifts the labels itself (objdebug measures",
               "it and stops with exit 2 when shift is wrong)."]
     return lines
+
+
+def runnable(model, inputs: list[str], output: Any) -> tuple[list[str], list[str]]:
+    """(the inputs that run, one line per candidate left out and why): each candidate past
+    `input_ids` added in turn to the ones kept, the model called through ModelCall on a [2, 8]
+    batch whose second row ends in 3 padding tokens (so a mask carries zeros)."""
+    import mindspore as ms
+
+    from objdebug.core.crash import summary
+    from objdebug.engine.cells import ModelCall
+    from objdebug.engine.model_inputs import FIRST, mark_padding
+    from objdebug.engine.pynative import pynative
+
+    real = np.ones((2, 8), bool)
+    real[1, 5:] = False
+    ids = ms.Tensor(mark_padding(np.ones((2, 8), np.int32), real))
+    kept, left = ["input_ids"], []
+    for name in inputs[1:]:
+        call = ModelCall(model, tuple(kept + [name]), "int32", FIRST if output is None else output)
+        try:
+            with pynative():
+                logits = call(ids)
+            shape = tuple(logits.shape) if isinstance(logits, ms.Tensor) else None
+            if shape is None or len(shape) != 3 or shape[0] != 2:
+                raise ValueError(f"the output is {type(logits).__name__} {shape}, not logits [2, T, V]")
+        except Exception as exc:  # the model refuses the input as objdebug builds it
+            left.append(f"{name} left out: the model fails with it on a [2, 8] batch "
+                        f"({summary(exc)[:200]})")
+            continue
+        kept.append(name)
+    return kept, left

@@ -239,3 +239,23 @@ def test_without_align_data_the_stage_is_skipped_with_the_reason():
     assert {f.verdict.value for f in result.findings if f.code != "OBJ005"} == {"SKIP"}
     assert "set data.align" in result.findings[0].message
     assert result.exit_code == 1  # every check skipped: nothing was checked (OBJ005, issue 23)
+
+
+def test_a_nan_on_a_fully_masked_sample_never_passes():
+    """MindSpore's CrossEntropyLoss(ignore_index=-100) averages over zero positions on a fully
+    masked sample: NaN. That used to print `PASS nan`; a NaN measurement is a WARN (issue 37)."""
+    from objdebug.core.findings import Verdict
+    from objdebug.pipeline.context import Context
+    from objdebug.pipeline.profile import load_profile
+    from objdebug.pipeline.runner import run_check
+    from objdebug.stages.align import LabelPadMasking
+
+    cfg = load_config(TARGETS / "grad_ms_ce" / "objdebug.toml")
+    runtime.setup(cfg.run.device, cfg.run.mode, cfg.run.seed)
+    target = load_target(cfg)
+    ctx = Context(config=cfg, target=target, engine=Engine(target), profile=load_profile())
+    res = run_check(LabelPadMasking(), ctx, settings("align"))
+    assert res.error is None and math.isnan(res.value["masked_loss"])
+    [f] = res.findings
+    assert f.code == "OBJ105" and f.verdict is Verdict.WARN, (f.verdict, f.message)
+    assert "gives NaN" in f.message and "cannot tell" in f.message

@@ -120,6 +120,68 @@ def test_the_head_is_the_vocabulary_wide_output_the_loss_reads():
         assert "no sub-Cell" in find_head(model, lambda: model(x), 2, 5, 9)["why"]
 
 
+def test_a_trained_head_that_gives_class_0_no_probability_is_found():
+    """A trained head gives a class it never saw ~no probability (class 0 here: logit - 30): a
+    probe that moved class 0 only left the float32 loss bit-identical and lost the head (issue 37).
+    The probe moves every class (a seeded random direction over the vocabulary)."""
+    import mindspore as ms
+    from mindspore import nn, ops
+
+    from objdebug.engine import runtime
+    from objdebug.engine.library_logits import find_head
+    from objdebug.engine.pynative import pynative
+
+    offset = np.zeros(7, np.float32)
+    offset[0] = -30.0
+
+    class Head(nn.Cell):
+        def construct(self, x):
+            return x + ms.Tensor(offset)
+
+    class Model(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.lm_head = Head()
+
+        def construct(self, x, labels):
+            logp = ops.log_softmax(self.lm_head(x), -1)
+            return -ops.gather_elements(logp, 2, labels.reshape((2, 5, 1))).mean()
+
+    runtime.setup("CPU", "graph", 0)
+    rng = np.random.default_rng(1)
+    x = ms.Tensor(rng.standard_normal((2, 5, 7)).astype(np.float32))
+    labels = ms.Tensor(rng.integers(1, 7, (2, 5)).astype(np.int32))
+    with pynative():
+        model = Model()
+        head = find_head(model, lambda: model(x, labels), 2, 5, 7)
+    assert head.get("path") == "lm_head", head
+
+
+def test_lost_logit_checks_are_one_warn_that_names_them():
+    """A library model whose head the probe cannot find (the hf_style fixture's loss computed
+    without its lm_head Cell): its logit checks skip, and OBJ006 WARNs naming each one."""
+    from objdebug import api
+    from objdebug.core.config import load_config
+    from objdebug.core.findings import Verdict
+
+    cfg = load_config(TARGETS / "eco_hf_e2e" / "objdebug.toml",
+                      overrides={"objective.kwargs": {"loss_reads_head": False}})
+    result = api.run(cfg, stages=["grad"], profile="default", compile_cache=False)
+    lost = [f for f in result.findings if f.code == "OBJ006"]
+    assert len(lost) == 1 and lost[0].verdict is Verdict.WARN, lost
+    skipped = sorted({f.code for f in result.findings if f.verdict is Verdict.SKIP
+                      and "no output head the loss reads" in f.message})
+    assert {"OBJ207", "OBJ208", "OBJ209"} <= set(skipped)
+    assert f"{len(skipped)} logit check(s) could not run" in lost[0].message
+    assert f"({', '.join(skipped)})" in lost[0].message and "lm_head" in lost[0].message
+    # a library model whose head was found loses nothing: no OBJ006
+    from objdebug.pipeline.coverage import lost_logit_checks
+
+    found = {"head": {"path": "model.lm_head"}}
+    assert lost_logit_checks(found, result.results) is None
+    assert lost_logit_checks(None, result.results) is None  # not a library model
+
+
 # --------------------------------------------------------------------------- the library's own loss
 @pytest.mark.parametrize("split, e2e", [("eco_hf", "eco_hf_e2e"), ("eco_mf", "eco_mf_e2e")])
 def test_library_logit_gradient_equals_the_model_plus_objective_form(split, e2e):

@@ -98,3 +98,17 @@ def test_init_without_hard_links_creates_the_config_exclusively(tmp_path, monkey
         create_exclusively(tmp_path / "a.toml", "x = 2\n", "a.toml")
     assert (tmp_path / "a.toml").read_text() == "x = 1\n"
     assert [p.name for p in tmp_path.iterdir()] == ["a.toml"]
+
+
+def test_init_on_a_mask_objdebug_cannot_build_says_so(tmp_path):
+    """construct(input_ids, input_mask=None): a mask under a name objdebug does not build (the
+    `elif masks:` branch once raised AttributeError, exit 3)."""
+    out = tmp_path / "o.toml"
+    res = CliRunner().invoke(app, ["init", "--model", "fixtures.masked_models:input_mask_model",
+                                   "--objective", "objdebug.losses:MaskedCrossEntropy", "--checkpoint",
+                                   str(DEMO / "demo.ckpt"), "--max-probe-length", "128", "--output",
+                                   str(out)])
+    assert res.exit_code == 0, (res.output, res.exception)
+    assert ("not decided: model inputs: the model's construct takes ['input_ids', 'input_mask']; "
+            "objdebug builds only ['input_ids', 'attention_mask', 'position_ids']") in res.output
+    assert load_config(out).model.inputs is None

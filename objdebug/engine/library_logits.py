@@ -8,8 +8,9 @@ instead, through its output head:
 - `find_head` (one PyNative call of the setup probe, forward hooks on every sub-Cell; no number
   judged comes from it) finds the head: the first sub-Cell to return a tensor of the vocabulary's
   width, [B, T', V] or [B*T', V] with T' = T or T - 1 (MindFormers drops the last token before
-  its head), whose output the loss reads: the loss must move when a hook perturbs that output, so a
-  vocabulary-wide tensor the loss does not read (a softmax for a metric) is passed over;
+  its head), whose output the loss reads: the loss must move when a hook adds a seeded random
+  direction over the whole vocabulary to that output, so a vocabulary-wide tensor the loss does
+  not read (a softmax for a metric) is passed over;
 - `HeadProbe` wraps that Cell: its output plus `probe`, a [B, T', V] Parameter (0: the logits
   exactly, x + 0 = x), and a copy of the head's output written into `seen` in the graph
   (`ops.assign`). The gradient w.r.t. the probe at 0 IS dLoss/dlogits, exactly, for whatever loss
@@ -43,7 +44,12 @@ from objdebug.engine.label_pairing import paired_labels
 LOGIT_GRAD = "library.logit_grad"
 PROBE_NAME = "objdebug_head_probe"
 SEEN_NAME = "objdebug_head_seen"
-_PERTURB = 3.0  # added to one logit of every position by the setup check that the loss reads the head
+# the setup check that the loss reads the head adds a seeded random direction over the whole
+# vocabulary (standard normal x _PERTURB) to the head's output: every class moves, the labels' own
+# included. Moving one class only (class 0, as before) missed a trained head that gives that class
+# ~no probability: exp(z0 + 3) stays far below float32 resolution and the loss is bit-identical.
+_PERTURB = 3.0
+_PERTURB_SEED = 0
 _MAX_CANDIDATES = 8  # vocabulary-wide outputs tried, in the order they were computed
 
 
@@ -92,9 +98,9 @@ def find_head(model, call, batch: int, length: int, vocab: int | None) -> dict[s
     if not order:
         return {"why": "no sub-Cell of the model returns logits of the vocabulary's width "
                        "([B, T, V] or [B*T, V]), so there is no output head to probe"}
-    def perturb(c, inputs, output):  # one logit per position moves: the loss must follow
-        return output + ops.one_hot(ops.zeros(output.shape[:-1], ms.int32), output.shape[-1],
-                                    ms.Tensor(_PERTURB, output.dtype), ms.Tensor(0.0, output.dtype))
+    def perturb(c, inputs, output):  # every logit moves (see _PERTURB): the loss must follow
+        direction = np.random.default_rng(_PERTURB_SEED).standard_normal(tuple(output.shape))
+        return output + ms.Tensor((direction * _PERTURB).astype(np.float32), output.dtype)
     tried = []
     for path, ndim, drop, width in order[:_MAX_CANDIDATES]:
         if path in tried:  # a Cell called more than once: one candidate

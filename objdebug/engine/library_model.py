@@ -6,7 +6,7 @@ Such a model computes its own loss from `labels`, but not in the form objdebug's
 - the labels are a keyword (HF-style ports take `attention_mask` second; passed by position the
   labels would land there);
 - the loss comes as `out["loss"]` (HF's ModelOutput read as a mapping), `out.loss`, element 0 of a
-  tuple `(loss, logits, ...)`, or the tensor itself;
+  tuple `(loss, logits, ...)`, or the model's output itself (a scalar tensor);
 - MindFormers computes it only in training mode (in eval mode it returns `(logits, tokens,
   input_mask)`): objdebug then holds the model in training mode with every dropout Cell off, so
   results stay deterministic (OBJ510 measures it);
@@ -206,9 +206,11 @@ def wrap(objective, cfg, info_out: dict[str, Any]):
     check_shift(info, cfg.data.shift)
     kind, key = info["pick"]
     where = {"key": f"out[{key!r}]", "index": f"element {key}", "attr": f"out.{key}",
-             "tensor": "the tensor itself"}[kind]
+             "tensor": "the model's output itself"}[kind]
+    # "the loss is out['loss'] of a mapping ...", "the loss is the model's output itself, a tensor ..."
+    of = ", " if kind == "tensor" else " of "
     note = (f"the model is the end-to-end target: construct(input_ids, labels=labels), the loss is "
-            f"{where} of {info['output']}")
+            f"{where}{of}{info['output']}")
     if info["train"]:
         note += (f"; its loss exists in training mode only: held in training mode with "
                  f"{info['dropouts_off']} dropout Cell(s) off")

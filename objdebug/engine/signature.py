@@ -5,6 +5,9 @@ Library models take many optional parameters in their own order (MindFormers' Ll
 in all; an HF-style port: `(input_ids, attention_mask=None, position_ids=None, ..., labels=None)`),
 so objdebug passes everything but `input_ids` by NAME and checks each name against construct's
 parameters first: a name construct does not take is an InputError (exit 2) listing the ones it takes.
+A construct that ends in `**kwargs` (mindone's ports of HF: `construct(input_ids=None,
+attention_mask=None, ..., labels=None, ..., **kwargs)`) still names its parameters before it: those
+are read (so `labels` is seen and bound by keyword), and any other name is let through.
 """
 
 from __future__ import annotations
@@ -14,20 +17,27 @@ import inspect
 from objdebug.core.errors import InputError
 
 
-def parameters(cell) -> list[str] | None:
-    """construct's parameter names in order (without self); None when it cannot be read or takes
-    **kwargs (any name goes)."""
+def _signature(cell) -> list[inspect.Parameter] | None:
     try:
-        sig = inspect.signature(type(cell).construct)
+        return list(inspect.signature(type(cell).construct).parameters.values())[1:]  # without self
     except (TypeError, ValueError):  # a C-implemented or wrapped construct
         return None
-    names = []
-    for p in list(sig.parameters.values())[1:]:
-        if p.kind is inspect.Parameter.VAR_KEYWORD:
-            return None
-        if p.kind is not inspect.Parameter.VAR_POSITIONAL:
-            names.append(p.name)
-    return names
+
+
+def parameters(cell) -> list[str] | None:
+    """construct's named parameters in order (without self, *args and **kwargs); None when the
+    signature cannot be read."""
+    params = _signature(cell)
+    if params is None:
+        return None
+    return [p.name for p in params if p.kind not in (inspect.Parameter.VAR_POSITIONAL,
+                                                      inspect.Parameter.VAR_KEYWORD)]
+
+
+def any_keyword(cell) -> bool:
+    """construct takes `**kwargs`: a name it does not list may still be passed."""
+    params = _signature(cell)
+    return params is not None and any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
 
 
 def takes(cell, name: str) -> bool:
@@ -38,7 +48,7 @@ def takes(cell, name: str) -> bool:
 def check_names(cell, names, where: str, source: str | None = None) -> None:
     """Every name but the first (the ids, passed by position) must be a construct parameter."""
     taken = parameters(cell)
-    if taken is None:
+    if taken is None or any_keyword(cell):
         return
     unknown = [n for n in list(names)[1:] if n not in taken]
     if unknown:

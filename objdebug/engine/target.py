@@ -19,6 +19,7 @@ from objdebug.engine import precision
 from objdebug.core.errors import InputError
 from objdebug.core.findings import listing
 from objdebug.engine.exit_guard import user_exits
+from objdebug.engine.third_party_logs import held_back
 
 _MAX_LISTED = 12
 
@@ -42,8 +43,8 @@ def import_factory(spec: str, where: str, base_dir: str, key: str | None = None)
     root = _package_root(module_name.split(".")[0], base_dir)
     if root not in sys.path:
         sys.path.insert(0, root)
-    with user_exits(f"For '{key}', importing '{module_name}'"):
-        try:
+    with user_exits(f"For '{key}', importing '{module_name}'"), held_back():
+        try:  # what the module prints, warns or logs at import is held back unless --debug
             module = importlib.import_module(module_name)
         except Exception as exc:  # ImportError, or an error raised while importing the user's module
             raise InputError(f"For '{key}', cannot import module '{module_name}': "
@@ -64,7 +65,7 @@ def _call_factory(spec: str, kwargs: dict, where: str, base_dir: str) -> Any:
     from mindspore import nn
 
     factory = import_factory(spec, where, base_dir)
-    with user_exits(f"For '{where}.factory', '{spec}'"):  # sys.exit(0) is not a Cell
+    with user_exits(f"For '{where}.factory', '{spec}'"), held_back():  # sys.exit(0) is not a Cell
         try:
             cell = factory(**kwargs)
         except Exception as exc:

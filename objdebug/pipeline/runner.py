@@ -26,7 +26,7 @@ from objdebug.engine import watchdog
 from objdebug.engine.compile_cache import open_cache, parameter_shapes
 from objdebug.engine.core import Engine
 from objdebug.engine.target import load_target
-from objdebug.pipeline import contract, model_state
+from objdebug.pipeline import contract, coverage, model_state
 from objdebug.pipeline.context import Context, RunOptions
 from objdebug.pipeline.profile import Profile, code_selected
 from objdebug.pipeline.registry import (OPT_IN, STAGES, opted_in, pipeline_order, scores_rows,
@@ -187,6 +187,7 @@ def _run_stages(cfg, result, profile, chosen, select, ignore, options, out_dir, 
                 ctx.close()  # background work no check collected goes with the run
         engine.check = "model-state"
         _report_model_state(ctx, result, select, ignore)
+        _report_lost_coverage(target, result, select, ignore)
         result.target = target.describe()  # again: a check may add notes (the label pairing)
         result.extra.update(ctx.report_extra)
         # what the run held at most: this process, and the measurements run in their own
@@ -241,3 +242,13 @@ def _report_model_state(ctx: Context, result: RunResult, select: list[str], igno
     result.target["model_state"] = model_state.summary(res.value)
     res.findings = [f for f in res.findings if code_selected(f.code, select, ignore)]
     result.results.insert(0, res)
+
+
+def _report_lost_coverage(target, result: RunResult, select: list[str], ignore: list[str]) -> None:
+    """OBJ006: a library model whose output head was not found lost its logit checks to skips;
+    one WARN names them (pipeline/coverage.py), never a silent pass."""
+    res = coverage.lost_logit_checks((target.info or {}).get("library_model"), result.results)
+    if res is None:
+        return
+    res.findings = [f for f in res.findings if code_selected(f.code, select, ignore)]
+    result.results.append(res)

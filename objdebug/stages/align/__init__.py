@@ -203,10 +203,15 @@ class LabelPadMasking(Check):
                     f"({v['rejected']}); the data pipeline pads labels with {pid}, which is not the "
                     f"objective's ignore_index and not a valid class; set the objective's "
                     f"ignore_index to {pid}, or data.label_pad_id to the objective's ignore_index"), x
-            if math.isnan(x) or abs(x) <= tol:
-                how = "NaN (0/0: nothing scored)" if math.isnan(x) else f"{x:.3g}"
+            if math.isnan(x):  # a NaN measurement never passes: 0/0, but it would hide a leak too
+                return Verdict.WARN, (
+                    f"cannot tell whether positions labelled label_pad_id={pid} are scored: a fully "
+                    f"masked sample gives NaN (0/0 when nothing is scored, but a NaN hides a scored "
+                    f"position as well); a sample with nothing to score must give 0: divide by "
+                    f"max(count, 1) (OBJ503 and OBJ710 judge the NaN itself)"), x
+            if abs(x) <= tol:
                 return Verdict.PASS, (f"positions labelled label_pad_id={pid} are not scored: a fully "
-                                      f"masked sample gives {how}"), x
+                                      f"masked sample gives {x:.3g}"), x
             return Verdict.FAIL, (
                 f"the objective scores positions labelled label_pad_id={pid}: a fully masked sample "
                 f"gives loss {x:.4g} instead of 0; prompt and padding enter the loss and dilute the "

@@ -44,6 +44,11 @@ class LabelAlignment(Check):
 
     name = "label-alignment"
     stage = "invariants"
+    # an untrained model with a tied embedding favours its INPUT token (h_t carries e_{x_t} through
+    # the residual stream, and the head is e^T): the minimum lands at d = -1 by ~0.6 nats per token
+    # (measured on mindone 0.5.0's LlamaForCausalLM and the ecosystem fixture at initialisation), a
+    # label-shift bug that is not there. The alignment is only judged on a trained model.
+    needs_trained = ("OBJ701",)
 
     def skip_reason(self, ctx: Context) -> str | None:
         return skip_logit_checks(ctx)

@@ -1,0 +1,96 @@
+"""objdebug on the REAL library, not an imitation (issue 37): mindone 0.5.0's
+`mindone.transformers.LlamaForCausalLM` at a tiny config (fixtures/ecosystem/real_mindone.py, with
+the two CPU patches a CPU user applies). Marked `ecosystem`: deselected by default (like `slow`),
+run with `python -m pytest -m ecosystem -n 0 tests/test_ecosystem_real.py`; skipped when mindone
+is not importable (`pip install mindone==0.5.0`). Slow: importing mindone takes ~1 minute per
+process on CPU.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from .conftest import ROOT
+
+pytestmark = pytest.mark.ecosystem
+
+
+@pytest.fixture(scope="module", autouse=True)
+def mindone_importable():
+    # at test time, not at collection: importing mindone takes a minute, and a deselected
+    # module is still collected by every run of the suite
+    pytest.importorskip("mindone.transformers", reason="mindone is not importable (pip install mindone==0.5.0)")
+
+FACTORY = "fixtures.ecosystem.real_mindone:build_llama"
+ALIGN = ROOT / "objdebug" / "demo" / "align.jsonl"
+# what importing mindone 0.5.0 writes (print, a transformers WARNING, a FutureWarning)
+THIRD_PARTY = ("None of PyTorch", "FutureWarning", "Config not found for parakeet", " - INFO - ")
+LOGIT_CODES = ("OBJ205", "OBJ207", "OBJ208", "OBJ701", "OBJ702")
+
+
+def _cli(args, cwd):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "objdebug.cli", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=3000)
+
+
+def _quiet(res):
+    for text in THIRD_PARTY:
+        assert text not in res.stdout + res.stderr, (text, res.stdout[-2000:], res.stderr[-2000:])
+
+
+def _findings(path):
+    report = json.loads(path.read_text())
+    found = [f for r in report["results"] for f in r["findings"]]
+    for f in found:  # what a reader of `-s` output needs: the verdicts that are not a pass
+        if f["verdict"] in ("FAIL", "WARN", "ERROR"):
+            print(f"{f['verdict']} {f['code']} {f['message'][:300]}")
+    print("timings", {k: round(v, 1) for k, v in report.get("timings", {}).items()})
+    return found
+
+
+def test_init_writes_a_config_that_runs_unchanged(tmp_path):
+    res = _cli(["init", "--model", FACTORY, "--objective", "fixtures.llama.objectives:MaskedMeanCE",
+                "--data", str(ALIGN), "--max-probe-length", "128", "--output", "objdebug.toml"], tmp_path)
+    print(res.stdout)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    _quiet(res)
+    written = (tmp_path / "objdebug.toml").read_text()
+    res = _cli(["run", "-c", "objdebug.toml", "--stages", "align,grad,invariants,decompose,stress",
+                "--no-cache", "--json", "r.json"], tmp_path)
+    print(res.stdout[-4000:])
+    assert res.returncode in (0, 1), res.stdout[-3000:] + res.stderr[-3000:]
+    _quiet(res)
+    assert (tmp_path / "objdebug.toml").read_text() == written
+    found = _findings(tmp_path / "r.json")
+    assert not [f for f in found if f["verdict"] == "ERROR"], [f for f in found if f["verdict"] == "ERROR"]
+    ran = {f["code"]: f["verdict"] for f in found}
+    assert all(ran.get(code) not in (None, "SKIP") for code in LOGIT_CODES), ran
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["objdebug.toml", "r.json"]
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "measured 2026-12-02 on CPU: objdebug's setup probe (engine/library_model.py) calls the model "
+    "in PyNative mode, where MindSpore 2.10's CPU lacks kernels mindone's loss uses (exit 2: 'The "
+    "kernel ConstantPadND unregistered', then LogSoftmaxExt); the same loss compiles and "
+    "differentiates in graph mode. Runs on Ascend / GPU; on CPU it needs a graph-mode setup probe"))
+def test_the_model_as_its_own_loss_with_no_wrapper(tmp_path):
+    (tmp_path / "objdebug.toml").write_text(
+        f'[objective]\nfactory = "{FACTORY}"\n\n[data]\nvocab_size = 256\nshift = false\n'
+        f'align = "{ALIGN}"\n', encoding="utf-8")
+    res = _cli(["run", "-c", "objdebug.toml", "--stages", "align,grad,invariants,decompose",
+                "--no-cache", "--json", "r.json"], tmp_path)
+    print(res.stdout[-4000:])
+    assert res.returncode in (0, 1), res.stdout[-3000:] + res.stderr[-3000:]
+    _quiet(res)
+    found = _findings(tmp_path / "r.json")
+    assert not [f for f in found if f["verdict"] == "ERROR"], [f for f in found if f["verdict"] == "ERROR"]
+    ran = {f["code"]: f["verdict"] for f in found}
+    assert all(ran.get(code) not in (None, "SKIP") for code in LOGIT_CODES), ran
+    assert "OBJ006" not in ran
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["objdebug.toml", "r.json"]
