@@ -35,6 +35,7 @@ class Findings:
     probe_error: str | None = None
     max_note: str = ""                 # what the length probe found, for the summary
     left_out: list[str] = field(default_factory=list)  # inputs construct takes that did not run
+    detected_shift: str | None = None  # the objective's measured label pairing, for the summary
 
     def set(self, section: str, key: str, value: Any, why: str = "") -> None:
         self.values.setdefault(section, {})[key] = (value, why)
@@ -288,6 +289,7 @@ def init_config(model: str, objective: str, checkpoint: str | None = None, data:
     from objdebug.engine.data import make_tokenizer
     from objdebug.engine.target import import_factory, load_target
 
+    pairing = None  # the objective's measured label pairing (split form, once the probe ran)
     if isinstance(max_probe_length, bool) or not isinstance(max_probe_length, int) \
             or max_probe_length < 1:
         raise InputError(f"For '--max-probe-length', the value must be an integer >= 1, but got "
@@ -359,6 +361,10 @@ def init_config(model: str, objective: str, checkpoint: str | None = None, data:
             found.set("objective", "call", info["call"], "the contract probe ran this calling form")
             vocab = info.get("vocab")
             _longest_input(target, info["engine"], found, max_probe_length)
+            if not target.end_to_end:  # which label the objective scores each position against
+                from objdebug.engine import label_pairing
+
+                pairing = label_pairing.measure(info["engine"])
         inputs = io["parameters"] or construct_inputs(model_inputs.unwrap(target.model))
 
     if tokenizer:
@@ -381,9 +387,18 @@ def init_config(model: str, objective: str, checkpoint: str | None = None, data:
         found.set("data", "label_pad_id", -100, "assumed: the objective has no ignore_index attribute")
         found.undecided.append("data.label_pad_id: the objective has no `ignore_index`; -100 assumed: "
                                "set the label your data pipeline writes on prompt and padding")
-    found.set("data", "shift", True, "assumed: labels are the next token (false if the model shifts itself)")
-    found.undecided.append("data.shift: true assumed (position t predicts token t+1); false if the "
-                           "model shifts the labels itself")
+    if pairing is not None and pairing.measured and pairing.standard:
+        # the layout under which this objective learns the next token (engine/label_pairing.py);
+        # a pipeline that writes the other layout is then OBJ701's (or the batches stage's) finding
+        layout = ("the labels must be the next tokens" if pairing.offset == 0 else
+                  "the labels are the input ids, the objective shifts them itself")
+        found.set("data", "shift", pairing.offset == 0,
+                  f"measured: the objective scores {pairing.describe()}: {layout}")
+        found.detected_shift = f"{str(pairing.offset == 0).lower()} (the objective scores {pairing.describe()})"
+    else:
+        found.set("data", "shift", True, "assumed: labels are the next token (false if the model shifts itself)")
+        found.undecided.append("data.shift: true assumed (position t predicts token t+1); false if the "
+                               "model shifts the labels itself")
     if vocab is not None:
         found.set("data", "vocab_size", vocab, "the model's logits width (contract probe)")
         if tok.vocab_size > vocab:
@@ -481,7 +496,8 @@ def _report(found: Findings, out: Path, masks: list[str], inputs: list[str], ech
                 ("takes a mask", f"yes ({', '.join(masks)})" if masks else f"no (construct takes {inputs})"),
                 ("bos_id / eos_id", f"{found.get('data', 'bos_id')} / {found.get('data', 'eos_id')}"
                  if found.get("data", "bos_id") is not None or found.get("data", "eos_id") is not None
-                 else "none (the tokenizer names none)")]
+                 else "none (the tokenizer names none)"),
+                ("shift", found.detected_shift)]
     for name, value in detected:
         if value is not None:
             echo(f"  detected {name}: {value}")

@@ -26,7 +26,8 @@ def test_init_on_the_demo_factories_reproduces_the_shipped_config(tmp_path):
     assert res.exit_code == 0, res.output
     for needle in ("detected vocabulary: 256", "detected calling form: flat",
                    "detected label_pad_id (objective's ignore_index): -100", "detected pad_id: 0",
-                   "takes a mask: no", "not decided: data.shift"):
+                   "takes a mask: no", "detected shift: true (the objective scores logits[t] "
+                   "against labels[t] (measured: 32 of 32 positions with a logit gradient))"):
         assert needle in res.output, res.output
     text = out.read_text()
     assert text.count("# ") > 5  # commented: where each value came from
@@ -39,6 +40,21 @@ def test_init_on_the_demo_factories_reproduces_the_shipped_config(tmp_path):
         for key in keys:
             assert getattr(getattr(made, section), key) == getattr(getattr(shipped, section), key), (section, key)
     assert made.data.vocab_size == 256  # measured, where the shipped config lets the engine measure it
+
+
+def test_init_measures_a_loss_that_shifts_inside(tmp_path):
+    """Issue 33: the objective's label pairing is measured, so init writes shift = false for HF's
+    causal-LM loss (logits[:, :-1] against labels[:, 1:]) instead of assuming true."""
+    out = tmp_path / "o.toml"
+    res = CliRunner().invoke(app, ["init", "--model", "objdebug.demo.model:build_model", "--objective",
+                                   "fixtures.shift_losses:HFShiftingCE", "--checkpoint", str(DEMO / "demo.ckpt"),
+                                   "--max-probe-length", "128", "--output", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "detected shift: false (the objective scores logits[t] against labels[t+1] (measured" in res.output
+    assert "not decided: data.shift" not in res.output
+    made = load_config(out)
+    assert (made.data.shift, made.objective.call) == (False, "sequence")
+    assert "measured: the objective scores logits[t] against labels[t+1]" in out.read_text()
 
 
 def test_init_reads_bos_and_eos_from_a_tokenizer(tmp_path):
