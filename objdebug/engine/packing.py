@@ -145,20 +145,28 @@ def block_mask(segments: np.ndarray, shape: str, ones: str) -> np.ndarray:
 def changed_first(rows: list[PackedRow], cfg, vocab: int, seed: int) -> list[PackedRow]:
     """The rows with the first document's tokens replaced (seeded, same length, the separator
     kept): what must not reach any later document of the row."""
+    return changed_document(rows, cfg, vocab, seed, 0)
+
+
+def changed_document(rows: list[PackedRow], cfg, vocab: int, seed: int, index: int) -> list[PackedRow]:
+    """The rows with document `index`'s tokens replaced (seeded, same length, the separator kept,
+    the same positions scored): what must not reach any other document of the row."""
     rng = np.random.default_rng(seed)
     sep = separator_id(cfg)
     out = []
     for row in rows:
-        first = row.docs[0]
-        ids = [int(x) for x in rng.integers(0, vocab, first.length)]
-        if sep is not None and first.ids[-1:] == [sep]:
+        old = row.docs[index]
+        ids = [int(x) for x in rng.integers(0, vocab, old.length)]
+        if sep is not None and old.ids[-1:] == [sep]:
             ids[-1] = sep
-        labels = first.labels.copy()
-        scored = first.labels != cfg.data.label_pad_id
+        labels = old.labels.copy()
+        scored = old.labels != cfg.data.label_pad_id
         if cfg.data.shift:  # same positions scored, on the new next tokens
             nxt = np.array(ids[1:] + [cfg.data.label_pad_id], np.int32)
             labels = np.where(scored, nxt, labels).astype(np.int32)
         else:
             labels = np.where(scored, np.array(ids, np.int32), labels).astype(np.int32)
-        out.append(PackedRow([Document(first.id + "~", ids, labels)] + row.docs[1:], row.length))
+        docs = list(row.docs)
+        docs[index] = Document(old.id + "~", ids, labels)
+        out.append(PackedRow(docs, row.length))
     return out

@@ -14,6 +14,14 @@ Every number comes from MindSpore graphs:
   no `reduction='none'` needed);
 - `objective.logit_grad` (the grad stage's objective gradient w.r.t. the logits) for the logit
   gradients of a whole packed batch and the batch losses the normalisation check compares.
+
+Position by position (what a diagnosis reads before it names a cause, issue 35): the model's
+next-token log-probabilities (its logits, normalised on the host in float64) at every document
+position, scored or not, with each document but the last of each row changed in turn
+(`moved`: which positions of which other documents the change reaches), with every document's
+first token changed (`own_moved`: which positions of its own document see its first position)
+and packed vs alone (`alone_moved`). A leak into a position the objective does not score is invisible in the losses
+and still tells where the model puts the boundary.
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ from objdebug.core.config import packed_inputs, separator_id
 from objdebug.core.errors import InputError
 from objdebug.core.findings import Check
 from objdebug.engine.data import Sample
-from objdebug.engine.packing import PackedRow, changed_first, document, pack_rows, row_arrays
+from objdebug.engine.packing import PackedRow, changed_document, document, pack_rows, row_arrays
 
 
 @dataclass
@@ -46,6 +54,30 @@ class PackedMeasurement:
     packed_total: float                # the objective on packed rows of the documents' own logits
     unpacked_total: float              # ... and on the same documents one per row
     references: dict = field(default_factory=dict)
+    # moved[c]: float64[R, T], max |change| of the next-token log-probabilities at each position
+    # when document c of each row is changed (c = 0 .. documents - 2); alone_moved: float64[R, T],
+    # max |packed - alone| of them at each document position (NaN on padding)
+    moved: list = field(default_factory=list)
+    alone_moved: np.ndarray | None = None
+    own_moved: np.ndarray | None = None  # float64[R, T] with every document's first token changed
+
+
+def log_probs(logits: np.ndarray) -> np.ndarray:
+    """float64 log-softmax over the last axis (the model's next-token log-probabilities)."""
+    x = logits.astype(np.float64)
+    x = x - x.max(-1, keepdims=True)
+    return x - np.log(np.exp(x).sum(-1, keepdims=True))
+
+
+def _moved(a: np.ndarray, b: np.ndarray, chunk: int = 256) -> np.ndarray:
+    """float64[R, T]: max over the vocabulary of |log p(a) - log p(b)|, `chunk` positions at a
+    time (float64 copies of a large vocabulary stay small)."""
+    out = np.zeros(a.shape[:2])
+    for i in range(a.shape[0]):
+        for t in range(0, a.shape[1], chunk):
+            x, y = a[i, t:t + chunk], b[i, t:t + chunk]
+            out[i, t:t + chunk] = np.abs(log_probs(x) - log_probs(y)).max(-1)
+    return out
 
 
 def _filled(rows: list[PackedRow], size: int) -> list[PackedRow]:
@@ -134,10 +166,23 @@ def _measure(ctx, th) -> PackedMeasurement:
     inputs = packed_inputs(cfg)
     vocab = engine.vocab_size()
     arrays = row_arrays(batch, cfg)
-    changed = row_arrays(changed_first(batch, cfg, vocab, int(th["seed"])), cfg)
+    changed = row_arrays(changed_document(batch, cfg, vocab, int(th["seed"]), 0), cfg)
     logits = packed_logits(engine, inputs, arrays)
     logits_changed = packed_logits(engine, inputs, changed)
     n = len(rows)
+    # each document but the last changed in turn (the first is OBJ901's change): which positions
+    # of which other documents each change reaches
+    moved = [_moved(logits[:n], logits_changed[:n])]
+    for c in range(1, per_row - 1):
+        other = row_arrays(changed_document(batch, cfg, vocab, int(th["seed"]) + c, c), cfg)
+        moved.append(_moved(logits[:n], packed_logits(engine, inputs, other)[:n]))
+    # every document's first token changed (nothing else): which positions of a document see its
+    # first position, the side of a boundary a leak into the other documents does not show
+    firsts = dict(arrays, input_ids=arrays["input_ids"].copy())
+    for i, row in enumerate(batch):
+        for s in row.starts:
+            firsts["input_ids"][i, s] = (firsts["input_ids"][i, s] + vocab // 2) % vocab
+    own_moved = _moved(logits[:n], packed_logits(engine, inputs, firsts)[:n])
 
     # each document alone, through the unpacked path every other stage uses
     flat = [d for r in batch for d in r.docs]
@@ -153,6 +198,12 @@ def _measure(ctx, th) -> PackedMeasurement:
     for i, d in enumerate(flat):
         alone_labels[i, :d.length] = d.labels
     real = sum(len(r.docs) for r in rows)
+    alone_moved = np.full((n, length), np.nan)
+    for i, r in enumerate(rows):
+        for k, d in enumerate(r.docs):
+            s, e = r.span(k)
+            own = alone[_index(batch, i, k)][None, :d.length]
+            alone_moved[i, s:e] = _moved(logits[i:i + 1, s:e], own)[0]
     loss_alone_rows = per_token(engine, alone[:real], alone_labels[:real], pad)
     loss_alone, i = [], 0
     for r in rows:
@@ -183,7 +234,8 @@ def _measure(ctx, th) -> PackedMeasurement:
     refs = _references(tok, batch)
     return PackedMeasurement(cfg.packing.boundary, inputs, rows, length, arrays, changed, loss,
                              loss_changed, loss_alone, grad[:n], grad_changed[:n], sq[:n],
-                             float(packed_out[0]), float(unpacked_out[0]), refs)
+                             float(packed_out[0]), float(unpacked_out[0]), refs, moved, alone_moved,
+                             own_moved)
 
 
 def _index(batch: list[PackedRow], i: int, k: int) -> int:

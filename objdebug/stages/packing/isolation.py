@@ -6,6 +6,13 @@ objective's gradient w.r.t. the logits of the packed batch) are compared with th
 A model that keeps documents apart gives the same numbers to float32 rounding; one whose attention
 crosses the boundary gives a leak the size of what the changed document told the next one.
 
+The verdict reads the scored tokens; the message then says where the leak is, position by
+position (`_reach`: each document but the last changed in turn, the model's next-token
+log-probabilities at every position, scored or not), and names a cause only when that pattern
+supports one: a leak into the first position(s) after each boundary and nowhere else is a
+boundary read late (whatever its form), a leak through the whole next document is an attention
+that does not apply the boundary (the advice by boundary form below).
+
 Graphs: `packing.model`, `objective.per_sample`, `objective.logit_grad` (see `_common.py`).
 """
 
@@ -18,8 +25,9 @@ import numpy as np
 from objdebug.core.findings import Condition, Verdict, listing
 from objdebug.core.settings import Settings
 from objdebug.stages.packing._common import PackingCheck, measurement
+from objdebug.stages.packing._reach import cut, cut_text, late_cause, measured, pattern, reaches
 
-# the fix for a leak, by what the model was given about the boundaries
+# the fix for a leak that crosses the whole boundary, by what the model was given about it
 ADVICE = {
     "position_ids": ("this attention ignores the position-id resets (only a varlen / flash path reads "
                      "them): give the model a block-diagonal attention_mask or actual_seq_len, or do "
@@ -56,7 +64,10 @@ class PackingIsolation(PackingCheck):
                 docs.append({"row": i, "document": row.docs[k].id, "changed": row.docs[0].id,
                              "loss_diff": float(np.nanmax(dl)) if np.isfinite(dl).any() else 0.0,
                              "grad_rel_diff": dg})
+        found = reaches(m, float(th["isolation_tolerance"]))
         return {"boundary": m.boundary, "inputs": list(m.inputs), "length": m.length,
+                "reaches": found, "pattern": pattern(found, m),
+                "cut": cut(m, float(th["isolation_tolerance"])),
                 "rows": len(m.rows), "documents_per_row": len(m.rows[0].docs), "documents": docs,
                 "max_loss_diff": max(d["loss_diff"] for d in docs),
                 "max_grad_rel_diff": max(d["grad_rel_diff"] for d in docs),
@@ -73,13 +84,36 @@ class PackingIsolation(PackingCheck):
                     f"(tolerance {tol:.0e}) and their logit gradients by {v['max_grad_rel_diff']:.3g} "
                     f"of their largest entry (tolerance {gtol:.0e})")
             leaks = [d for d in v["documents"] if d["loss_diff"] > tol or d["grad_rel_diff"] > gtol]
+            pat = v["pattern"]
+            where = measured(v["reaches"], pat)
+            if v["cut"]["kind"] == "cut":
+                where += "; " + cut_text(v["cut"])
             if not leaks:
-                return Verdict.PASS, what + "; the documents are isolated", v["max_loss_diff"]
+                if pat["kind"] == "none":
+                    inside = ("" if v["cut"]["kind"] != "cut" else
+                              "; within a document, " + cut_text(v["cut"]) + " (OBJ902)")
+                    return Verdict.PASS, what + "; the documents are isolated" + inside, v["max_loss_diff"]
+                # a leak into positions the objective does not score: it trains nothing here,
+                # and still says where the model puts the boundary (OBJ902 reads it too)
+                return (Verdict.PASS, what + "; the scored tokens of the later documents do not "
+                        f"move, their predictions at unscored positions do - {where}"
+                        + _cause(pat, v["boundary"]), v["max_loss_diff"])
             worst = max(leaks, key=lambda d: d["loss_diff"])
             named = listing([f"'{d['document']}' (row {d['row']}, after '{d['changed']}': "
                              f"{d['loss_diff']:.3g})" for d in leaks], 4)
             return (Verdict.FAIL, what + f"; packing leaks into {len(leaks)} of "
                     f"{len(v['documents'])} documents: {named}, worst '{worst['document']}'; "
-                    + ADVICE[v["boundary"]], v["max_loss_diff"])
+                    f"{where}" + _cause(pat, v["boundary"]), v["max_loss_diff"])
 
         return [Condition("OBJ901", f"packed_documents_isolated_within_{tol}", judge)]
+
+
+def _cause(pat: dict, boundary: str) -> str:
+    """The cause the position-by-position pattern supports, or none named."""
+    if pat["kind"] == "late":
+        return "; so " + late_cause(pat, boundary)
+    if pat["kind"] == "crosses":
+        return "; the leak runs through the whole next document: " + ADVICE[boundary]
+    return ("; this pattern (neither confined to the first positions after each boundary nor "
+            "running through the next document) names no single cause: check how the model reads "
+            f"the boundary input ({boundary})")
