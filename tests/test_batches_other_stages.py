@@ -1,0 +1,101 @@
+"""With `[data] batches`, grad, invariants and stress take the gradient batch from the pipeline
+(its first batch, at the shape it made it), and a convention the batches contradict is replaced by
+what they show for every stage after the batches stage (objdebug/pipeline/pipeline_batches.py).
+
+The seed bug (labels padded with 0, ignore_index -100, the believed label_pad_id = -100) passed
+OBJ205 while grad measured rows objdebug padded with -100 itself; on the pipeline's batch it fails.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from objdebug import api
+from objdebug.core.config import load_config
+from objdebug.core.findings import Verdict
+from objdebug.pipeline.runner import run_check
+
+from .conftest import TARGETS
+
+# the checks of these stages that read the gradient batch (stress: the others build their own rows)
+STAGES = {"grad": None, "invariants": None, "stress": {"long-objective"}}
+
+
+def _context(target: str, profile: str = "ci-gate"):
+    from objdebug.engine import runtime
+    from objdebug.engine.core import Engine
+    from objdebug.engine.target import load_target
+    from objdebug.pipeline.context import Context
+    from objdebug.pipeline.profile import load_profile
+
+    cfg = load_config(TARGETS / target / "objdebug.toml")
+    runtime.setup("CPU", "graph", 0)
+    target = load_target(cfg)
+    prof = load_profile(profile)
+    return Context(config=cfg, target=target, profile=prof,
+                   engine=Engine(target, batch_size=prof.section("engine")["batch_size"]))
+
+
+def _run(ctx) -> dict[str, list[tuple[Verdict, str]]]:
+    from objdebug.stages import stage_checks
+
+    out: dict[str, list[tuple[Verdict, str]]] = {}
+    for stage, only in STAGES.items():
+        th = ctx.profile.section(stage)
+        for check in stage_checks(stage):
+            if (only is None or check.name in only) and check.enabled(th):
+                for f in run_check(check, ctx, th).findings:
+                    out.setdefault(f.code, []).append((f.verdict, f.message))
+    return out
+
+
+@pytest.fixture(scope="module")
+def healthy():
+    ctx = _context("batches_healthy")
+    return ctx, _run(ctx)
+
+
+def test_the_gradient_batch_is_the_pipelines_first_batch_as_it_is(healthy):
+    from fixtures.batch_pipelines import healthy_collator
+    from objdebug.pipeline.run_data import grad_batch
+
+    ctx, _ = healthy
+    first = next(healthy_collator(batch_size=4, batches=1))
+    batch = grad_batch(ctx)
+    assert batch.input_ids.shape == first["input_ids"].shape == (4, 37)  # no re-padding
+    np.testing.assert_array_equal(batch.labels, first["labels"])
+    assert [s.id for s in batch.samples] == [f"batch 1 row {r}" for r in range(4)]
+    assert [s.length for s in batch.samples] == first["attention_mask"].sum(axis=1).tolist()
+    notes = ctx.target.info["notes"]
+    assert any("grad, invariants and stress use the pipeline's first batch as it is (4x37" in n
+               and "align" in n and "rows objdebug builds from the JSONL" in n for n in notes)
+    assert not any("the batches win" in n for n in notes)  # nothing contradicted
+
+
+def test_the_healthy_collator_passes_grad_invariants_and_stress_on_its_batch(healthy):
+    _, found = healthy
+    assert {"OBJ205", "OBJ206", "OBJ209", "OBJ210", "OBJ701", "OBJ703", "OBJ513"} <= set(found)
+    bad = {c: v for c, vs in found.items() for v in vs
+           if v[0] in (Verdict.FAIL, Verdict.WARN, Verdict.ERROR)}
+    assert not bad, bad
+    assert "0 of 124 masked positions (label_pad_id=-100)" in found["OBJ205"][0][1]
+    assert "24 supervised positions in 4 rows" in found["OBJ209"][0][1]
+
+
+def test_the_seed_bug_fails_padding_leakage_and_the_batches_win():
+    """Before: grad built its own rows padded with the believed -100 and OBJ205 passed."""
+    cfg = load_config(TARGETS / "batches_pad_zero" / "objdebug.toml")
+    res = api.run(cfg, stages=["batches", "grad"], profile="ci-gate", compile_cache=False,
+                  select=["OBJ012", "OBJ205"])
+    found = {f.code: (f.verdict, f.message) for f in res.findings}
+    # the batches stage judged the declared value; grad then measured with the batches' value
+    assert found["OBJ012"][0] is Verdict.FAIL
+    assert "label_pad_id = -100 declared, but the batches put 0 on padding" in found["OBJ012"][1]
+    verdict, message = found["OBJ205"]
+    assert verdict is Verdict.FAIL
+    assert message.startswith("35 of 124 masked positions (label_pad_id=0) receive gradient")
+    notes = res.target["notes"]
+    assert any("the batches win (OBJ012): data.label_pad_id = -100 declared, 0 in the batches" in n
+               for n in notes), notes
+    assert res.exit_code == 1
