@@ -33,17 +33,19 @@ def test_the_healthy_collator_passes_every_check_under_ci_gate():
     res = api.run(cfg, stages=["batches"], profile="ci-gate", compile_cache=False)
     found = _findings(res)
     assert res.exit_code == 0
-    assert set(found) == {f"OBJ01{i}" for i in range(9)}
+    assert set(found) == {f"OBJ01{i}" for i in range(10)}
     assert all(v is Verdict.PASS for v, _ in found.values()), found
     assert "labels are pre-shifted" in found["OBJ013"][1]
 
 
-def test_the_mindrecord_pipeline_passes(ctx):
-    found = _judge(ctx, None, target="batches_mindrecord")
+def test_the_mindrecord_pipeline_passes(hf):
+    """Its objective shifts inside (MindFormers' layout); the shared `hf` one does too."""
+    found = _judge(hf, None, target="batches_mindrecord")
     assert found["OBJ016"][0] is Verdict.SKIP  # no mask column: padding from the pad run
     assert all(v is Verdict.PASS for c, (v, _) in found.items() if c != "OBJ016"), found
     assert "labels are unshifted" in found["OBJ013"][1] and "7 rows" in found["OBJ012"][1]
     assert "in all 7 rows whose prompt is known" in found["OBJ017"][1]
+    assert found["OBJ019"][1].startswith("one shift in all: the labels are unshifted")
 
 
 def test_the_seed_bug_fails_with_the_believed_config(ctx):
@@ -93,6 +95,20 @@ def ctx():
     target = load_target(cfg)
     yield Context(config=cfg, target=target, engine=Engine(target), profile=load_profile())
     sys.modules.pop("batchcase_test", None)
+
+
+@pytest.fixture(scope="module")
+def hf():
+    """A target whose objective shifts inside, HF style (fixtures/shift_losses.py:HFShiftingCE)."""
+    from objdebug.engine.core import Engine
+    from objdebug.engine.target import load_target
+    from objdebug.pipeline.context import Context
+    from objdebug.pipeline.profile import load_profile
+
+    _case_module()
+    cfg = load_config(TARGETS / "batches_hf_shift" / "objdebug.toml")
+    target = load_target(cfg)
+    yield Context(config=cfg, target=target, engine=Engine(target), profile=load_profile())
 
 
 def _collated(label_pad=-100, side="right", pad=0, shift=True, mask=True, prompt_label=-100):
@@ -346,3 +362,35 @@ def test_the_prompt_boundary_from_a_column_of_the_pipeline(ctx, column):
 def test_without_a_boundary_the_prompt_checks_skip_saying_why(ctx):
     found = _judge(ctx, [_collated()], align=None)
     assert found["OBJ017"][0] is Verdict.SKIP and "no prompt boundary" in found["OBJ017"][1]
+
+
+# --------------------------------------------------------------------------- one shift in all (OBJ019)
+def test_the_hf_collator_with_a_loss_that_shifts_inside_passes(hf):
+    found = _judge(hf, None, target="batches_hf_shift")
+    assert all(v is Verdict.PASS for v, _ in found.values()), found
+    verdict, message = found["OBJ019"]
+    assert message.startswith("one shift in all: the labels are unshifted (same positions 100%")
+    assert "the objective scores logits[t] against labels[t+1] (measured" in message
+
+
+def test_the_hf_collator_with_a_loss_that_does_not_shift_fails_no_shift(ctx):
+    from fixtures.batch_pipelines import hf_collator
+
+    found = _judge(ctx, list(hf_collator()), shift=False)
+    assert found["OBJ013"][0] is Verdict.PASS  # the declaration matches the labels
+    verdict, message = found["OBJ019"]
+    assert verdict is Verdict.FAIL
+    assert message.startswith("no shift: each position trains toward its own input token")
+    assert "the labels are unshifted (same positions 100%" in message
+    assert "the objective scores logits[t] against labels[t] (measured" in message
+
+
+def test_a_pre_shifting_collator_with_a_loss_that_shifts_inside_fails_two_shifts(hf):
+    found = _judge(hf, _fixture_batches(), target="batches_hf_shift", shift=True)
+    assert found["OBJ013"][0] is Verdict.PASS
+    verdict, message = found["OBJ019"]
+    assert verdict is Verdict.FAIL
+    assert message.startswith("2 shifts: each position trains toward the token 2 ahead")
+    assert "the labels are pre-shifted" in message and "one ahead 100%" in message
+    assert "the objective scores logits[t] against labels[t+1] (measured" in message
+
