@@ -25,7 +25,18 @@ from .conftest import TARGETS
 
 
 def _findings(result):
-    return {f.code: (f.verdict, f.message) for f in result.findings if f.code.startswith("OBJ01")}
+    return {f.code: (f.verdict, f.message) for f in result.findings if f.code[:5] in ("OBJ01", "OBJ02")}
+
+
+# no eos_id in the healthy fixtures: the checks of how rows end with an EOS skip, saying why
+NO_EOS = ("OBJ020", "OBJ022")
+
+
+def _without_eos_checks(found):
+    for code in NO_EOS:
+        verdict, message = found.pop(code)
+        assert verdict is Verdict.SKIP and "data.eos_id is not set" in message
+    return found
 
 
 def test_the_healthy_collator_passes_every_check_under_ci_gate():
@@ -33,8 +44,8 @@ def test_the_healthy_collator_passes_every_check_under_ci_gate():
     res = api.run(cfg, stages=["batches"], profile="ci-gate", compile_cache=False)
     found = _findings(res)
     assert res.exit_code == 0
-    assert set(found) == {f"OBJ01{i}" for i in range(10)}
-    assert all(v is Verdict.PASS for v, _ in found.values()), found
+    assert set(found) == {f"OBJ0{i}" for i in range(10, 23)}
+    assert all(v is Verdict.PASS for v, _ in _without_eos_checks(found).values()), found
     assert "labels are pre-shifted" in found["OBJ013"][1]
 
 
@@ -42,7 +53,7 @@ def test_the_mindrecord_pipeline_passes(hf):
     """Its objective shifts inside (MindFormers' layout); the shared `hf` one does too."""
     found = _judge(hf, None, target="batches_mindrecord")
     assert found["OBJ016"][0] is Verdict.SKIP  # no mask column: padding from the pad run
-    assert all(v is Verdict.PASS for c, (v, _) in found.items() if c != "OBJ016"), found
+    assert all(v is Verdict.PASS for c, (v, _) in _without_eos_checks(found).items() if c != "OBJ016"), found
     assert "labels are unshifted" in found["OBJ013"][1] and "7 rows" in found["OBJ012"][1]
     assert "in all 7 rows whose prompt is known" in found["OBJ017"][1]
     assert found["OBJ019"][1].startswith("one shift in all: the labels are unshifted")
@@ -158,7 +169,7 @@ def _judge(ctx, batches, target="batches_healthy", **data):
 def test_a_healthy_case_passes_on_the_shared_context(ctx):
     found = _judge(ctx, [_collated()])
     assert found.pop("OBJ017")[0] is Verdict.SKIP and found.pop("OBJ018")[0] is Verdict.SKIP
-    assert all(v is Verdict.PASS for v, _ in found.values()), found
+    assert all(v is Verdict.PASS for v, _ in _without_eos_checks(found).values()), found
 
 
 def _fixture_batches():
@@ -367,7 +378,7 @@ def test_without_a_boundary_the_prompt_checks_skip_saying_why(ctx):
 # --------------------------------------------------------------------------- one shift in all (OBJ019)
 def test_the_hf_collator_with_a_loss_that_shifts_inside_passes(hf):
     found = _judge(hf, None, target="batches_hf_shift")
-    assert all(v is Verdict.PASS for v, _ in found.values()), found
+    assert all(v is Verdict.PASS for v, _ in _without_eos_checks(found).values()), found
     verdict, message = found["OBJ019"]
     assert message.startswith("one shift in all: the labels are unshifted (same positions 100%")
     assert "the objective scores logits[t] against labels[t+1] (measured" in message
@@ -394,3 +405,50 @@ def test_a_pre_shifting_collator_with_a_loss_that_shifts_inside_fails_two_shifts
     assert "the labels are pre-shifted" in message and "one ahead 100%" in message
     assert "the objective scores logits[t] against labels[t+1] (measured" in message
 
+
+# --------------------------------------------------------------------------- how rows end (OBJ020-OBJ022)
+def _pipeline(name, **kwargs):
+    import fixtures.batch_pipelines as pipelines
+
+    return list(getattr(pipelines, name)(**kwargs))
+
+
+def test_an_eos_masked_with_the_pad_id_fails_and_a_trained_one_passes(ctx):
+    found = _judge(ctx, _pipeline("eos_framed"), eos_id=0)
+    assert found["OBJ020"] == (Verdict.PASS, "every EOS (0) in 4 of 4 rows is a trained label "
+                                             "(the others fill their batch)")
+    found = _judge(ctx, _pipeline("eos_framed", mask_pad_labels=True), eos_id=0)
+    verdict, message = found["OBJ020"]
+    assert verdict is Verdict.FAIL
+    assert message.startswith("the EOS (0) is not a trained label in 4 of 4 rows holding it "
+                              "(batch 1 row 0, batch 1 row 1")
+    assert "pad == eos" in message and "data.eos_id = 0" in message
+
+
+def test_a_row_shorter_than_its_batch_without_eos_fails(ctx):
+    found = _judge(ctx, _pipeline("shifted_into_padding", bug=False), eos_id=3)
+    verdict, message = found["OBJ020"]
+    assert verdict is Verdict.FAIL and "rows shorter than their batch hold no EOS" in message
+
+
+def test_the_last_token_trained_toward_padding_fails_and_a_masked_one_passes(ctx):
+    found = _judge(ctx, _pipeline("shifted_into_padding", bug=False))
+    assert found["OBJ021"][0] is Verdict.PASS
+    assert "0 of 4 rows train it toward another label" in found["OBJ021"][1]
+    found = _judge(ctx, _pipeline("shifted_into_padding"))
+    verdict, message = found["OBJ021"]
+    assert verdict is Verdict.FAIL
+    assert message.startswith("the last real token is trained toward the pad id 0 in 4 of 4 rows")
+    assert "its own label (pre-shifted)" in message
+
+
+def test_positions_running_on_across_an_eos_fail_and_reset_ones_pass(ctx):
+    found = _judge(ctx, _pipeline("packed"), eos_id=3)
+    assert found["OBJ022"] == (Verdict.PASS, found["OBJ022"][1])
+    assert "reset after every EOS inside a row (2 in" in found["OBJ022"][1]
+    found = _judge(ctx, _pipeline("packed", reset=False), eos_id=3)
+    verdict, message = found["OBJ022"]
+    assert verdict is Verdict.FAIL
+    assert message.startswith("position_ids run on across an EOS (3) inside the row in 2 rows "
+                              "(batch 1 row 0 after position 37")
+    assert found["OBJ020"][0] is Verdict.PASS  # every EOS (both documents') is trained

@@ -14,7 +14,9 @@ Codes OBJ01x:
 - OBJ015 vocabulary: input ids and trained labels inside the model's vocabulary;
 - OBJ016 attention mask: 0 exactly on the padding;
 - OBJ017 / OBJ018 prompt boundary (rows matched to the align / scores prompts): the prompt's
-  labels ignored, the answer's first token trained.
+  labels ignored, the answer's first token trained;
+- OBJ020 EOS trained (with `eos_id`), OBJ021 the last real token not trained toward the pad id,
+  OBJ022 position_ids reset after an EOS inside a row (`framing.py`).
 
 The batches are read and measured once (`audit.py`); `show.py` prints rows as the checks see them.
 """
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 from objdebug.core.findings import Check
 from objdebug.stages.batches.conventions import Conventions, LabelLayout, OneShift
+from objdebug.stages.batches.framing import EosTrained, LastToken, PositionsAcrossEos
 from objdebug.stages.batches.labels import PaddingLabels, PromptLabels
 from objdebug.stages.batches.prompt import PromptBoundary
 from objdebug.stages.batches.rows import AttentionMask, Supervision, Vocabulary
@@ -30,4 +33,5 @@ from objdebug.stages.batches.rows import AttentionMask, Supervision, Vocabulary
 
 def checks() -> list[Check]:
     return [PaddingLabels(), PromptLabels(), Conventions(), LabelLayout(), OneShift(), PromptBoundary(),
-            Supervision(), Vocabulary(), AttentionMask()]
+            Supervision(), Vocabulary(), AttentionMask(), EosTrained(), LastToken(),
+            PositionsAcrossEos()]
