@@ -83,6 +83,17 @@ def test_the_healthy_collator_passes_grad_invariants_and_stress_on_its_batch(hea
     assert "24 supervised positions in 4 rows" in found["OBJ209"][0][1]
 
 
+def test_the_mindrecord_pipeline_passes_grad_invariants_and_stress_on_its_batch():
+    """Fixed length 48, no mask, labels = input ids; the objective shifts inside (MindFormers)."""
+    ctx = _context("batches_mindrecord")
+    found = _run(ctx)
+    bad = {c: v for c, vs in found.items() for v in vs
+           if v[0] in (Verdict.FAIL, Verdict.WARN, Verdict.ERROR)}
+    assert not bad, bad
+    assert any("(4x48, from 'healthy.mindrecord')" in n for n in ctx.target.info["notes"])
+    assert "every supervised position trains: 24 supervised positions" in found["OBJ209"][0][1]
+
+
 def test_the_seed_bug_fails_padding_leakage_and_the_batches_win():
     """Before: grad built its own rows padded with the believed -100 and OBJ205 passed."""
     cfg = load_config(TARGETS / "batches_pad_zero" / "objdebug.toml")
