@@ -147,8 +147,11 @@ def _collated(label_pad=-100, side="right", pad=0, shift=True, mask=True, prompt
     return out
 
 
-def _judge(ctx, batches, target="batches_healthy", **data):
-    """{code: (verdict, message)} of the stage's checks on `batches` (None: the target's own)."""
+def _judge(ctx, batches, target="batches_healthy", source=None, **data):
+    """{code: (verdict, message)} of the stage's checks on `batches` (None: the target's own, or
+    `source` as `[data] batches`)."""
+    if source is not None:
+        data["batches"] = source
     from objdebug.stages import stage_checks
     from objdebug.stages.batches.audit import audit, real_batches
 
@@ -452,3 +455,58 @@ def test_positions_running_on_across_an_eos_fail_and_reset_ones_pass(ctx):
     assert message.startswith("position_ids run on across an EOS (3) inside the row in 2 rows "
                               "(batch 1 row 0 after position 37")
     assert found["OBJ020"][0] is Verdict.PASS  # every EOS (both documents') is trained
+
+
+# --------------------------------------------------------------------------- docs/config.md's examples
+def _doc_pipelines(tmp_path) -> tuple[dict[str, str], str]:
+    """({module: its code} of the docs' python examples (first line `# mypipe/NAME.py`), the rows'
+    path): each example installed as `docs_NAME`, and the rows it reads written from the
+    fixtures' align pairs."""
+    import json
+    import re
+
+    from fixtures.batch_pipelines import _pairs
+
+    text = (TARGETS.parent.parent / "docs" / "config.md").read_text(encoding="utf-8")
+    start = text.index("Three pipelines as they are usually written")
+    blocks = re.findall(r"```python\n# mypipe/(\w+)\.py\n(.*?)```", text[start:], re.S)
+    modules = {}
+    for name, code in blocks:
+        mod = types.ModuleType(f"docs_{name}")
+        exec(compile(code, f"docs/config.md:{name}", "exec"), mod.__dict__)  # noqa: S102
+        sys.modules[mod.__name__] = mod
+        modules[name] = mod.__name__
+    rows = tmp_path / "train.jsonl"
+    rows.write_text("".join(json.dumps({"prompt_ids": p, "answer_ids": r}) + "\n"
+                            for p, r in _pairs()), encoding="utf-8")
+    return modules, str(rows)
+
+
+@pytest.mark.parametrize("name", ["generator", "collator"])
+def test_the_docs_pipeline_examples_pass_the_stage(ctx, tmp_path, name):
+    modules, rows = _doc_pipelines(tmp_path)
+    try:
+        found = _judge(ctx, None, source=f"{modules[name]}:make_batches",
+                       batches_kwargs={"path": rows})
+    finally:
+        for m in modules.values():
+            sys.modules.pop(m, None)
+    skipped = {"OBJ016"} if name == "generator" else set()  # a GeneratorDataset: no mask column
+    assert all(v is Verdict.PASS for c, (v, _) in _without_eos_checks(found).items()
+               if c not in skipped), found
+    assert "labels are pre-shifted" in found["OBJ013"][1] and "7 rows" in found["OBJ012"][1]
+
+
+def test_the_docs_mindrecord_example_passes_the_stage(hf):
+    """The docs' keys (batch_size 4, shift = false) on the fixture's MindFormers-style file."""
+    import tomllib
+
+    text = (TARGETS.parent.parent / "docs" / "config.md").read_text(encoding="utf-8")
+    start = text.index("A **MindRecord** file")
+    keys = tomllib.loads(text[start:].split("```toml\n", 1)[1].split("```", 1)[0])["data"]
+    assert keys.pop("batches") == "data/train.mindrecord"
+    found = _judge(hf, None, target="batches_hf_shift",
+                   source=str(TARGETS / "batches_mindrecord" / "healthy.mindrecord"), **keys)
+    assert found.pop("OBJ016")[0] is Verdict.SKIP  # no mask column
+    assert all(v is Verdict.PASS for v, _ in _without_eos_checks(found).values()), found
+    assert "labels are unshifted" in found["OBJ013"][1] and "7 rows" in found["OBJ012"][1]
