@@ -98,3 +98,29 @@ def test_init_without_hard_links_creates_the_config_exclusively(tmp_path, monkey
         create_exclusively(tmp_path / "a.toml", "x = 2\n", "a.toml")
     assert (tmp_path / "a.toml").read_text() == "x = 1\n"
     assert [p.name for p in tmp_path.iterdir()] == ["a.toml"]
+
+
+def test_init_batches_reads_one_batch_and_writes_the_data_keys_it_shows(tmp_path):
+    """The seed bug's collator: labels padded with 0, the objective ignores -100. init writes what
+    the batch shows (label_pad_id = 0, pre-shifted: shift = true) and says it disagrees."""
+    out = tmp_path / "objdebug.toml"
+    res = _init("--max-probe-length", "128", "--batches",
+                "fixtures.batch_pipelines:labels_padded_with_zero", "--output", out)
+    assert res.exit_code == 0, res.output
+    assert "the batch puts 0 on padding but the objective ignores -100" in res.output
+    assert "not decided: data.shift" not in res.output
+    made = load_config(out)
+    d = made.data
+    assert (d.batches, d.pad_id, d.padding_side, d.label_pad_id, d.shift) == (
+        "fixtures.batch_pipelines:labels_padded_with_zero", 0, "right", 0, True)
+    assert "read from one batch of 'fixtures.batch_pipelines:labels_padded_with_zero'" in out.read_text()
+
+
+def test_init_batches_on_a_mindrecord_file_writes_unshifted_labels(tmp_path):
+    out = tmp_path / "objdebug.toml"
+    record = FIXTURES / "targets" / "batches_mindrecord" / "healthy.mindrecord"
+    res = _init("--max-probe-length", "128", "--batches", record, "--output", out)
+    assert res.exit_code == 0, res.output
+    d = load_config(out).data
+    assert (d.batches, d.label_pad_id, d.shift) == (str(record.resolve()), -100, False)
+    assert 'batches = "' in out.read_text() and "healthy.mindrecord" in out.read_text()
