@@ -110,3 +110,14 @@ def test_the_seed_bug_fails_padding_leakage_and_the_batches_win():
     assert any("the batches win (OBJ012): data.label_pad_id = -100 declared, 0 in the batches" in n
                for n in notes), notes
     assert res.exit_code == 1
+
+
+def test_without_batches_nothing_changes():
+    """No `[data] batches`: no convention adopted, no note, the gradient batch is objdebug's rows."""
+    from objdebug.pipeline.context import Context
+    from objdebug.pipeline.pipeline_batches import adopt_conventions, first_batch
+
+    cfg = load_config(TARGETS / "tiny" / "objdebug.toml")
+    ctx = Context(config=cfg, target=None, engine=None, profile=None)
+    assert adopt_conventions(ctx) == [] and ctx.config is cfg
+    assert first_batch(ctx) is None
