@@ -121,3 +121,34 @@ def test_without_batches_nothing_changes():
     ctx = Context(config=cfg, target=None, engine=None, profile=None)
     assert adopt_conventions(ctx) == [] and ctx.config is cfg
     assert first_batch(ctx) is None
+
+
+def test_contradicted_conventions_are_replaced_by_the_batches_with_a_note(monkeypatch):
+    """A pipeline padding on the left with id 2 and labelling its padding 0, against the declared
+    right / 0 / -100: all three replaced in the config and the engine's padding, both values named."""
+    import sys
+    import types
+    from dataclasses import replace
+
+    from objdebug.pipeline.context import Context
+    from objdebug.pipeline.pipeline_batches import adopt_conventions
+
+    ids = np.array([[2, 2, 5, 6, 7], [2, 5, 6, 7, 8]], np.int64)
+    batch = {"input_ids": ids, "attention_mask": (ids != 2).astype(np.int64),
+             "labels": np.where(ids == 2, 0, np.roll(ids, -1, axis=1))}
+    mod = types.ModuleType("leftpad_pipeline")
+    mod.make = lambda: iter([batch])
+    monkeypatch.setitem(sys.modules, "leftpad_pipeline", mod)
+    cfg = load_config(TARGETS / "batches_healthy" / "objdebug.toml")
+    cfg = replace(cfg, data=replace(cfg.data, batches="leftpad_pipeline:make", batches_kwargs={}))
+    target, engine = types.SimpleNamespace(info={}, config=cfg), types.SimpleNamespace(padding=None)
+    ctx = Context(config=cfg, target=target, engine=engine, profile=None)
+    notes = adopt_conventions(ctx)
+    assert notes[0].startswith("the batches win (OBJ012): data.pad_id = 0 declared, 2 in the "
+                               "batches; data.padding_side = 'right' declared, 'left' in the "
+                               "batches; data.label_pad_id = -100 declared, 0 in the batches")
+    d = ctx.config.data
+    assert (d.pad_id, d.padding_side, d.label_pad_id) == (2, "left", 0)
+    assert target.config is ctx.config and engine.padding.label_pad_id == 0
+    assert engine.padding.pad_id == 2 and target.info["notes"] == notes
+    assert adopt_conventions(ctx) is notes  # once per run
