@@ -152,3 +152,24 @@ def test_contradicted_conventions_are_replaced_by_the_batches_with_a_note(monkey
     assert target.config is ctx.config and engine.padding.label_pad_id == 0
     assert engine.padding.pad_id == 2 and target.info["notes"] == notes
     assert adopt_conventions(ctx) is notes  # once per run
+
+
+def test_a_pipeline_without_labels_keeps_objdebugs_rows_and_says_so(monkeypatch):
+    import sys
+    import types
+    from dataclasses import replace
+
+    from objdebug.pipeline.context import Context
+    from objdebug.pipeline.pipeline_batches import first_batch
+
+    mod = types.ModuleType("nolabels_pipeline")
+    mod.make = lambda: iter([{"input_ids": np.array([[5, 6, 7, 0]], np.int64)}])
+    monkeypatch.setitem(sys.modules, "nolabels_pipeline", mod)
+    cfg = load_config(TARGETS / "batches_healthy" / "objdebug.toml")
+    cfg = replace(cfg, data=replace(cfg.data, batches="nolabels_pipeline:make", batches_kwargs={}))
+    target = types.SimpleNamespace(info={}, config=cfg)
+    ctx = Context(config=cfg, target=target, engine=types.SimpleNamespace(padding=None), profile=None)
+    assert first_batch(ctx) is None
+    assert target.info["notes"] == ["[data] batches: 'nolabels_pipeline:make' has no labels column: "
+                                    "grad, invariants and stress use rows objdebug builds from the "
+                                    "JSONL, as every other stage"]

@@ -122,9 +122,11 @@ def adopt_conventions(ctx: Any) -> list[str]:
                              for k, v in changed.items())
             notes.append(f"the batches win (OBJ012): {said}: every stage after the batches stage "
                          f"uses the batches' values")
-        first = real_batches(ctx).batches[0]
+        first, source = real_batches(ctx).batches[0], real_batches(ctx).source
         notes.append(SOURCES_NOTE.format(shape="x".join(map(str, first.input_ids.shape)),
-                                         source=real_batches(ctx).source))
+                                         source=source) if first.labels is not None else
+                     f"[data] batches: '{source}' has no labels column: grad, invariants and "
+                     f"stress use rows objdebug builds from the JSONL, as every other stage")
         ctx.target.info.setdefault("notes", []).extend(notes)
         return notes
     return ctx.provide(adopt_conventions, build)
