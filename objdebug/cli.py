@@ -226,14 +226,14 @@ def init_command(
     device: Annotated[str, typer.Option("--device", help="CPU, GPU or Ascend.")] = "CPU",
     max_probe_length: Annotated[int, typer.Option("--max-probe-length", help="Longest input tried when the model names no position table.")] = 2048,
     model_kwargs: Annotated[Optional[str], typer.Option("--model-kwargs", help="Model factory kwargs as a TOML inline table, over its defaults.")] = None,
+    batches: Annotated[Optional[str], typer.Option("--batches", help="The pipeline's batches ('pkg.mod:factory', .mindrecord, .jsonl): one is read for [data].")] = None,
     debug: DebugOpt = False,
 ) -> None:
     """Write a commented objdebug.toml: probe the model and objective, fill what can be detected."""
     from objdebug.init import init_config
-
     raise typer.Exit(guarded(debug, init_config, model, objective, str(checkpoint) if checkpoint else None,
                              [str(p) for p in data or []], tokenizer, str(output), device,
-                             max_probe_length, model_kwargs, echo=typer.echo))
+                             max_probe_length, model_kwargs, batches, echo=typer.echo))
 
 
 def main() -> None:

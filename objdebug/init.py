@@ -5,7 +5,9 @@ It builds the user's Cells (and loads the checkpoint strictly), runs the contrac
 logits' width), the longest input that runs, the calling form (flat, else sequence), the
 objective's `ignore_index` as `label_pad_id`, the padding id the data most likely uses, whether the
 model's construct takes a mask, and BOS/EOS from a tokenizer.json. Everything it could not decide
-is printed, and assumed values are marked in the file. It never overwrites a config (exit 2).
+is printed, and assumed values are marked in the file. With `--batches SRC` it reads one batch of
+the user's pipeline and writes the `[data]` keys that batch shows (`batches_keys`). It never
+overwrites a config (exit 2).
 """
 
 from __future__ import annotations
@@ -279,9 +281,49 @@ def _rel(path: Path, base: Path) -> str:
 
 
 # --------------------------------------------------------------------------- the command
+def batches_keys(found: Findings, source: str, base: Path, out_dir: Path) -> None:
+    """`--batches SRC`: one batch of the user's pipeline read (as the batches stage reads it),
+    and the `[data]` keys it shows written over the guesses: `batches`, `pad_id`,
+    `padding_side`, `label_pad_id` (the label on padding) and `shift` (the labels' layout)."""
+    from objdebug.core.config import DataSpec, batches_file
+    from objdebug.pipeline.batches_source import read_batches
+    from objdebug.pipeline.pipeline_batches import find_padding
+    from objdebug.stages.batches.layout import PRE_SHIFTED, UNSHIFTED, label_layout, layout_of
+
+    written = _rel(Path(source).resolve(), out_dir) if batches_file(source) else source
+    got = read_batches(DataSpec(batches=str(Path(source).resolve()) if batches_file(source)
+                                else source, max_batches=1), str(base), str(base))
+    batch, why = got.batches[0], f"read from one batch of '{got.source}'"
+    found.set("data", "batches", written, f"the pipeline's own batches ({batch.input_ids.shape[0]} "
+                                           f"x {batch.input_ids.shape[1]}, columns "
+                                           f"{', '.join(batch.columns)})")
+    padding, pad, side = find_padding(batch, int(found.get("data", "pad_id", 0)), None)
+    if pad is not None:
+        found.set("data", "pad_id", pad, why)
+        found.set("data", "padding_side", side, why)
+    if batch.labels is None:
+        found.undecided.append("data.label_pad_id / shift: the batch has no labels column (the "
+                               "model or objective derives them)")
+        return
+    on_pad = Counter(batch.labels[padding].tolist()).most_common(1)
+    if on_pad:
+        ignore = found.get("objective", "kwargs", {}).get("ignore_index")
+        found.set("data", "label_pad_id", int(on_pad[0][0]), why)
+        if ignore is not None and ignore != on_pad[0][0]:
+            found.undecided.append(f"data.label_pad_id: the batch puts {on_pad[0][0]} on padding but "
+                                   f"the objective ignores {ignore}: the batches stage (OBJ010) "
+                                   f"will say whether it trains on padding")
+    layout, _, _ = label_layout([layout_of(batch, pad if pad is not None else 0, None)], 0.9)
+    if layout in (PRE_SHIFTED, UNSHIFTED):
+        found.set("data", "shift", layout == PRE_SHIFTED, f"{why}: its labels are {layout}")
+        found.detected_shift = f"{str(layout == PRE_SHIFTED).lower()} ({why}: its labels are {layout})"
+        found.undecided = [u for u in found.undecided if not u.startswith("data.shift")]
+
+
 def init_config(model: str, objective: str, checkpoint: str | None = None, data: list[str] | None = None,
                 tokenizer: str | None = None, output: str = "objdebug.toml", device: str = "CPU",
-                max_probe_length: int = 2048, model_kwargs: str | None = None, echo=print) -> int:
+                max_probe_length: int = 2048, model_kwargs: str | None = None,
+                batches: str | None = None, echo=print) -> int:
     """Write `output`; returns the exit code (0 written and probed, 1 written but the probe failed)."""
     from objdebug.core.config import (INPUTS, Config, DataSpec, ModelSpec, ObjectiveSpec, RunSpec,
         load_config)
@@ -428,6 +470,8 @@ def init_config(model: str, objective: str, checkpoint: str | None = None, data:
     if io["labels"]:
         found.comments.setdefault("model", []).extend(init_model_io.end_to_end_offer(
             model, found.get("model", "checkpoint")))
+    if batches is not None:
+        batches_keys(found, batches, base, out.parent)
     found.set("run", "device", device)
     found.set("run", "mode", "graph")
     found.set("run", "seed", 0)

@@ -25,7 +25,18 @@ from .conftest import TARGETS
 
 
 def _findings(result):
-    return {f.code: (f.verdict, f.message) for f in result.findings if f.code.startswith("OBJ01")}
+    return {f.code: (f.verdict, f.message) for f in result.findings if f.code[:5] in ("OBJ01", "OBJ02")}
+
+
+# no eos_id in the healthy fixtures: the checks of how rows end with an EOS skip, saying why
+NO_EOS = ("OBJ020", "OBJ022")
+
+
+def _without_eos_checks(found):
+    for code in NO_EOS:
+        verdict, message = found.pop(code)
+        assert verdict is Verdict.SKIP and "data.eos_id is not set" in message
+    return found
 
 
 def test_the_healthy_collator_passes_every_check_under_ci_gate():
@@ -33,17 +44,19 @@ def test_the_healthy_collator_passes_every_check_under_ci_gate():
     res = api.run(cfg, stages=["batches"], profile="ci-gate", compile_cache=False)
     found = _findings(res)
     assert res.exit_code == 0
-    assert set(found) == {f"OBJ01{i}" for i in range(9)}
-    assert all(v is Verdict.PASS for v, _ in found.values()), found
+    assert set(found) == {f"OBJ0{i}" for i in range(10, 23)}
+    assert all(v is Verdict.PASS for v, _ in _without_eos_checks(found).values()), found
     assert "labels are pre-shifted" in found["OBJ013"][1]
 
 
-def test_the_mindrecord_pipeline_passes(ctx):
-    found = _judge(ctx, None, target="batches_mindrecord")
+def test_the_mindrecord_pipeline_passes(hf):
+    """Its objective shifts inside (MindFormers' layout); the shared `hf` one does too."""
+    found = _judge(hf, None, target="batches_mindrecord")
     assert found["OBJ016"][0] is Verdict.SKIP  # no mask column: padding from the pad run
-    assert all(v is Verdict.PASS for c, (v, _) in found.items() if c != "OBJ016"), found
+    assert all(v is Verdict.PASS for c, (v, _) in _without_eos_checks(found).items() if c != "OBJ016"), found
     assert "labels are unshifted" in found["OBJ013"][1] and "7 rows" in found["OBJ012"][1]
     assert "in all 7 rows whose prompt is known" in found["OBJ017"][1]
+    assert found["OBJ019"][1].startswith("one shift in all: the labels are unshifted")
 
 
 def test_the_seed_bug_fails_with_the_believed_config(ctx):
@@ -95,6 +108,20 @@ def ctx():
     sys.modules.pop("batchcase_test", None)
 
 
+@pytest.fixture(scope="module")
+def hf():
+    """A target whose objective shifts inside, HF style (fixtures/shift_losses.py:HFShiftingCE)."""
+    from objdebug.engine.core import Engine
+    from objdebug.engine.target import load_target
+    from objdebug.pipeline.context import Context
+    from objdebug.pipeline.profile import load_profile
+
+    _case_module()
+    cfg = load_config(TARGETS / "batches_hf_shift" / "objdebug.toml")
+    target = load_target(cfg)
+    yield Context(config=cfg, target=target, engine=Engine(target), profile=load_profile())
+
+
 def _collated(label_pad=-100, side="right", pad=0, shift=True, mask=True, prompt_label=-100):
     """Four rows of 'prompt' + 'answer' bytes of different lengths, padded, labelled."""
     rows = [(list(b"ask: "), list(b"yes.")), (list(b"q? "), list(b"no, never.")),
@@ -120,8 +147,11 @@ def _collated(label_pad=-100, side="right", pad=0, shift=True, mask=True, prompt
     return out
 
 
-def _judge(ctx, batches, target="batches_healthy", **data):
-    """{code: (verdict, message)} of the stage's checks on `batches` (None: the target's own)."""
+def _judge(ctx, batches, target="batches_healthy", source=None, **data):
+    """{code: (verdict, message)} of the stage's checks on `batches` (None: the target's own, or
+    `source` as `[data] batches`)."""
+    if source is not None:
+        data["batches"] = source
     from objdebug.stages import stage_checks
     from objdebug.stages.batches.audit import audit, real_batches
 
@@ -142,7 +172,7 @@ def _judge(ctx, batches, target="batches_healthy", **data):
 def test_a_healthy_case_passes_on_the_shared_context(ctx):
     found = _judge(ctx, [_collated()])
     assert found.pop("OBJ017")[0] is Verdict.SKIP and found.pop("OBJ018")[0] is Verdict.SKIP
-    assert all(v is Verdict.PASS for v, _ in found.values()), found
+    assert all(v is Verdict.PASS for v, _ in _without_eos_checks(found).values()), found
 
 
 def _fixture_batches():
@@ -346,3 +376,137 @@ def test_the_prompt_boundary_from_a_column_of_the_pipeline(ctx, column):
 def test_without_a_boundary_the_prompt_checks_skip_saying_why(ctx):
     found = _judge(ctx, [_collated()], align=None)
     assert found["OBJ017"][0] is Verdict.SKIP and "no prompt boundary" in found["OBJ017"][1]
+
+
+# --------------------------------------------------------------------------- one shift in all (OBJ019)
+def test_the_hf_collator_with_a_loss_that_shifts_inside_passes(hf):
+    found = _judge(hf, None, target="batches_hf_shift")
+    assert all(v is Verdict.PASS for v, _ in _without_eos_checks(found).values()), found
+    verdict, message = found["OBJ019"]
+    assert message.startswith("one shift in all: the labels are unshifted (same positions 100%")
+    assert "the objective scores logits[t] against labels[t+1] (measured" in message
+
+
+def test_the_hf_collator_with_a_loss_that_does_not_shift_fails_no_shift(ctx):
+    from fixtures.batch_pipelines import hf_collator
+
+    found = _judge(ctx, list(hf_collator()), shift=False)
+    assert found["OBJ013"][0] is Verdict.PASS  # the declaration matches the labels
+    verdict, message = found["OBJ019"]
+    assert verdict is Verdict.FAIL
+    assert message.startswith("no shift: each position trains toward its own input token")
+    assert "the labels are unshifted (same positions 100%" in message
+    assert "the objective scores logits[t] against labels[t] (measured" in message
+
+
+def test_a_pre_shifting_collator_with_a_loss_that_shifts_inside_fails_two_shifts(hf):
+    found = _judge(hf, _fixture_batches(), target="batches_hf_shift", shift=True)
+    assert found["OBJ013"][0] is Verdict.PASS
+    verdict, message = found["OBJ019"]
+    assert verdict is Verdict.FAIL
+    assert message.startswith("2 shifts: each position trains toward the token 2 ahead")
+    assert "the labels are pre-shifted" in message and "one ahead 100%" in message
+    assert "the objective scores logits[t] against labels[t+1] (measured" in message
+
+
+# --------------------------------------------------------------------------- how rows end (OBJ020-OBJ022)
+def _pipeline(name, **kwargs):
+    import fixtures.batch_pipelines as pipelines
+
+    return list(getattr(pipelines, name)(**kwargs))
+
+
+def test_an_eos_masked_with_the_pad_id_fails_and_a_trained_one_passes(ctx):
+    found = _judge(ctx, _pipeline("eos_framed"), eos_id=0)
+    assert found["OBJ020"] == (Verdict.PASS, "every EOS (0) in 4 of 4 rows is a trained label "
+                                             "(the others fill their batch)")
+    found = _judge(ctx, _pipeline("eos_framed", mask_pad_labels=True), eos_id=0)
+    verdict, message = found["OBJ020"]
+    assert verdict is Verdict.FAIL
+    assert message.startswith("the EOS (0) is not a trained label in 4 of 4 rows holding it "
+                              "(batch 1 row 0, batch 1 row 1")
+    assert "pad == eos" in message and "data.eos_id = 0" in message
+
+
+def test_a_row_shorter_than_its_batch_without_eos_fails(ctx):
+    found = _judge(ctx, _pipeline("shifted_into_padding", bug=False), eos_id=3)
+    verdict, message = found["OBJ020"]
+    assert verdict is Verdict.FAIL and "rows shorter than their batch hold no EOS" in message
+
+
+def test_the_last_token_trained_toward_padding_fails_and_a_masked_one_passes(ctx):
+    found = _judge(ctx, _pipeline("shifted_into_padding", bug=False))
+    assert found["OBJ021"][0] is Verdict.PASS
+    assert "0 of 4 rows train it toward another label" in found["OBJ021"][1]
+    found = _judge(ctx, _pipeline("shifted_into_padding"))
+    verdict, message = found["OBJ021"]
+    assert verdict is Verdict.FAIL
+    assert message.startswith("the last real token is trained toward the pad id 0 in 4 of 4 rows")
+    assert "its own label (pre-shifted)" in message
+
+
+def test_positions_running_on_across_an_eos_fail_and_reset_ones_pass(ctx):
+    found = _judge(ctx, _pipeline("packed"), eos_id=3)
+    assert found["OBJ022"] == (Verdict.PASS, found["OBJ022"][1])
+    assert "reset after every EOS inside a row (2 in" in found["OBJ022"][1]
+    found = _judge(ctx, _pipeline("packed", reset=False), eos_id=3)
+    verdict, message = found["OBJ022"]
+    assert verdict is Verdict.FAIL
+    assert message.startswith("position_ids run on across an EOS (3) inside the row in 2 rows "
+                              "(batch 1 row 0 after position 37")
+    assert found["OBJ020"][0] is Verdict.PASS  # every EOS (both documents') is trained
+
+
+# --------------------------------------------------------------------------- docs/config.md's examples
+def _doc_pipelines(tmp_path) -> tuple[dict[str, str], str]:
+    """({module: its code} of the docs' python examples (first line `# mypipe/NAME.py`), the rows'
+    path): each example installed as `docs_NAME`, and the rows it reads written from the
+    fixtures' align pairs."""
+    import json
+    import re
+
+    from fixtures.batch_pipelines import _pairs
+
+    text = (TARGETS.parent.parent / "docs" / "config.md").read_text(encoding="utf-8")
+    start = text.index("Three pipelines as they are usually written")
+    blocks = re.findall(r"```python\n# mypipe/(\w+)\.py\n(.*?)```", text[start:], re.S)
+    modules = {}
+    for name, code in blocks:
+        mod = types.ModuleType(f"docs_{name}")
+        exec(compile(code, f"docs/config.md:{name}", "exec"), mod.__dict__)  # noqa: S102
+        sys.modules[mod.__name__] = mod
+        modules[name] = mod.__name__
+    rows = tmp_path / "train.jsonl"
+    rows.write_text("".join(json.dumps({"prompt_ids": p, "answer_ids": r}) + "\n"
+                            for p, r in _pairs()), encoding="utf-8")
+    return modules, str(rows)
+
+
+@pytest.mark.parametrize("name", ["generator", "collator"])
+def test_the_docs_pipeline_examples_pass_the_stage(ctx, tmp_path, name):
+    modules, rows = _doc_pipelines(tmp_path)
+    try:
+        found = _judge(ctx, None, source=f"{modules[name]}:make_batches",
+                       batches_kwargs={"path": rows})
+    finally:
+        for m in modules.values():
+            sys.modules.pop(m, None)
+    skipped = {"OBJ016"} if name == "generator" else set()  # a GeneratorDataset: no mask column
+    assert all(v is Verdict.PASS for c, (v, _) in _without_eos_checks(found).items()
+               if c not in skipped), found
+    assert "labels are pre-shifted" in found["OBJ013"][1] and "7 rows" in found["OBJ012"][1]
+
+
+def test_the_docs_mindrecord_example_passes_the_stage(hf):
+    """The docs' keys (batch_size 4, shift = false) on the fixture's MindFormers-style file."""
+    import tomllib
+
+    text = (TARGETS.parent.parent / "docs" / "config.md").read_text(encoding="utf-8")
+    start = text.index("A **MindRecord** file")
+    keys = tomllib.loads(text[start:].split("```toml\n", 1)[1].split("```", 1)[0])["data"]
+    assert keys.pop("batches") == "data/train.mindrecord"
+    found = _judge(hf, None, target="batches_hf_shift",
+                   source=str(TARGETS / "batches_mindrecord" / "healthy.mindrecord"), **keys)
+    assert found.pop("OBJ016")[0] is Verdict.SKIP  # no mask column
+    assert all(v is Verdict.PASS for v, _ in _without_eos_checks(found).values()), found
+    assert "labels are unshifted" in found["OBJ013"][1] and "7 rows" in found["OBJ012"][1]

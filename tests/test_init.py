@@ -128,3 +128,29 @@ def test_init_on_a_mask_objdebug_cannot_build_says_so(tmp_path):
     assert ("not decided: model inputs: the model's construct takes ['input_ids', 'input_mask']; "
             "objdebug builds only ['input_ids', 'attention_mask', 'position_ids']") in res.output
     assert load_config(out).model.inputs is None
+
+
+def test_init_batches_reads_one_batch_and_writes_the_data_keys_it_shows(tmp_path):
+    """The seed bug's collator: labels padded with 0, the objective ignores -100. init writes what
+    the batch shows (label_pad_id = 0, pre-shifted: shift = true) and says it disagrees."""
+    out = tmp_path / "objdebug.toml"
+    res = _init("--max-probe-length", "128", "--batches",
+                "fixtures.batch_pipelines:labels_padded_with_zero", "--output", out)
+    assert res.exit_code == 0, res.output
+    assert "the batch puts 0 on padding but the objective ignores -100" in res.output
+    assert "not decided: data.shift" not in res.output
+    made = load_config(out)
+    d = made.data
+    assert (d.batches, d.pad_id, d.padding_side, d.label_pad_id, d.shift) == (
+        "fixtures.batch_pipelines:labels_padded_with_zero", 0, "right", 0, True)
+    assert "read from one batch of 'fixtures.batch_pipelines:labels_padded_with_zero'" in out.read_text()
+
+
+def test_init_batches_on_a_mindrecord_file_writes_unshifted_labels(tmp_path):
+    out = tmp_path / "objdebug.toml"
+    record = FIXTURES / "targets" / "batches_mindrecord" / "healthy.mindrecord"
+    res = _init("--max-probe-length", "128", "--batches", record, "--output", out)
+    assert res.exit_code == 0, res.output
+    d = load_config(out).data
+    assert (d.batches, d.label_pad_id, d.shift) == (str(record.resolve()), -100, False)
+    assert 'batches = "' in out.read_text() and "healthy.mindrecord" in out.read_text()

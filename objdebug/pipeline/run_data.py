@@ -19,11 +19,17 @@ from objdebug.engine.label_pairing import Pairing
 from objdebug.engine.library_logits import LibraryLogits, model_shifts
 from objdebug.pipeline.context import Context
 from objdebug.pipeline.datasets import text_samples
+from objdebug.pipeline.pipeline_batches import first_batch
 
 
 def grad_batch(ctx: Context) -> Batch:
-    """The gradient batch: --samples data rows (default: the batch size), --batch-size rows."""
+    """The gradient batch: with `[data] batches`, the pipeline's first batch as it is
+    (`pipeline_batches.first_batch`); else --samples data rows (default: the batch size),
+    --batch-size rows."""
     def build() -> Batch:
+        real = first_batch(ctx)
+        if real is not None:
+            return real
         opts = ctx.options
         rows = int(opts.batch_size if opts.batch_size is not None else ctx.engine.batch_size)
         n = int(opts.samples if opts.samples is not None else rows)
@@ -86,7 +92,8 @@ def paired(ctx: Context, labels: np.ndarray, positions: int | None = None) -> np
 def logit_gradients(ctx: Context) -> dict[str, np.ndarray]:
     """Logits of the batch, the objective's squared logit-gradient norm per position, reference,
     and the labels each logit position is scored against ("labels": the batch's labels as the
-    measured pairing reads them: the next position's where the objective or the model shifts)."""
+    measured pairing reads them: the next position's where the objective or the model shifts;
+    every negative label read as label_pad_id)."""
     def build() -> dict[str, np.ndarray]:
         batch = grad_batch(ctx)
         pid = ctx.engine.padding.label_pad_id
@@ -96,7 +103,11 @@ def logit_gradients(ctx: Context) -> dict[str, np.ndarray]:
             return {**out, "reference_sq": ref}
         logits = ctx.engine.logits(batch.input_ids)
         outputs, sq, g = grad_probe(ctx).logits(logits, batch.labels)
+        # a pipeline's batch may mask with more than one value (-100 on the prompt, its pad id on
+        # padding): a negative label is never a token, so the checks read it as masked (objdebug's
+        # own rows hold label_pad_id and token ids only: unchanged)
         labels = paired(ctx, batch.labels)
+        labels = np.where(labels < 0, pid, labels)
         ref = reference_mean_ce_grad(logits, labels, pid)
         return {"outputs": outputs, "sq": sq, "reference_sq": ref, "grad": g, "logits": logits,
                 "labels": labels}

@@ -28,6 +28,7 @@ from objdebug.engine.core import Engine
 from objdebug.engine.target import load_target
 from objdebug.pipeline import contract, coverage, model_state
 from objdebug.pipeline.context import Context, RunOptions
+from objdebug.pipeline.pipeline_batches import adopt_conventions
 from objdebug.pipeline.profile import Profile, code_selected
 from objdebug.pipeline.registry import (OPT_IN, STAGES, opted_in, pipeline_order, scores_rows,
                                         stage_skip_reason)
@@ -164,6 +165,8 @@ def _run_stages(cfg, result, profile, chosen, select, ignore, options, out_dir, 
                 _prepare(ctx, planned, debug)
                 for stage, skip, checks in planned:
                     engine.stage = stage
+                    if stage != "batches":  # the batches win after their own stage judged them
+                        adopt_conventions(ctx)
                     # the headroom rule of a compile before each stage too: a stage can take its
                     # memory on the host without compiling anything (decompose on a 32000-token
                     # vocabulary: +1.2 GiB of logits to a process at 18.9 GiB)

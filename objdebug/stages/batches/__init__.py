@@ -8,11 +8,15 @@ Codes OBJ01x:
 - OBJ011 prompt labels: likewise on real tokens whose label is not the paired input token;
 - OBJ012 conventions: `label_pad_id`, `pad_id`, `padding_side`, `bos_id`, `eos_id` vs the batches;
 - OBJ013 label layout: unshifted or pre-shifted labels vs `[data] shift`;
+- OBJ019 one shift: that layout plus the objective's measured pairing (labels[t] or labels[t+1])
+  make exactly one shift (a double shift or none fails, naming both measurements);
 - OBJ014 supervision: every row trains on something (supervised share per row);
 - OBJ015 vocabulary: input ids and trained labels inside the model's vocabulary;
 - OBJ016 attention mask: 0 exactly on the padding;
 - OBJ017 / OBJ018 prompt boundary (rows matched to the align / scores prompts): the prompt's
-  labels ignored, the answer's first token trained.
+  labels ignored, the answer's first token trained;
+- OBJ020 EOS trained (with `eos_id`), OBJ021 the last real token not trained toward the pad id,
+  OBJ022 position_ids reset after an EOS inside a row (`framing.py`).
 
 The batches are read and measured once (`audit.py`); `show.py` prints rows as the checks see them.
 """
@@ -20,12 +24,14 @@ The batches are read and measured once (`audit.py`); `show.py` prints rows as th
 from __future__ import annotations
 
 from objdebug.core.findings import Check
-from objdebug.stages.batches.conventions import Conventions, LabelLayout
+from objdebug.stages.batches.conventions import Conventions, LabelLayout, OneShift
+from objdebug.stages.batches.framing import EosTrained, LastToken, PositionsAcrossEos
 from objdebug.stages.batches.labels import PaddingLabels, PromptLabels
 from objdebug.stages.batches.prompt import PromptBoundary
 from objdebug.stages.batches.rows import AttentionMask, Supervision, Vocabulary
 
 
 def checks() -> list[Check]:
-    return [PaddingLabels(), PromptLabels(), Conventions(), LabelLayout(), PromptBoundary(),
-            Supervision(), Vocabulary(), AttentionMask()]
+    return [PaddingLabels(), PromptLabels(), Conventions(), LabelLayout(), OneShift(), PromptBoundary(),
+            Supervision(), Vocabulary(), AttentionMask(), EosTrained(), LastToken(),
+            PositionsAcrossEos()]

@@ -18,20 +18,12 @@ from typing import Any
 
 import numpy as np
 
-from objdebug.pipeline.batches_source import Batches, read_batches
+from objdebug.pipeline.pipeline_batches import real_batches
 from objdebug.stages.batches.layout import (BatchLayout, follows, label_layout, layout_of,
                                             masking_values)
 
 TRAINED, IGNORED, PADDING, WRONG = "trained", "ignored", "padding", "wrong-label"
 COMMON_IGNORE_INDEX = -100  # PyTorch's and MindSpore's CrossEntropyLoss default
-
-
-def real_batches(ctx: Any) -> Batches:
-    """The pipeline's batches, read once per run (the factory runs in the user's directory)."""
-    from objdebug.engine import runtime
-
-    return ctx.provide(real_batches, lambda: read_batches(ctx.config.data, ctx.config.base_dir,
-                                                          runtime.user_dir()))
 
 
 def has_labels(ctx: Any) -> bool:

@@ -2,8 +2,10 @@
 
 OBJ012: `label_pad_id`, `pad_id`, `padding_side`, `bos_id`, `eos_id` — a contradiction fails
 naming both values. OBJ013: the labels' layout (the input ids at the same positions: unshifted,
-the model shifts; one position ahead: the pipeline shifted) against `[data] shift`. Whether the
-objective itself pairs logits[t] with labels[t] or labels[t+1] is not measured here.
+the model shifts; one position ahead: the pipeline shifted) against `[data] shift`. OBJ019: that
+layout against the objective's measured pairing (logits[t] scored against labels[t] or
+labels[t+1], `engine/label_pairing.py`): in all, exactly one shift (pre-shifted labels and an
+objective that pairs at t, or unshifted labels and one that shifts inside).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from objdebug.core.findings import Check, Condition, Verdict
+from objdebug.pipeline.run_data import pairing, pairing_skip
 from objdebug.stages.batches.audit import audit, has_labels
 from objdebug.stages.batches.layout import PRE_SHIFTED, UNCLEAR, UNSHIFTED
 
@@ -125,3 +128,45 @@ class LabelLayout(Check):
                                   f"wrong, and every position trains toward the wrong token"), sh[expected]
 
         return [Condition("OBJ013", "label_layout_matches_shift", judge)]
+
+
+class OneShift(Check):
+    """OBJ019: the labels' layout plus the objective's measured pairing make exactly one shift."""
+
+    name = "batch-one-shift"
+    stage = "batches"
+
+    def skip_reason(self, ctx: Any) -> str | None:
+        if not has_labels(ctx):
+            return "the batches have no labels column: no layout to read"
+        why = pairing_skip(ctx)
+        if why is None and not pairing(ctx).measured:
+            why = f"the objective's pairing was not measured ({pairing(ctx).why})"
+        return why
+
+    def measure(self, ctx: Any, th: Any) -> dict[str, Any]:
+        a, p = audit(ctx, th), pairing(ctx)
+        return {"source": a.source, "layout": a.layout, "shares": a.shares, "counted": a.counted,
+                "offset": p.offset, "pairing": p.describe()}
+
+    def conditions(self, th: Any) -> list[Condition]:
+        def judge(v):
+            if v["layout"] in (None, UNCLEAR):
+                return Verdict.SKIP, ("the labels' layout is not clear (OBJ013): no shift to count"
+                                      ), None
+            sh = v["shares"]
+            layout = (f"the labels are {v['layout']} (same positions {sh[UNSHIFTED]:.0%}, one "
+                      f"ahead {sh[PRE_SHIFTED]:.0%} of {v['counted']} labelled positions of "
+                      f"'{v['source']}')")
+            objective = f"the objective scores {v['pairing']}"
+            shifts = int(v["layout"] == PRE_SHIFTED) + int(v["offset"])
+            if shifts == 1:
+                return Verdict.PASS, (f"one shift in all: {layout} and {objective}: each position "
+                                      f"trains toward the next token"), 1.0
+            what = ("no shift: each position trains toward its own input token (the model learns "
+                    "to copy)" if shifts == 0 else
+                    f"{shifts} shifts: each position trains toward the token {shifts} ahead (the "
+                    "model learns to skip a token)")
+            return Verdict.FAIL, f"{what}: {layout}, and {objective}", float(shifts)
+
+        return [Condition("OBJ019", "one_shift_in_all", judge)]

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from objdebug.pipeline.batches_source import RealBatch
+from objdebug.pipeline.pipeline_batches import find_padding
 
 UNSHIFTED, PRE_SHIFTED, UNCLEAR = "unshifted", "pre-shifted", "unclear"
 
@@ -25,55 +26,6 @@ class BatchLayout:
     side: str | None             # "right" / "left" (None: no padding)
     same: np.ndarray | None      # bool [B, T]: labels[t] == input_ids[t]
     ahead: np.ndarray | None     # bool [B, T]: labels[t] == input_ids[t + 1]
-
-
-def edge_runs(ids: np.ndarray, value: int, side: str) -> np.ndarray:
-    """Length of each row's run of `value` at its right (trailing) or left (leading) edge."""
-    hit = ids == value
-    if side == "right":
-        hit = hit[:, ::-1]
-    # the leading run of True: the index of the first False (argmin), or the whole row
-    return np.where(hit.all(axis=1), ids.shape[1], np.argmin(hit, axis=1))
-
-
-def run_mask(shape: tuple[int, int], runs: np.ndarray, side: str) -> np.ndarray:
-    cols = np.arange(shape[1])[None, :]
-    return cols >= shape[1] - runs[:, None] if side == "right" else cols < runs[:, None]
-
-
-def find_padding(batch: RealBatch, pad_id: int, eos_id: int | None) -> tuple[np.ndarray, int | None, str | None]:
-    """(padding bool [B, T], the pad id, the side) of one batch.
-
-    From the attention mask when there is one (its zeros; the id most of them hold); else from
-    the run of one id at the rows' edges: the declared pad id, or an id whose run covers two or
-    more positions of some row and that occurs nowhere else in the rows ("!!" ending a sentence
-    is not padding), whichever side and id cover the most. When the pad id is also
-    the EOS id, the first of a trailing run is the row's real EOS."""
-    ids, mask = batch.input_ids, batch.attention_mask
-    if mask is not None:
-        padding = mask == 0
-        if not padding.any():
-            return padding, None, None
-        held = Counter(ids[padding].tolist()).most_common(1)[0][0]
-        rows = padding.any(axis=1)
-        side = "left" if (padding[rows, 0]).sum() > (padding[rows, -1]).sum() else "right"
-        return padding, int(held), side
-    best = (0, None, None, None)
-    candidates = {pad_id} | set(ids[:, 0].tolist()) | set(ids[:, -1].tolist())
-    for value in candidates:
-        for side in ("right", "left"):
-            runs = edge_runs(ids, value, side)
-            if side == "right" and eos_id is not None and value == eos_id:
-                runs = np.maximum(runs - 1, 0)  # pad == eos: the last EOS of a row is real
-            if value != pad_id and (runs.max(initial=0) < 2
-                                    or (ids == value)[~run_mask(ids.shape, runs, side)].any()):
-                continue  # an undeclared id pads only as a run of 2+ and nowhere else in the rows
-            if runs.sum() > best[0]:
-                best = (int(runs.sum()), int(value), side, runs)
-    if best[1] is None:
-        return np.zeros(ids.shape, bool), None, None
-    _, value, side, runs = best
-    return run_mask(ids.shape, runs, side), value, side
 
 
 def layout_of(batch: RealBatch, pad_id: int, eos_id: int | None) -> BatchLayout:

@@ -15,7 +15,7 @@ import numpy as np
 
 from objdebug.core.findings import Check, Condition, Verdict, listing
 from objdebug.stages.batches.audit import TRAINED, audit, real_batches
-from objdebug.stages.batches.layout import edge_runs, run_mask
+from objdebug.pipeline.pipeline_batches import edge_runs, run_mask
 
 
 def _at(lay, r: int) -> str:

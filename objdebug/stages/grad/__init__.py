@@ -47,10 +47,10 @@ def _no_params(ctx: Context) -> str | None:
 
 def _batch_info(ctx: Context, batch: Batch) -> dict[str, Any]:
     pid = ctx.engine.padding.label_pad_id
+    masked = (batch.labels == pid) | (batch.labels < 0)  # a pipeline's batch: -100 and its pad id
     return {"rows": int(batch.input_ids.shape[0]), "length": int(batch.input_ids.shape[1]),
             "data_rows": len(batch.samples), "filled_rows": batch.filled,
-            "scored_positions": int((batch.labels != pid).sum()),
-            "masked_positions": int((batch.labels == pid).sum())}
+            "scored_positions": int((~masked).sum()), "masked_positions": int(masked.sum())}
 
 
 # --------------------------------------------------------------------------- checks

@@ -92,7 +92,8 @@ def base(ctx: Context) -> Probe:
 
 
 def scored(ctx: Context, labels: np.ndarray) -> np.ndarray:
-    return labels != ctx.config.data.label_pad_id
+    # a pipeline's batch may mask with -100 beside its label pad id: a negative label is no token
+    return (labels != ctx.config.data.label_pad_id) & (labels >= 0)
 
 
 def micro_batches(ctx: Context) -> list[tuple[int, int]]:

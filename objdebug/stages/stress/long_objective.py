@@ -68,7 +68,7 @@ def real_rows(ctx: Context) -> tuple[np.ndarray, np.ndarray]:
         cached = ctx.provided(logit_gradients)  # the grad stage's logits, when it ran
         logits = cached["logits"] if cached else ctx.engine.logits(batch.input_ids)
         targets = paired(ctx, batch.labels)
-        scored = targets != ctx.config.data.label_pad_id
+        scored = (targets != ctx.config.data.label_pad_id) & (targets >= 0)  # -100 masks too
         return logits[scored].astype(np.float32), targets[scored].astype(np.int32)
     return ctx.provide(real_rows, build)
 
