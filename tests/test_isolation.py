@@ -138,10 +138,10 @@ def test_a_length_the_objective_cannot_run_is_reported_and_the_others_judged(tar
 
     real = long_objective.measure_one
 
-    def failing(ctx, rows, labels, length, seed):
+    def failing(ctx, rows, labels, length, seed, offset=0):
         if length == 4096:
             raise RuntimeError("For 'GatherDGradV2', memset_s failed, ret=34")
-        return real(ctx, rows, labels, length, seed)
+        return real(ctx, rows, labels, length, seed, offset)
 
     monkeypatch.setattr(long_objective, "measure_one", failing)
     with runtime.scratch_dir():

@@ -188,10 +188,10 @@ def _run_stages(cfg, result, profile, chosen, select, ignore, options, out_dir, 
                                                        engine.compiles.records[first_compile:]))
             finally:
                 ctx.close()  # background work no check collected goes with the run
-        engine.check = "model-state"
-        _report_model_state(ctx, result, select, ignore)
-        _report_lost_coverage(target, result, select, ignore)
         result.target = target.describe()  # again: a check may add notes (the label pairing)
+        engine.check = "model-state"
+        _report_model_state(ctx, result, select, ignore)  # adds target["model_state"]
+        _report_lost_coverage(target, result, select, ignore)
         result.extra.update(ctx.report_extra)
         # what the run held at most: this process, and the measurements run in their own
         result.extra["memory"] = host_memory.run_peaks()
