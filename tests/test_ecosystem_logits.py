@@ -203,6 +203,20 @@ def test_a_model_pynative_cannot_run_is_probed_in_graph_mode():
     assert "'model.lm_head', probed" in note and "it shifts the labels itself" in note, note
 
 
+def test_a_cell_returning_a_tuple_is_not_taken_for_logits():
+    """MindFormers 2.0's Cells return tuples: the hook's shape test must not read a tuple of
+    tensors as a shape (before: exit 3, "Only one element tensors can be converted")."""
+    import mindspore as ms
+
+    from objdebug.engine.library_logits import _shape_fits, _vocab_shaped
+
+    logits = ms.Tensor(np.zeros((2, 5, 7), np.float32))
+    assert _vocab_shaped(logits, 2, 5, 7) == (3, 0)
+    assert _vocab_shaped((logits, logits), 2, 5, 7) is None
+    assert _vocab_shaped(ms.Tensor(np.zeros((2, 5, 7), np.int32)), 2, 5, 7) is None
+    assert _shape_fits((8, 7), 2, 5, 7) == (2, 1) and _shape_fits((2, 5, 6), 2, 5, 7) is None
+
+
 def test_the_graph_head_search_names_what_it_lost():
     """No vocabulary-wide output the loss reads, found in graph mode: a reason OBJ006 can name."""
     import mindspore as ms

@@ -55,20 +55,23 @@ _MAX_CANDIDATES = 8  # vocabulary-wide outputs tried, in the order they were com
 
 # --------------------------------------------------------------------------- the setup probe (PyNative)
 def _vocab_shaped(out, batch: int, length: int, vocab: int | None) -> tuple[int, int] | None:
-    """(ndim, positions dropped) when `out` (a tensor, or the shape a graph recorded) is logits of a
-    [batch, length] input, else None."""
-    if isinstance(out, ms.Tensor):
-        if out.dtype not in (ms.float32, ms.float16, ms.bfloat16, ms.float64):
-            return None
-        out = tuple(int(d) for d in out.shape)
-    elif not isinstance(out, tuple):
+    """(ndim, positions dropped) when `out` is logits of a [batch, length] input, else None
+    (a tuple a Cell returns, an integer tensor: not logits)."""
+    if not isinstance(out, ms.Tensor) or out.dtype not in (
+            ms.float32, ms.float16, ms.bfloat16, ms.float64):
         return None
-    if len(out) not in (2, 3) or (vocab is not None and int(out[-1]) != vocab):
+    return _shape_fits(tuple(int(d) for d in out.shape), batch, length, vocab)
+
+
+def _shape_fits(shape: tuple[int, ...], batch: int, length: int,
+                vocab: int | None) -> tuple[int, int] | None:
+    """`_vocab_shaped` on a shape (the one a graph recorded)."""
+    if len(shape) not in (2, 3) or (vocab is not None and shape[-1] != vocab):
         return None
     for drop in (0, 1):
-        want = (batch, length - drop) if len(out) == 3 else (batch * (length - drop),)
-        if tuple(out[:-1]) == want:
-            return len(out), drop
+        want = (batch, length - drop) if len(shape) == 3 else (batch * (length - drop),)
+        if shape[:-1] == want:
+            return len(shape), drop
     return None
 
 
@@ -189,7 +192,7 @@ def find_head_graph(model, call, batch: int, length: int, vocab: int | None) -> 
         order = []
         for name, tap in taps.items():
             ndim, *dims = (int(d) for d in tap.seen.asnumpy())
-            shape = _vocab_shaped(tuple(dims[:ndim]), batch, length, vocab)
+            shape = _shape_fits(tuple(dims[:ndim]), batch, length, vocab)
             if ndim and shape is not None:
                 order.append((name, tuple(dims[:ndim]), *shape))
         if not order:
