@@ -182,6 +182,79 @@ def test_lost_logit_checks_are_one_warn_that_names_them():
     assert lost_logit_checks(None, result.results) is None  # not a library model
 
 
+def test_a_model_pynative_cannot_run_is_probed_in_graph_mode():
+    """mindone's own loss on CPU: PyNative mode lacks a kernel its loss path uses (the hf_style
+    fixture's `pynative_kernel_missing` knob imitates it), graph mode has it. The setup probe falls
+    back to graph mode: the loss, the shift and the head are found there (no hooks), and the logit
+    checks run. Before: exit 2, "the model fails ... The kernel ConstantPadND unregistered"."""
+    from objdebug import api
+    from objdebug.core.config import load_config
+    from objdebug.core.findings import Verdict
+
+    cfg = load_config(TARGETS / "eco_hf_e2e" / "objdebug.toml",
+                      overrides={"objective.kwargs": {"pynative_kernel_missing": True}})
+    result = api.run(cfg, stages=["grad"], profile="default", compile_cache=False)
+    assert not [f for f in result.findings if f.verdict is Verdict.ERROR]
+    ran = {f.code: f.verdict for f in result.findings}
+    assert "OBJ006" not in ran, [f.message for f in result.findings if f.code == "OBJ006"]
+    assert all(ran.get(code) not in (None, Verdict.SKIP) for code in ("OBJ207", "OBJ208", "OBJ209")), ran
+    note = " ".join(result.target["notes"])
+    assert "read in graph mode (PyNative mode has no ConstantPadND kernel here)" in note, note
+    assert "'model.lm_head', probed" in note and "it shifts the labels itself" in note, note
+
+
+def test_a_cell_returning_a_tuple_is_not_taken_for_logits():
+    """MindFormers 2.0's Cells return tuples: the hook's shape test must not read a tuple of
+    tensors as a shape (before: exit 3, "Only one element tensors can be converted")."""
+    import mindspore as ms
+
+    from objdebug.engine.library_logits import _shape_fits, _vocab_shaped
+
+    logits = ms.Tensor(np.zeros((2, 5, 7), np.float32))
+    assert _vocab_shaped(logits, 2, 5, 7) == (3, 0)
+    assert _vocab_shaped((logits, logits), 2, 5, 7) is None
+    assert _vocab_shaped(ms.Tensor(np.zeros((2, 5, 7), np.int32)), 2, 5, 7) is None
+    assert _shape_fits((8, 7), 2, 5, 7) == (2, 1) and _shape_fits((2, 5, 6), 2, 5, 7) is None
+
+
+def test_the_graph_head_search_names_what_it_lost():
+    """No vocabulary-wide output the loss reads, found in graph mode: a reason OBJ006 can name."""
+    import mindspore as ms
+    from mindspore import nn, ops
+
+    from objdebug.engine.library_logits import find_head_graph
+
+    class Model(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.side = nn.Dense(3, 7)  # first in the model's order: tried first
+            self.lm_head = nn.Dense(3, 7)
+
+        def construct(self, x):
+            return (ops.softmax(self.side(x), -1) * 0).sum() + (self.lm_head(x) ** 2).mean()
+
+    model = Model()
+    x = ms.Tensor(np.random.default_rng(0).standard_normal((2, 5, 3)).astype(np.float32))
+    old = ms.get_context("mode")
+    ms.set_context(mode=ms.GRAPH_MODE)
+    try:
+        def call():
+            class Whole(nn.Cell):
+                def __init__(self):
+                    super().__init__(auto_prefix=False)
+                    self.model = model
+
+                def construct(self, x):
+                    return self.model(x)
+            return Whole()(x)
+        head = find_head_graph(model, call, 2, 5, 7)
+        assert head.get("path") == "lm_head", head  # 'side' is vocabulary-wide, the loss ignores it
+        head = find_head_graph(model, call, 2, 5, 9)
+        assert "no sub-Cell of the model returns logits" in head["why"], head
+    finally:
+        ms.set_context(mode=old)
+
+
 # --------------------------------------------------------------------------- the library's own loss
 @pytest.mark.parametrize("split, e2e", [("eco_hf", "eco_hf_e2e"), ("eco_mf", "eco_mf_e2e")])
 def test_library_logit_gradient_equals_the_model_plus_objective_form(split, e2e):

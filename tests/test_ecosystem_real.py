@@ -1,9 +1,18 @@
-"""objdebug on the REAL library, not an imitation (issue 37): mindone 0.5.0's
+"""objdebug on the REAL libraries, not imitations (issue 37): mindone 0.5.0's
 `mindone.transformers.LlamaForCausalLM` at a tiny config (fixtures/ecosystem/real_mindone.py, with
-the two CPU patches a CPU user applies). Marked `ecosystem`: deselected by default (like `slow`),
-run with `python -m pytest -m ecosystem -n 0 tests/test_ecosystem_real.py`; skipped when mindone
-is not importable (`pip install mindone==0.5.0`). Slow: importing mindone takes ~1 minute per
-process on CPU.
+the two CPU patches a CPU user applies) and MindFormers 2.0.0's
+`mindformers.models.llama.LlamaForCausalLM` (fixtures/ecosystem/real_mindformers.py, CPU settings).
+Marked `ecosystem`: deselected by default (like `slow`), run with
+`python -m pytest -m ecosystem -n 0 tests/test_ecosystem_real.py`; each library's tests skip when
+it is not importable. mindone: `pip install mindone==0.5.0`. MindFormers 2.0.0 does not install
+with its dependencies (the unpublished `hyper-parallel`); in a venv made with
+`--system-site-packages` (so numpy stays 1.26): `pip install --no-deps mindformers==2.0.0
+pyarrow==23.0.1 deprecated sentencepiece ftfy jieba rouge_chinese nltk==3.9.1 mindpet==1.0.4
+opencv-python-headless astunparse tiktoken setproctitle tensorboardX pybind11 "pandas<3" pytz
+datasets==4.0.0 multiprocess xxhash` (the requirements its import reaches; datasets 4.0.0 for the
+huggingface_hub that transformers 4.57.1 pins), then run pytest with that venv's python; the
+import stand-in fixtures/ecosystem/hyper_parallel_stub/ is put on sys.path here only.
+Slow: importing mindone takes ~1 minute per process on CPU.
 """
 
 from __future__ import annotations
@@ -20,13 +29,27 @@ from .conftest import ROOT
 pytestmark = pytest.mark.ecosystem
 
 
-@pytest.fixture(scope="module", autouse=True)
+STUB = ROOT / "fixtures" / "ecosystem" / "hyper_parallel_stub"
+
+
+@pytest.fixture(scope="module")
 def mindone_importable():
     # at test time, not at collection: importing mindone takes a minute, and a deselected
     # module is still collected by every run of the suite
     pytest.importorskip("mindone.transformers", reason="mindone is not importable (pip install mindone==0.5.0)")
 
+
+@pytest.fixture(scope="module")
+def mindformers_importable():
+    sys.path.insert(0, str(STUB))  # the import stand-in for the unpublished hyper-parallel
+    try:
+        pytest.importorskip("mindformers.models.llama", reason="MindFormers 2.0.0 is not importable "
+                            "(see this module's docstring for the install)")
+    finally:
+        sys.path.remove(str(STUB))
+
 FACTORY = "fixtures.ecosystem.real_mindone:build_llama"
+MF_FACTORY = "fixtures.ecosystem.real_mindformers:build_llama"
 ALIGN = ROOT / "objdebug" / "demo" / "align.jsonl"
 # what importing mindone 0.5.0 writes (print, a transformers WARNING, a FutureWarning)
 THIRD_PARTY = ("None of PyTorch", "FutureWarning", "Config not found for parakeet", " - INFO - ")
@@ -34,7 +57,7 @@ LOGIT_CODES = ("OBJ205", "OBJ207", "OBJ208", "OBJ701", "OBJ702")
 
 
 def _cli(args, cwd):
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join((str(ROOT), str(STUB)))}
     return subprocess.run([sys.executable, "-m", "objdebug.cli", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=3000)
 
@@ -54,8 +77,13 @@ def _findings(path):
     return found
 
 
+@pytest.mark.usefixtures("mindone_importable")
 def test_init_writes_a_config_that_runs_unchanged(tmp_path):
-    res = _cli(["init", "--model", FACTORY, "--objective", "fixtures.llama.objectives:MaskedMeanCE",
+    _init_then_run(FACTORY, tmp_path)
+
+
+def _init_then_run(factory, tmp_path):
+    res = _cli(["init", "--model", factory, "--objective", "fixtures.llama.objectives:MaskedMeanCE",
                 "--data", str(ALIGN), "--max-probe-length", "128", "--output", "objdebug.toml"], tmp_path)
     print(res.stdout)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
@@ -74,14 +102,28 @@ def test_init_writes_a_config_that_runs_unchanged(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["objdebug.toml", "r.json"]
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "measured 2026-12-02 on CPU: objdebug's setup probe (engine/library_model.py) calls the model "
-    "in PyNative mode, where MindSpore 2.10's CPU lacks kernels mindone's loss uses (exit 2: 'The "
-    "kernel ConstantPadND unregistered', then LogSoftmaxExt); the same loss compiles and "
-    "differentiates in graph mode. Runs on Ascend / GPU; on CPU it needs a graph-mode setup probe"))
+@pytest.mark.usefixtures("mindone_importable")
 def test_the_model_as_its_own_loss_with_no_wrapper(tmp_path):
+    """On CPU, MindSpore 2.10's PyNative mode lacks kernels mindone's loss uses (ConstantPadND,
+    LogSoftmaxExt): the setup probe falls back to graph mode (engine/library_model.py), where the
+    same loss compiles, and finds the output head there without hooks."""
+    _own_loss(FACTORY, tmp_path)
+
+
+@pytest.mark.usefixtures("mindformers_importable")
+def test_mindformers_init_writes_a_config_that_runs_unchanged(tmp_path):
+    _init_then_run(MF_FACTORY, tmp_path)
+
+
+@pytest.mark.usefixtures("mindformers_importable")
+def test_mindformers_model_as_its_own_loss_with_no_wrapper(tmp_path):
+    """MindFormers computes its loss in training mode only, and shifts the labels itself."""
+    _own_loss(MF_FACTORY, tmp_path)
+
+
+def _own_loss(factory, tmp_path):
     (tmp_path / "objdebug.toml").write_text(
-        f'[objective]\nfactory = "{FACTORY}"\n\n[data]\nvocab_size = 256\nshift = false\n'
+        f'[objective]\nfactory = "{factory}"\n\n[data]\nvocab_size = 256\nshift = false\n'
         f'align = "{ALIGN}"\n', encoding="utf-8")
     res = _cli(["run", "-c", "objdebug.toml", "--stages", "align,grad,invariants,decompose",
                 "--no-cache", "--json", "r.json"], tmp_path)

@@ -55,16 +55,23 @@ _MAX_CANDIDATES = 8  # vocabulary-wide outputs tried, in the order they were com
 
 # --------------------------------------------------------------------------- the setup probe (PyNative)
 def _vocab_shaped(out, batch: int, length: int, vocab: int | None) -> tuple[int, int] | None:
-    """(ndim, positions dropped) when `out` is logits of a [batch, length] input, else None."""
-    if not isinstance(out, ms.Tensor) or out.ndim not in (2, 3) or out.dtype not in (
+    """(ndim, positions dropped) when `out` is logits of a [batch, length] input, else None
+    (a tuple a Cell returns, an integer tensor: not logits)."""
+    if not isinstance(out, ms.Tensor) or out.dtype not in (
             ms.float32, ms.float16, ms.bfloat16, ms.float64):
         return None
-    if vocab is not None and int(out.shape[-1]) != vocab:
+    return _shape_fits(tuple(int(d) for d in out.shape), batch, length, vocab)
+
+
+def _shape_fits(shape: tuple[int, ...], batch: int, length: int,
+                vocab: int | None) -> tuple[int, int] | None:
+    """`_vocab_shaped` on a shape (the one a graph recorded)."""
+    if len(shape) not in (2, 3) or (vocab is not None and shape[-1] != vocab):
         return None
     for drop in (0, 1):
-        want = (batch, length - drop) if out.ndim == 3 else (batch * (length - drop),)
-        if tuple(int(d) for d in out.shape[:-1]) == want:
-            return int(out.ndim), drop
+        want = (batch, length - drop) if len(shape) == 3 else (batch * (length - drop),)
+        if shape[:-1] == want:
+            return len(shape), drop
     return None
 
 
@@ -114,6 +121,99 @@ def find_head(model, call, batch: int, length: int, vocab: int | None) -> dict[s
         if np.isfinite(base) and np.isfinite(moved) and moved != base:
             return {"path": path, "ndim": ndim, "drop": drop, "vocab": width,
                     "class": type(_cell_at(model, path)).__name__}
+    more = f", nor of the {len(tried) - 1} after it" if len(tried) > 1 else ""
+    return {"why": f"the loss does not change when the output of '{tried[0]}' (the first sub-Cell "
+                   f"returning vocabulary-wide values) changes{more}: no output head the loss reads"}
+
+
+class _Tap(nn.Cell):
+    """A leaf sub-Cell as it is, plus the shape of its output written into `seen` when that output
+    is a tensor of the vocabulary's width: (ndim, d0, d1, d2), zeros when it never is. The test is
+    on static shapes, so it is decided when the graph compiles."""
+
+    def __init__(self, inner, vocab: int, index: int):
+        super().__init__(auto_prefix=False)  # keep the inner Cell's parameter names
+        self.inner = inner
+        self.vocab = vocab
+        self.seen = Parameter(ms.Tensor(np.zeros(4, np.int32)), name=f"objdebug_tap_{index}",
+                              requires_grad=False)
+
+    def __getattr__(self, name):
+        # the model may read an attribute of the Cell tapped (its embedding table, a weight)
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            inner = self.__dict__.get("_cells", {}).get("inner")
+            if inner is None:
+                raise
+            return getattr(inner, name)
+
+    def construct(self, *args, **kwargs):
+        out = self.inner(*args, **kwargs)
+        if isinstance(out, ms.Tensor):
+            if out.ndim in (2, 3) and out.shape[-1] == self.vocab:
+                ops.assign(self.seen, ops.tuple_to_array(((out.ndim,) + out.shape + (0,))[:4]))
+        return out
+
+
+@contextmanager
+def _in_place(model, cells: dict):
+    """Each path's Cell replaced by cells[path] through its parent's Cell table (no parameter is
+    renamed), the model's own Cells again after."""
+    saved = []
+    try:
+        for path, cell in cells.items():
+            parent_path, _, attr = path.rpartition(".")
+            parent = _cell_at(model, parent_path) if parent_path else model
+            saved.append((parent, attr, parent._cells[attr]))  # noqa: SLF001
+            parent._cells[attr] = cell  # noqa: SLF001
+        yield
+    finally:
+        for parent, attr, cell in reversed(saved):
+            parent._cells[attr] = cell  # noqa: SLF001
+
+
+def find_head_graph(model, call, batch: int, length: int, vocab: int | None) -> dict[str, Any]:
+    """`find_head` for a model PyNative mode cannot run (a kernel it lacks), without hooks: `call()`
+    compiles a fresh graph of the model's loss and returns it. One compile with every leaf sub-Cell
+    tapped (`_Tap`) finds the Cells whose output has the vocabulary's width and its shape; then
+    each of them in turn, in the model's order, is wrapped by a `HeadProbe` holding the seeded
+    random direction: the first whose perturbation moves the loss is the head."""
+    if vocab is None:
+        return {"why": "the vocabulary's width is unknown (no logits in the model's output and no "
+                       "data.vocab_size), so there is no output head to look for in graph mode"}
+    try:
+        base = _scalar(call())
+        leaves = [(name, cell) for name, cell in model.cells_and_names()
+                  if name and cell is not model and not cell._cells]  # noqa: SLF001
+        taps = {name: _Tap(cell, vocab, i) for i, (name, cell) in enumerate(leaves)}
+        with _in_place(model, taps):
+            call()
+        order = []
+        for name, tap in taps.items():
+            ndim, *dims = (int(d) for d in tap.seen.asnumpy())
+            shape = _shape_fits(tuple(dims[:ndim]), batch, length, vocab)
+            if ndim and shape is not None:
+                order.append((name, tuple(dims[:ndim]), *shape))
+        if not order:
+            return {"why": "no sub-Cell of the model returns logits of the vocabulary's width "
+                           "([B, T, V] or [B*T, V]), so there is no output head to probe"}
+        tried = []
+        for path, shape, ndim, drop in order[:_MAX_CANDIDATES]:
+            tried.append(path)
+            probe = HeadProbe(_cell_at(model, path), shape)
+            direction = np.random.default_rng(_PERTURB_SEED).standard_normal(shape) * _PERTURB
+            probe.probe.set_data(ms.Tensor(direction.astype(np.float32)))
+            with _in_place(model, {path: probe}):
+                moved = _scalar(call())
+            if np.isfinite(base) and np.isfinite(moved) and moved != base:
+                return {"path": path, "ndim": ndim, "drop": drop, "vocab": vocab,
+                        "class": type(_cell_at(model, path)).__name__}
+    except Exception as exc:  # the lost checks are named by OBJ006, never skipped in silence
+        from objdebug.core.crash import summary
+
+        return {"why": f"looking for the output head in graph mode (PyNative mode cannot run the "
+                       f"model here) failed: {summary(exc)}"}
     more = f", nor of the {len(tried) - 1} after it" if len(tried) > 1 else ""
     return {"why": f"the loss does not change when the output of '{tried[0]}' (the first sub-Cell "
                    f"returning vocabulary-wide values) changes{more}: no output head the loss reads"}

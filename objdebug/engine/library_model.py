@@ -17,6 +17,11 @@ Such a model computes its own loss from `labels`, but not in the form objdebug's
 compile; a setup probe, not a verdict: every number objdebug judges comes from graph mode) to
 find where the loss is, whether training mode is needed, whether it shifts, and its output head
 (`engine/library_logits.py`: the logit checks run on the library's own loss through it).
+Where PyNative mode lacks a kernel the model needs (a missing-kernel error, `core/crash.py`;
+mindone's loss on MindSpore 2.10's CPU: ConstantPadND, LogSoftmaxExt) the same probe runs in graph
+mode, where the device has it: small compiles of `_GraphLossLogits` read the loss at each place in
+turn (the first that compiles and is a scalar), the logits next to it for the shift, and
+`library_logits.find_head_graph` finds the head without hooks.
 `LibraryModelLoss` is the Cell every objdebug graph then calls: `(input_ids, labels) -> loss`.
 It applies to an end-to-end objective whose construct takes `labels` among more than two parameters
 (a plain `construct(input_ids, labels)` Cell is called as it always was).
@@ -128,15 +133,140 @@ def _close(a: float, b: float) -> bool:
     return math.isfinite(a) and math.isfinite(b) and abs(a - b) <= _REL_TOL * max(abs(b), 1e-6)
 
 
+class _PyNativeGap(Exception):
+    """The model needs an operator PyNative mode lacks on this device (the graph has it)."""
+
+    def __init__(self, op: str, exc: BaseException):
+        super().__init__(op)
+        self.op, self.exc = op, exc
+
+
 def _call(model, ids, labels):
     try:
         return model(ms.Tensor(ids), labels=ms.Tensor(labels))
     except Exception as exc:
-        from objdebug.core.crash import first_line
+        from objdebug.core.crash import first_line, missing_operator
 
+        missing = missing_operator(str(exc))
+        if missing is not None:  # e.g. mindone's loss on CPU: no PyNative kernel, a graph one
+            raise _PyNativeGap(missing[0], exc) from None
         raise InputError(f"For 'objective.factory', the model fails when called as "
                          f"construct(input_ids, labels=labels) on a {list(ids.shape)} batch: "
                          f"{type(exc).__name__}: {first_line(exc)}") from None
+
+
+def _probe_pynative(model, ids, cfg) -> dict[str, Any]:
+    """Where the loss is, its mode, the logits and the head, from PyNative calls (module docstring)."""
+    hold_mode(model, False)
+    pick, logits, seen = _find(_call(model, ids, ids))
+    train, drops = False, 0
+    if pick is None:  # MindFormers: the loss exists in training mode only
+        drops = hold_mode(model, True)
+        pick, train_logits, seen_train = _find(_call(model, ids, ids))
+        train = True
+        if pick is None:
+            raise InputError(f"For 'objective.factory', the model takes 'labels' but returns no "
+                             f"loss for them: in eval mode {seen}, in training mode "
+                             f"{seen_train}; objdebug reads out['loss'], out.loss, element 0 "
+                             f"or a scalar tensor")
+        logits = logits if logits is not None else train_logits
+        seen = f"{seen_train} in training mode (in eval mode {seen})"
+    loss = float(np.asarray(_loss_of(model, ids, pick)))
+    width = int(logits.shape[-1]) if logits is not None else cfg.data.vocab_size
+    try:
+        head = library_logits.find_head(model, lambda: ms.Tensor(_loss_of(model, ids, pick)),
+                                        PROBE_SHAPE[0], PROBE_SHAPE[1], width)
+    except Exception as exc:
+        from objdebug.core.crash import missing_operator
+
+        missing = missing_operator(str(exc))
+        if missing is None:
+            raise
+        raise _PyNativeGap(missing[0], exc) from None
+    return {"pick": pick, "train": train, "dropouts_off": drops, "loss": loss, "output": seen,
+            "logits": logits, "head": head}
+
+
+# where a graph-mode call reads the loss and the logits: (loss, logits or None), tried in order
+_GRAPH_PICKS = ((("key", "loss"), ("key", "logits")), (("attr", "loss"), ("attr", "logits")),
+                (("index", 0), ("index", 1)), (("index", 0), None), (("tensor", None), None))
+_GRAPH_SEEN = {"key": "a mapping with 'loss' and 'logits'", "attr": "an object with .loss and .logits",
+               "index": "a tuple (loss, logits, ...)", "tensor": "a tensor"}
+
+
+def _read(out, pick):
+    kind, key = pick
+    if kind == "tensor":
+        return out
+    if kind == "attr":
+        return getattr(out, key)
+    return out[key]
+
+
+class _GraphLossLogits(nn.Cell):
+    """(input_ids, labels) -> (the loss, the logits) read from the model's output at fixed places:
+    the setup probe's graph-mode call, where PyNative lacks a kernel the model needs."""
+
+    def __init__(self, model, pick, logits_pick):
+        super().__init__(auto_prefix=False)  # keep the model's parameter names
+        self.model = model
+        self.pick, self.logits_pick = pick, logits_pick
+
+    def construct(self, input_ids, labels):
+        out = self.model(input_ids, labels=labels)
+        loss = _read(out, self.pick)
+        if self.logits_pick is None:
+            return loss, loss
+        return loss, _read(out, self.logits_pick)
+
+
+def _graph_call(model, ids, pick, logits_pick):
+    """One graph compile and call (a fresh Cell: a compiled graph is never reused for a changed
+    model) -> (loss float64 or None when not a scalar, logits float64 [B, T, V] or None)."""
+    mode = ms.get_context("mode")
+    ms.set_context(mode=ms.GRAPH_MODE)
+    try:
+        loss, logits = _GraphLossLogits(model, pick, logits_pick)(ms.Tensor(ids), ms.Tensor(ids))
+    finally:
+        ms.set_context(mode=mode)
+    value = loss.asnumpy().astype(np.float64) if loss.size == 1 else None
+    if logits_pick is None or logits.ndim != 3:
+        return value, None
+    return value, logits.asnumpy().astype(np.float64)
+
+
+def _probe_graph(model, ids, cfg, gap: _PyNativeGap) -> dict[str, Any]:
+    """The setup probe in graph mode (module docstring): where the loss is and its mode by a few
+    small compiles, and the head by `library_logits.find_head_graph`."""
+    from objdebug.core.crash import summary
+
+    errors = []
+    for train in (False, True):
+        drops = hold_mode(model, train)
+        for pick, logits_pick in _GRAPH_PICKS:
+            try:
+                loss, logits = _graph_call(model, ids, pick, logits_pick)
+            except Exception as exc:  # this place is not in the output: the next one
+                errors.append(summary(exc))
+                continue
+            if loss is None:
+                continue
+            seen = (f"{_GRAPH_SEEN[pick[0]]}, read in graph mode (PyNative mode has no "
+                    f"{gap.op} kernel here)")
+            if train:
+                seen += " in training mode"
+            width = int(logits.shape[-1]) if logits is not None else cfg.data.vocab_size
+
+            def call(pick=pick):
+                return ms.Tensor(_graph_call(model, ids, pick, None)[0])
+            head = library_logits.find_head_graph(model, call, PROBE_SHAPE[0], PROBE_SHAPE[1], width)
+            hold_mode(model, False)
+            return {"pick": pick, "train": train, "dropouts_off": drops if train else 0,
+                    "loss": float(loss), "output": seen, "logits": logits, "head": head}
+    hold_mode(model, False)
+    raise InputError(f"For 'objective.factory', the model fails in PyNative mode "
+                     f"({summary(gap.exc)}) and returns no loss in graph mode either: "
+                     f"{errors[-1] if errors else 'no scalar loss in its output'}")
 
 
 def inspect_library_model(model, cfg) -> dict[str, Any]:
@@ -145,28 +275,15 @@ def inspect_library_model(model, cfg) -> dict[str, Any]:
     rng = np.random.default_rng(0)
     # real-looking ids away from 0 (a pad id in many libraries) and within any vocabulary
     ids = rng.integers(1, max(2, min(vocab, 64)), PROBE_SHAPE).astype(np.int32)
-    with pynative():
+    try:
+        with pynative():
+            found = _probe_pynative(model, ids, cfg)
+    except _PyNativeGap as gap:
+        found = _probe_graph(model, ids, cfg, gap)
+    finally:
         hold_mode(model, False)
-        pick, logits, seen = _find(_call(model, ids, ids))
-        train, drops = False, 0
-        if pick is None:  # MindFormers: the loss exists in training mode only
-            drops = hold_mode(model, True)
-            pick, train_logits, seen_train = _find(_call(model, ids, ids))
-            train = True
-            if pick is None:
-                raise InputError(f"For 'objective.factory', the model takes 'labels' but returns no "
-                                 f"loss for them: in eval mode {seen}, in training mode "
-                                 f"{seen_train}; objdebug reads out['loss'], out.loss, element 0 "
-                                 f"or a scalar tensor")
-            logits = logits if logits is not None else train_logits
-            seen = f"{seen_train} in training mode (in eval mode {seen})"
-        loss = float(np.asarray(_loss_of(model, ids, pick)))
-        width = int(logits.shape[-1]) if logits is not None else cfg.data.vocab_size
-        head = library_logits.find_head(model, lambda: ms.Tensor(_loss_of(model, ids, pick)),
-                                        PROBE_SHAPE[0], PROBE_SHAPE[1], width)
-        hold_mode(model, False)
-    info: dict[str, Any] = {"pick": pick, "train": train, "dropouts_off": drops, "loss": loss,
-                            "output": seen, "shifts_labels": None, "head": head}
+    logits, loss = found.pop("logits"), found["loss"]
+    info: dict[str, Any] = {**found, "shifts_labels": None}
     if logits is not None and logits.shape[:2] == ids.shape:
         same = _mean_ce(logits, ids)                    # logits[t] against labels[t]
         nxt = _mean_ce(logits[:, :-1], ids[:, 1:])       # logits[t] against labels[t+1]
@@ -180,9 +297,7 @@ def inspect_library_model(model, cfg) -> dict[str, Any]:
 
 def _loss_of(model, ids, pick):
     out = model(ms.Tensor(ids), labels=ms.Tensor(ids))
-    kind, key = pick
-    value = out if kind == "tensor" else (getattr(out, key) if kind == "attr" else out[key])
-    return value.asnumpy().astype(np.float64).reshape(())
+    return _read(out, pick).asnumpy().astype(np.float64).reshape(())
 
 
 def check_shift(info: dict[str, Any], shift: bool) -> None:
