@@ -124,10 +124,10 @@ def logit_checks_skip(ctx: Context) -> str | None:
 
 
 def logits_of_rows(ctx: Context, samples: list[Sample]):
-    """(float64 logits [n, T, V], int labels [n, T]: at t the real token after t) of the real rows, batch by batch: the engine's
-    length buckets and batch size (short batches filled, the filler dropped), so the
-    `model.forward` graphs are the ones every stage shares. Used by over-smoothing and the model
-    state (OBJ004). A library model as the end-to-end target: its output head's logits and the
+    """(float64 logits [n, T, V], int labels [n, T]: at t the real token after t) of the real
+    rows, batch by batch: the engine's length buckets and batch size (short batches filled, the
+    filler dropped), so the `model.forward` graphs are the ones every stage shares. Used by
+    over-smoothing and the model state (OBJ004). A library model as the end-to-end target: its output head's logits and the
     labels they are scored against, from its own loss graph (engine/library_logits.py)."""
     for batch in ctx.engine.batches(samples):
         n = len(batch.samples)
