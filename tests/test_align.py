@@ -118,9 +118,9 @@ def test_compile_budget_is_reported_per_check(tiny_runs):
     comp = result.compiles
     by_check = comp["by_check"]
     assert sum(c["count"] for c in by_check.values()) == comp["count"]
-    assert [g.split()[0] for g in by_check["contract"]["compiled"]] == ["model.forward", "objective.per_sample"]
+    assert [g.split()[0] for g in by_check["contract"]["compiled"]] == ["model.forward", "objective.forward"]
     assert "alignment" not in by_check or not by_check["alignment"]["compiled"]
-    assert "objective.per_sample" in by_check["alignment"]["uses"]
+    assert "objective.forward" in by_check["alignment"]["uses"]
     for c in by_check.values():  # what a check compiled, it also used
         assert {g.split()[0] for g in c["compiled"]} <= set(c["uses"])
     graphs = [(g["graph"], g["shapes"]) for g in comp["graphs"]]
@@ -201,7 +201,7 @@ def test_compiles_are_counted_once_per_shape(tiny_runs):
     lengths = [len((r["prompt"] + r[k]).encode()) for r in rows for k in ("good", "medium", "bad")]
     assert {bucket_length(n) for n in lengths} == {32, 64}
     assert choose_buckets(lengths, 8) == (64,)
-    assert sum(1 for g, _ in graphs if g == "objective.per_sample") == 1
+    assert sum(1 for g, _ in graphs if g == "objective.forward") == 1
 
 
 def test_nonfinite_losses_fail_obj104():

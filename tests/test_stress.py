@@ -512,7 +512,7 @@ def test_out_of_range_probes_compile_no_graph_of_their_own():
     from objdebug.engine.gradients import objective_logit_grad
 
     t = Target("stress_healthy")
-    t.run("random-ids")  # model.forward + objective.per_sample at the random batch, objective.param_grad
+    t.run("random-ids")  # model.forward + objective.forward at the random batch, the VJP chain
     ids, labels, logits = label_batch(t.ctx)
     one = ms.Tensor(np.float32(1.0))
     with runtime.scratch_dir():  # the grad stage's graph, at the label probes' shape
@@ -524,7 +524,6 @@ def test_out_of_range_probes_compile_no_graph_of_their_own():
         assert res.error is None and all(r["rejected"] for r in res.value["probes"].values())
         assert t.ctx.engine.compiles.count == before
         retired = [r["graph"] for r in t.ctx.engine.compiles.retired]
-        assert retired == ["model.forward", "objective.param_grad", "objective.per_sample",
-                           "objective.logit_grad"]
+        assert retired == ["model.forward", "model.vjp", "objective.forward", "objective.logit_grad"]
         assert float(t.ctx.engine.per_sample_raw(ids, labels)[0, 0]) == loss  # compiled again
     assert t.ctx.engine.compiles.count == before + 2

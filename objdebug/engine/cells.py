@@ -113,6 +113,65 @@ class PerSampleObjective(nn.Cell):
         return ops.stack(outs)
 
 
+class ObjectiveForward(nn.Cell):
+    """(logits, labels) -> outputs float32[K]: the objective alone, forward only, called on its
+    inputs as they come (already flat for the flat form: a reshape inside the graph would hand
+    the objective a copy, and a write into it would go unseen). The engine's `objective.forward`
+    graph (`Engine.objective_forward`): each sample's own loss, the invariants' forward."""
+
+    def __init__(self, objective):
+        super().__init__(auto_prefix=False)
+        self.objective = objective
+
+    def construct(self, logits, labels):
+        return as_outputs(self.objective(logits, labels))[1]
+
+
+class ModelForward(nn.Cell):
+    """input_ids -> the model's output, through a Cell of objdebug's own: the engine's shared
+    dynamic-shape forward (`Engine.forward`) sets its input shapes here, never on the user's
+    model, and the model can run in training mode in a copy of this Cell without touching the
+    evaluation-mode one."""
+
+    def __init__(self, model):
+        super().__init__(auto_prefix=False)  # keep the user's parameter names
+        self.model = model
+
+    def construct(self, input_ids):
+        return self.model(input_ids)
+
+
+class ModelVJP(nn.Cell):
+    """(input_ids [B, T], cotangent [B, T, V]) -> (the model's output, the gradient of
+    <model(input_ids), cotangent> w.r.t. `params`): the vector-Jacobian product of the model's
+    forward, and the forward it runs anyway (a probe whose input the model rejects, or whose
+    forward must be the one of this graph, reads it: stress/garbage_ids.py).
+
+    With the cotangent dL/dlogits of any objective L (computed by that objective's own graph on
+    the logits), this is dL/dparams: one graph that holds the model serves every objective's
+    parameter gradient (the configured one, the decomposition's components, a preference loss),
+    and only the cheap objective-only graphs differ.
+
+    The product is taken as the gradient of the scalar sum(model(input_ids) * cotangent), not
+    with `GradOperation(sens_param=True)`: MindSpore 2.10 refuses a sensitivity of dynamic shape
+    ("The shape of sense must not be dynamic shape"), and the backward of a sum of products hands
+    the model's output exactly the cotangent, so the gradients are the same.
+    """
+
+    def __init__(self, model, params):
+        super().__init__(auto_prefix=False)  # keep the user's parameter names
+        self.model = model
+        self.weights = ms.ParameterTuple(params)
+        self.grad = ops.GradOperation(get_by_list=True)
+
+    def _inner(self, input_ids, cotangent):
+        out = self.model(input_ids)
+        return (out * ops.stop_gradient(ops.cast(cotangent, out.dtype))).sum()
+
+    def construct(self, input_ids, cotangent):
+        return self.model(input_ids), self.grad(self._inner, self.weights)(input_ids, cotangent)
+
+
 class RawObjective(nn.Cell):
     """The objective's own result, unchanged (a Tensor, a tuple, a dict): what the contract probe
     inspects. `on_logits`: (logits, labels) in the configured calling form; else end-to-end

@@ -32,6 +32,7 @@ from objdebug.core.interrupts import raise_swallowed, reassert as reassert_signa
 from objdebug.engine import host_memory, watchdog
 
 
+FORWARD = "model.forward"
 HEADROOM_ENV = "OBJDEBUG_GRAPH_HEADROOM_BYTES"  # tests: a headroom no machine has, so graphs are let go
 
 
@@ -42,6 +43,7 @@ class CompileRecord:
     seconds: float  # first call: compile + one run
     stage: str
     check: str = ""  # the check (or pipeline step: contract, model-state) whose call compiled it
+    holds_model: bool = False  # the graph holds a whole model (`Engine.holds_model`): its compile is the costly kind
 
 
 @dataclass
@@ -73,22 +75,43 @@ class CompileLog:
     def seconds(self) -> float:
         return float(sum(r.seconds for r in self.records))
 
+    @property
+    def model_count(self) -> int:
+        """Compiles of graphs that hold a whole model: on an accelerator each costs minutes
+        (docs/performance.md), so this count, not the total, sets a gate run's wall time."""
+        return sum(1 for r in self.records if r.holds_model)
+
     def by_stage(self) -> dict[str, dict[str, float]]:
         out: dict[str, dict[str, float]] = {}
         for r in self.records:
-            s = out.setdefault(r.stage, {"count": 0, "seconds": 0.0})
+            s = out.setdefault(r.stage, {"count": 0, "holds_model": 0, "seconds": 0.0})
             s["count"] += 1
+            s["holds_model"] += int(r.holds_model)
             s["seconds"] += r.seconds
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        out = {"count": self.count, "seconds": round(self.seconds, 3), "by_stage": self.by_stage(),
+        out = {"count": self.count, "holds_model": self.model_count, "seconds": round(self.seconds, 3),
+               "by_stage": self.by_stage(),
                "by_check": self.by_check(), "graphs": [asdict(r) for r in self.records]}
         if self.released:
             out["released"] = list(self.released)
         if self.retired:
             out["retired"] = list(self.retired)
         return out
+
+
+def _parameter_elements(cell: Any) -> int:
+    """Elements of the distinct parameters `cell` holds (0 for anything that is not a Cell)."""
+    get = getattr(cell, "get_parameters", None)
+    if get is None:
+        return 0
+    seen, total = set(), 0
+    for p in get():
+        if id(p) not in seen:
+            seen.add(id(p))
+            total += int(np.prod(p.shape)) if p.shape else 1
+    return total
 
 
 class CompileListener(Protocol):
@@ -111,6 +134,8 @@ class Engine:
         self.check = ""  # the check now running (api.run sets it): compiles and uses are charged to it
         self.progress = progress or Progress()  # no display unless the caller passes one
         self._cells: dict[str, Any] = {}
+        self._holds: dict[str, bool] = {}  # graph name -> whether it holds a whole model (holds_model)
+        self._model_elements: int | None = None
         self._seen: set[tuple[str, str]] = set()
         self._listeners: list[CompileListener] = []
         self._vocab: int | None = target.config.data.vocab_size
@@ -121,13 +146,31 @@ class Engine:
         self._largest_growth = 0  # the most one first call (compile + run) added to the RSS
         self._completed: set[str] = set()  # graphs that completed a first call (`called`)
         self.static_fallbacks: set[str] = set()  # dynamic graphs that could not compile (dynamic_graph.py)
+        self._forward_of: Any = None  # the model object the shared forward graph was built on
 
     # ------------------------------------------------------------------ plumbing
     def cell(self, name: str, builder: Callable[[], Any]) -> Any:
         """The cached Cell `name`, built once per engine."""
         if name not in self._cells:
             self._cells[name] = builder()
+            self._holds[name] = self.holds_model(self._cells[name])
         return self._cells[name]
+
+    def _model_size(self) -> int:
+        """Elements of the model's parameters (split form: the model's; end-to-end: the
+        objective's, which holds the model), counted once per run."""
+        if self._model_elements is None:
+            holder = self.target.model if self.target.model is not None else self.target.objective
+            self._model_elements = _parameter_elements(holder)
+        return self._model_elements
+
+    def holds_model(self, cell: Any) -> bool:
+        """Whether the graph of `cell` holds a whole model: its parameters add up to at least
+        half the model's elements. By size, not identity, so a second copy of the model (the
+        preference stage's reference, a policy copy) counts as one too; an objective's own
+        parameters (a learned loss weight) do not."""
+        size = self._model_size()
+        return size > 0 and _parameter_elements(cell) * 2 >= size
 
     def add_compile_listener(self, listener: CompileListener) -> None:
         """`listener.before_compile(graph, signature)` before, `after_compile(graph, signature,
@@ -182,7 +225,10 @@ class Engine:
                 listener.after_compile(name, sig, seconds)
         self._seen.add(key)
         self._completed.add(name)
-        self.compiles.records.append(CompileRecord(name, sig, seconds, self.stage, self.check))
+        if name not in self._holds:  # called directly, not built through `cell` (the model itself)
+            self._holds[name] = self.holds_model(fn)
+        self.compiles.records.append(CompileRecord(name, sig, seconds, self.stage, self.check,
+                                                   self._holds[name]))
         self._largest_growth = max(self._largest_growth, host_memory.rss_bytes() - rss_before)
         raise_swallowed()  # as above
         return out
@@ -198,7 +244,8 @@ class Engine:
         stages, and the run killed by the kernel in the fifth); `del_net_res` on a graph gives it
         back (5.97 -> 2.13 GiB). A graph let go compiles again if it is called again: one compile
         more, counted as such, instead of a dead run. Outputs already returned stay valid.
-        The user's own Cells (the model's forward) are never let go. `want`: the bytes to have
+        The model's forward is never let go, nor a graph the running check has called (see
+        below). `want`: the bytes to have
         free instead of the headroom (a measurement about to run in a process of its own).
         """
         avail, total = host_memory.available_bytes(), host_memory.total_bytes()
@@ -210,8 +257,12 @@ class Engine:
             return
         import gc
 
+        # the graphs the running check calls stay: its parameter gradient is a chain of three
+        # shared graphs (forward, logit gradient, VJP), and letting one go before another's call
+        # would compile them in turn at every step
+        working = self.compiles.uses.get(self.check or self.stage, set())
         for victim in sorted(self._cells, key=lambda n: self._last_used.get(n, -1)):
-            if victim == compiling:
+            if victim == compiling or victim.startswith(FORWARD) or victim in working:
                 continue
             self.release(victim)
             gc.collect()
@@ -322,14 +373,34 @@ class Engine:
         return self._vocab
 
     # ------------------------------------------------------------------ computations
+    def forward(self, input_ids: Any) -> Any:
+        """The model's output on an int32 Tensor [B, T] (split form): the one evaluation-mode
+        forward graph of the run, `model.forward`, with dynamic batch and length
+        (engine/dynamic_graph.py), so every stage, every bucket and every gradient's logits share
+        one compile of the model's forward. When the contract wraps the model (its output
+        picked from a tuple), the graph is built again on the wrapped model."""
+        import mindspore as ms
+
+        from objdebug.engine import dynamic_graph
+        from objdebug.engine.cells import ModelForward
+
+        model = self.target.model
+        if model is None:
+            raise RuntimeError("the end-to-end form does not expose logits")
+        if self._forward_of is not model:
+            if self._forward_of is not None:  # a graph of the previous model: never called again
+                self._cells.pop(FORWARD, None)
+                self._cells.pop(FORWARD + dynamic_graph.STATIC_SUFFIX, None)
+                self._seen = {k for k in self._seen if not k[0].startswith(FORWARD)}
+            self._forward_of = model
+        return dynamic_graph.call(self, FORWARD, lambda: ModelForward(model),
+                                  (ms.Tensor(shape=[None, None], dtype=ms.int32),), input_ids)
+
     def logits(self, input_ids: np.ndarray) -> np.ndarray:
         """The model's logits float[B, T, V] (split form only)."""
         import mindspore as ms
 
-        if self.target.model is None:
-            raise RuntimeError("the end-to-end form does not expose logits")
-        out = self.call("model.forward", self.target.model, ms.Tensor(input_ids, ms.int32))
-        return out.asnumpy()
+        return self.forward(ms.Tensor(input_ids, ms.int32)).asnumpy()
 
     def per_sample_raw(self, input_ids: np.ndarray, labels: np.ndarray) -> np.ndarray:
         """The objective on each row of a [batch_size, T] batch -> float64[B, K] (K = total + components).
@@ -341,18 +412,46 @@ class Engine:
 
         x = ms.Tensor(input_ids, ms.int32)
         if self.target.model is not None:
-            x = self.call("model.forward", self.target.model, x)
+            x = self.forward(x)
         return self.per_sample_of(x, ms.Tensor(labels, ms.int32)).asnumpy().astype(np.float64)
 
     def per_sample_of(self, x: Any, labels: Any) -> Any:
-        """The `objective.per_sample` graph on MindSpore Tensors: x is the logits [B, T, V] of
-        `model.forward` (split form) or the input ids (end-to-end) -> float32[B, K]."""
+        """Each row's objective outputs on MindSpore Tensors -> float32[B, K]: x is the logits
+        [B, T, V] of `model.forward` (split form) or the input ids (end-to-end).
+
+        Split form: the objective called once per row, as the user calls it on a batch of one
+        (flat: [T, V] / [T]), through the one dynamic-shape graph `objective.forward`
+        (`objective_forward`), so every batch shape, the invariants' forward and every row share
+        one compile. End-to-end: `objective.per_sample`, one graph that unrolls the rows."""
+        import mindspore as ms
+
         from objdebug.engine.cells import PerSampleObjective
 
-        split = self.target.model is not None
-        cell = self.cell("objective.per_sample",
-                         lambda: PerSampleObjective(self.target, self.batch_size, on_logits=split))
-        return self.call("objective.per_sample", cell, x, labels)
+        if self.target.model is None:
+            cell = self.cell("objective.per_sample",
+                             lambda: PerSampleObjective(self.target, self.batch_size, on_logits=False))
+            return self.call("objective.per_sample", cell, x, labels)
+        flat = self.target.config.objective.call == "flat"
+        rows = []
+        for b in range(int(x.shape[0])):
+            xb, yb = (x[b], labels[b]) if flat else (x[b:b + 1], labels[b:b + 1])
+            rows.append(self.objective_forward(xb, yb).asnumpy())
+        return ms.Tensor(np.stack(rows).astype(np.float32))
+
+    def objective_forward(self, logits: Any, labels: Any) -> Any:
+        """The configured objective alone, forward only, evaluation mode, on Tensors exactly as
+        it receives them (flat: [N, V] / [N]; else [B, T, V] / [B, T]) -> outputs float32[K];
+        through the dynamic-shape graph `objective.forward` (one per logits dtype)."""
+        import mindspore as ms
+
+        from objdebug.engine import dynamic_graph
+        from objdebug.engine.cells import ObjectiveForward
+
+        lead = [None] * (len(logits.shape) - 1)
+        name = "objective.forward" + ("" if logits.dtype == ms.float32 else f".{str(logits.dtype).lower()}")
+        return dynamic_graph.call(self, name, lambda: ObjectiveForward(self.target.objective),
+                                  (ms.Tensor(shape=lead + [logits.shape[-1]], dtype=logits.dtype),
+                                   ms.Tensor(shape=lead, dtype=ms.int32)), logits, labels)
 
     def evaluate(self, samples: list[Sample], label: str = "") -> np.ndarray:
         """Per-sample objective outputs float64[N, K], in input order; batched per length bucket.

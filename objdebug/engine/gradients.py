@@ -58,6 +58,7 @@ from objdebug.engine.data import Batch  # noqa: F401  (re-exported: objdebug.eng
 from objdebug.core.naming import layer_of  # noqa: F401  (re-exported: objdebug.engine.gradients.layer_of)
 
 PARAM_GRAD = "objective.param_grad"
+MODEL_VJP = "model.vjp"
 OBJECTIVE_LOGIT_GRAD = "objective.logit_grad"
 STATS = "gradient.stats"
 STATS_NONFINITE = "gradient.stats.nonfinite"
@@ -181,14 +182,57 @@ class ObjectiveGradient(nn.Cell):
 
 def param_grad(engine: Any, target: Any, input_ids, labels, static: bool = False):
     """((total, outputs), grads) of the batch total's forward + backward on Tensors (input_ids,
-    labels) [B, T], through the shared dynamic graph `objective.param_grad` (see the module
-    docstring); `static`: through the batch's own static graph instead (one compile per shape,
-    for a measurement of what that one shape costs)."""
+    labels) [B, T], grads in `target.trainable_params()` order.
+
+    Split form (`vjp_applies`): the shared forward `model.forward`, the objective's own
+    `objective.logit_grad` on its logits, and the model's vector-Jacobian product `model.vjp`
+    with that logit gradient: the same dL/dparams, through the graphs every other objective's
+    gradient shares (docs/performance.md). Otherwise (end-to-end, an objective with parameters
+    of its own, logits that are not float32) the fused dynamic graph `objective.param_grad`.
+    `static`: the batch's own fused static graph (one compile per shape, for a measurement of
+    what that one shape costs)."""
     build = lambda: ObjectiveGradient(BatchObjective(target), list(target.trainable_params()))  # noqa: E731
     if static:
         return dynamic_graph.call_static(engine, PARAM_GRAD, build, input_ids, labels)
+    if vjp_applies(target):
+        logits = engine.forward(input_ids)
+        if logits.dtype == ms.float32:
+            flat = target.config.objective.call == "flat"
+            outputs, g = objective_logit_grad(engine, target.objective, flat, logits, labels, unit_scale())
+            return (outputs[0], outputs), model_vjp(engine, target, input_ids, g)[1]
     spec = ms.Tensor(shape=[None, None], dtype=ms.int32)
     return dynamic_graph.call(engine, PARAM_GRAD, build, (spec, spec), input_ids, labels)
+
+
+def unit_scale():
+    """The scale 1 of `objective_logit_grad`: the objective's own gradient, bit for bit."""
+    return ms.Tensor(np.float32(1.0), ms.float32)
+
+
+def vjp_applies(target: Any) -> bool:
+    """Whether the configured objective's parameter gradient can go through `model_vjp`: the
+    split form, with every trainable parameter the model's (an objective's own parameters get
+    no gradient from the logits)."""
+    if target.model is None:
+        return False
+    model_ids = {id(p) for p in target.model.trainable_params()}
+    params = list(target.trainable_params())
+    return bool(params) and all(id(p) in model_ids for p in params)
+
+
+def model_vjp(engine: Any, target: Any, input_ids, cotangent) -> tuple:
+    """dL/dparams from dL/dlogits: the model's vector-Jacobian product (`ModelVJP`) through
+    the one dynamic-shape graph `model.vjp` -> (the model's output, the gradients in
+    `target.model.trainable_params()` order), Tensors. `cotangent` has the logits' shape and
+    dtype."""
+    from objdebug.engine.cells import ModelVJP
+
+    params = list(target.model.trainable_params())
+    spec = (ms.Tensor(shape=[None, None], dtype=ms.int32),
+            ms.Tensor(shape=[None, None, cotangent.shape[-1]], dtype=cotangent.dtype))
+    out, grads = dynamic_graph.call(engine, MODEL_VJP, lambda: ModelVJP(target.model, params), spec,
+                                    input_ids, cotangent)
+    return out, tuple(grads)
 
 
 _REDUCER: dict[str, Any] = {}  # the reduction Cells, one per process (MindSpore keys graphs on them)
@@ -240,10 +284,13 @@ class ScaledObjective(nn.Cell):
 
 
 class ObjectiveLogitGrad(nn.Cell):
-    """(logits [B, T, V], labels [B, T], scale) -> (outputs, d(scale * total) / d logits).
+    """(logits [B, T, V], labels [B, T], scale) -> (outputs, d(scale * total) / d logits, the
+    gradient's squared norm, its non-finite element count).
 
     `scale` is a Tensor input, so grad(c * loss) needs no second graph (OBJ709); at 1 the
-    gradient is the objective's own, bit for bit."""
+    gradient is the objective's own, bit for bit. The two reductions (float32, in graph) let
+    the long-objective check (OBJ513) read a [1, 32768, V] gradient without copying it to the
+    host, on this same graph."""
 
     def __init__(self, objective, flat: bool):
         super().__init__(auto_prefix=False)
@@ -252,21 +299,36 @@ class ObjectiveLogitGrad(nn.Cell):
 
     def construct(self, logits, labels, scale):
         (_, outputs), g = self.grad_fn(logits, labels, scale)
-        return outputs, g
+        g32 = ops.cast(g, ms.float32)
+        return outputs, g, (g32 * g32).sum(), ops.logical_not(ops.isfinite(g32)).astype(ms.float32).sum()
+
+
+def _logit_grad_call(engine: Any, objective: Any, flat: bool, logits, labels, scale, name: str):
+    return dynamic_graph.call(
+        engine, name, lambda: ObjectiveLogitGrad(objective, flat),
+        (ms.Tensor(shape=[None, None, logits.shape[-1]], dtype=ms.float32),
+         ms.Tensor(shape=[None, None], dtype=ms.int32), ms.Tensor(shape=[], dtype=ms.float32)),
+        logits, labels, scale)
 
 
 def objective_logit_grad(engine: Any, objective: Any, flat: bool, logits, labels, scale,
                          name: str = OBJECTIVE_LOGIT_GRAD):
     """`ObjectiveLogitGrad` of `objective` on Tensors (logits, labels, scale) -> (outputs, gradient)
     Tensors, through the dynamic-shape graph `name` (engine/dynamic_graph.py): the grad stage's
-    batch, the invariants' micro-batches and cut batches, the stress probes share one compile.
-    The configured objective's graph is `objective.logit_grad`; a variant passes its own name,
-    so a variant that raises never touches it."""
-    return dynamic_graph.call(
-        engine, name, lambda: ObjectiveLogitGrad(objective, flat),
-        (ms.Tensor(shape=[None, None, logits.shape[-1]], dtype=ms.float32),
-         ms.Tensor(shape=[None, None], dtype=ms.int32), ms.Tensor(shape=[], dtype=ms.float32)),
-        logits, labels, scale)
+    batch, the invariants' micro-batches and cut batches, the stress probes, the long objective
+    share one compile. The configured objective's graph is `objective.logit_grad`; a variant
+    passes its own name, so a variant that raises never touches it."""
+    outputs, g, _, _ = _logit_grad_call(engine, objective, flat, logits, labels, scale, name)
+    return outputs, g
+
+
+def objective_logit_grad_norm(engine: Any, objective: Any, flat: bool, logits, labels,
+                              name: str = OBJECTIVE_LOGIT_GRAD):
+    """(outputs, squared norm of the logit gradient, its non-finite element count) as Tensors,
+    at scale 1, on the same graph as `objective_logit_grad`; the gradient stays where it is."""
+    outputs, _, sq, bad = _logit_grad_call(engine, objective, flat, logits, labels,
+                                           ms.Tensor(np.float32(1.0), ms.float32), name)
+    return outputs, sq, bad
 
 
 def squared_norm_per_position(g: np.ndarray) -> np.ndarray:
@@ -354,8 +416,7 @@ class GradientProbe:
         graph would not score as the model's own graph does) the parameter-gradient graph's
         static twin at the batch's shape."""
         if self.target.model is not None:
-            logits = self.engine.call("model.forward", self.target.model,
-                                      ms.Tensor(batch.input_ids, ms.int32))
+            logits = self.engine.forward(ms.Tensor(batch.input_ids, ms.int32))
             if logits.dtype == ms.float32:
                 flat = self.target.config.objective.call == "flat"
                 outputs, _ = objective_logit_grad(self.engine, self.target.objective, flat, logits,

@@ -41,7 +41,7 @@ def send(kind: str, text: str = "") -> None:
 
 def compiling(graph: str | None, shapes: str = "") -> None:
     """Engine.call: `graph` [shapes] starts compiling (None: it returned)."""
-    send("graph", f"'{graph}' {shapes}" if graph else "")
+    send("graph", f"'{graph}' {shapes}".rstrip() if graph else "")  # a dynamic-shape graph has no shapes
 
 
 def stage(name: str | None) -> None:

@@ -79,19 +79,17 @@ def _model_logits(target, engine, ids, info: dict[str, Any]):
         with pynative():
             raw = raw_cell(ids)
     else:  # the default path: the graph every stage shares, as before
-        raw = engine.call("model.forward", target.model, ids)
+        raw = engine.forward(ids)
         if isinstance(raw, ms.Tensor):
             return raw
     _select_output(raw, cfg.model.output)  # InputError when `output` does not fit
-    name = "model.forward"
     if cfg.model.output is None and isinstance(raw, (tuple, list)):
         info["model_output"] = (f"the model returns {_describe(raw)}; objdebug scores its first "
                                 f"element as the logits (set [model] output = 0 to say so)")
         target.info.setdefault("notes", []).append(info["model_output"])
         if not mi.is_wrapped(target.model):  # from now on every Cell calls it through ModelCall
-            target.model = wrap(target.model, cfg, output=mi.FIRST)
-            name = "model.forward.first_output"  # a new graph; "model.forward" at this shape is taken
-    return engine.call(name, target.model, ids)
+            target.model = wrap(target.model, cfg, output=mi.FIRST)  # engine.forward: a new graph on it
+    return engine.forward(ids)
 
 
 def _select_output(raw, output):

@@ -1,9 +1,10 @@
 """Stage 4, decompose: the components of a composite objective (total, c1, c2, ...).
 
 Values come from the user's objective run per sample over the data (`engine.evaluate`); a batch
-is one engine batch (same bucket grouping, padding rows excluded). Gradient shares come from one
-compiled Cell computing sum_i w_i * c_i, differentiated w.r.t. the model's trainable parameters
-and called with one-hot `w`: one compile for K components. Codes OBJ3xx.
+is one engine batch (same bucket grouping, padding rows excluded). Gradient shares come from
+sum_i w_i * c_i, differentiated w.r.t. the model's trainable parameters and called with one-hot
+`w`: one compile for K components (split form: the objective's weighted logit gradient and the
+model's shared VJP, `_component_grad`). Codes OBJ3xx.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from objdebug.core.findings import Check, Condition, Verdict, band
 from objdebug.core.settings import Settings
 
 GRAPH_NAME = "decompose.component_grad"
+LOGIT_GRAPH_NAME = "decompose.component_logit_grad"
 
 
 # --------------------------------------------------------------------------- measurement
@@ -126,11 +128,61 @@ def gradient_batches(ctx: Context, samples: list[Sample], n_batches: int) -> lis
     return [(b.input_ids, b.labels) for b in ctx.engine.batches(chosen, length)]
 
 
-def component_gradients(ctx: Context, n_components: int, batches) -> dict[str, Any]:
-    """Norm of each component's mean gradient over `batches` (float64 accumulation)."""
+def _build_weighted_logit_grad(ctx: Context):
+    """(logits, labels, w) -> (components, d(sum_i w_i c_i) / d logits): the objective alone."""
+    import mindspore as ms
+    from mindspore import nn
+
+    from objdebug.engine.cells import as_outputs, call_on_logits
+
+    class WeightedLogitGrad(nn.Cell):
+        def __init__(self, objective, flat):
+            super().__init__(auto_prefix=False)
+            self.objective = objective
+            self.flat = flat
+            self.grad_fn = ms.value_and_grad(self._weighted, 0, None, has_aux=True)
+
+        def _weighted(self, logits, labels, w):
+            _, outputs = as_outputs(call_on_logits(self.objective, self.flat, logits, labels))
+            comps = outputs[1:]
+            return (comps * w).sum(), comps
+
+        def construct(self, logits, labels, w):
+            (_, comps), g = self.grad_fn(logits, labels, w)
+            return comps, g
+
+    return WeightedLogitGrad(ctx.target.objective, ctx.config.objective.call == "flat")
+
+
+def _component_grad(ctx: Context, ids: np.ndarray, labels: np.ndarray, w: np.ndarray):
+    """(components float32[K], gradients) of sum_i w_i c_i on one batch.
+
+    Split form (engine/gradients.py `vjp_applies`): the objective's weighted logit gradient
+    (`decompose.component_logit_grad`, the objective alone, dynamic shapes) and the model's
+    VJP (`model.vjp`, shared with every other parameter gradient of the run); otherwise one
+    graph of model + objective (`decompose.component_grad`)."""
     import mindspore as ms
 
+    from objdebug.engine import dynamic_graph
+    from objdebug.engine.gradients import model_vjp, vjp_applies
+
+    x, y = ms.Tensor(ids, ms.int32), ms.Tensor(labels, ms.int32)
+    if vjp_applies(ctx.target):
+        logits = ctx.engine.forward(x)
+        if logits.dtype == ms.float32:
+            comps, g = dynamic_graph.call(
+                ctx.engine, LOGIT_GRAPH_NAME, lambda: _build_weighted_logit_grad(ctx),
+                (ms.Tensor(shape=[None, None, logits.shape[-1]], dtype=ms.float32),
+                 ms.Tensor(shape=[None, None], dtype=ms.int32), ms.Tensor(shape=[None], dtype=ms.float32)),
+                logits, y, ms.Tensor(w))
+            return comps, model_vjp(ctx.engine, ctx.target, x, g)[1]
     cell = ctx.engine.cell(GRAPH_NAME, lambda: _build_weighted_grad(ctx))
+    (_, comps), grads = ctx.engine.call(GRAPH_NAME, cell, x, y, ms.Tensor(w))
+    return comps, grads
+
+
+def component_gradients(ctx: Context, n_components: int, batches) -> dict[str, Any]:
+    """Norm of each component's mean gradient over `batches` (float64 accumulation)."""
     params = shared_params(ctx)
     sums = [[np.zeros(p.shape, np.float64) for p in params] for _ in range(n_components)]
     values = np.zeros((n_components, len(batches)))
@@ -138,8 +190,7 @@ def component_gradients(ctx: Context, n_components: int, batches) -> dict[str, A
         for k in range(n_components):
             w = np.zeros(n_components, np.float32)
             w[k] = 1.0
-            (_, comps), grads = ctx.engine.call(GRAPH_NAME, cell, ms.Tensor(ids, ms.int32),
-                                                ms.Tensor(labels, ms.int32), ms.Tensor(w))
+            comps, grads = _component_grad(ctx, ids, labels, w)
             values[k, b] = float(comps.asnumpy()[k])
             for acc, g in zip(sums[k], grads):
                 acc += g.asnumpy().astype(np.float64)

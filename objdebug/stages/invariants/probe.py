@@ -27,30 +27,16 @@ from typing import Any
 
 import mindspore as ms
 import numpy as np
-from mindspore import nn
 
 from objdebug.engine import precision
-from objdebug.engine.cells import as_outputs
+from objdebug.engine.cells import ModelForward, ObjectiveForward
 from objdebug.engine.gradients import OBJECTIVE_LOGIT_GRAD, objective_logit_grad
 
 LOGIT_GRAD = "invariants.logit_grad"
 TRAIN_MODE = "invariants.train_mode"
-FORWARD = "invariants.forward"
+FORWARD = "objective.forward"  # the engine's (Engine.objective_forward)
 MODEL_TRAIN = "invariants.model_train"
 CONFIGURED = "configured"
-
-
-class _Forward(nn.Cell):
-    """(logits, labels) -> outputs: the objective alone, forward only, called on its inputs as
-    they come (already flat for the flat form: a reshape inside the graph would hand the
-    objective a copy, and a write into it would go unseen)."""
-
-    def __init__(self, objective):
-        super().__init__(auto_prefix=False)
-        self.objective = objective
-
-    def construct(self, logits, labels):
-        return as_outputs(self.objective(logits, labels))[1]
 
 
 @dataclass
@@ -157,48 +143,37 @@ class InvarianceProbe:
         Forward only and on the inputs exactly as the objective receives them (flat: [N, V] and
         [N]) on purpose: in MindSpore 2.10 graph mode an objective that writes into its labels
         (`ops.assign`) changes the caller's Tensor only then; inside `value_and_grad`, or after a
-        reshape in the graph, it writes into a copy. Graphs `invariants.forward`
+        reshape in the graph, it writes into a copy. Graphs `objective.forward` (the engine's)
         and `invariants.train_mode` (dynamic B and T); the training-mode graph puts the objective
         back into evaluation mode afterwards, as every other graph expects it.
         """
-        name = TRAIN_MODE if train else FORWARD
         x = np.ascontiguousarray(logits, np.float32)
         y = np.ascontiguousarray(labels, np.int32)
         if self.flat:  # [N, V] / [N], as the objective receives them
             x, y = x.reshape(-1, x.shape[-1]), y.reshape(-1)
         tx, ty = ms.Tensor(x.copy(), ms.float32), ms.Tensor(y.copy(), ms.int32)
-
-        def build():
-            cell = _Forward(self.target.objective)
-            lead = [None] if self.flat else [None, None]
-            cell.set_inputs(ms.Tensor(shape=lead + [x.shape[-1]], dtype=ms.float32),
-                            ms.Tensor(shape=lead, dtype=ms.int32))
-            return cell
-        cell = self.engine.cell(name, build)
-        cell.set_train(train)
-        try:
-            out = self.engine.call(name, lambda: cell(tx, ty))
-        finally:
-            cell.set_train(False)
+        if not train:  # the engine's own forward graph (each sample's loss runs on it too)
+            out = self.engine.objective_forward(tx, ty)
+        else:
+            def build():
+                cell = ObjectiveForward(self.target.objective)
+                lead = [None] if self.flat else [None, None]
+                cell.set_inputs(ms.Tensor(shape=lead + [x.shape[-1]], dtype=ms.float32),
+                                ms.Tensor(shape=lead, dtype=ms.int32))
+                return cell
+            cell = self.engine.cell(TRAIN_MODE, build)
+            cell.set_train(True)
+            try:
+                out = self.engine.call(TRAIN_MODE, lambda: cell(tx, ty))
+            finally:
+                cell.set_train(False)
         return Probe(outputs=out.asnumpy().astype(np.float64), grad=np.zeros(0), labels_in=y,
                      labels_out=ty.asnumpy(), logits_in=x, logits_out=tx.asnumpy())
 
 
-class _ModelForward(nn.Cell):
-    """input_ids -> logits, through a Cell of its own so the model can run in training mode here
-    without touching the engine's evaluation-mode forward."""
-
-    def __init__(self, model):
-        super().__init__(auto_prefix=False)
-        self.model = model
-
-    def construct(self, input_ids):
-        return self.model(input_ids)
-
-
 def model_logits_in_train_mode(engine: Any, input_ids: np.ndarray) -> np.ndarray:
     """The model's logits with the model in training mode (dropout on); evaluation mode restored."""
-    cell = engine.cell(MODEL_TRAIN, lambda: _ModelForward(engine.target.model))
+    cell = engine.cell(MODEL_TRAIN, lambda: ModelForward(engine.target.model))
     cell.set_train(True)
     try:
         out = engine.call(MODEL_TRAIN, cell, ms.Tensor(np.asarray(input_ids, np.int32)))

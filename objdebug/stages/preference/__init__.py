@@ -471,18 +471,10 @@ class SettingsMatter(PreferenceCheck):
 
     def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         s = session(ctx)
-        named = set(th["settings"])
-        # float kwargs, and the named settings even when written as integers (beta = 1); other
-        # integers (ignore_index, pad ids) are not scale settings
-        keys = [k for k, v in s.spec.kwargs.items() if not isinstance(v, bool)
-                and (isinstance(v, float) or (k in named and isinstance(v, int)))]
         rows = []
         base_points = self._points(s, None)
-        for key in keys:
-            old = float(s.spec.kwargs[key])
-            new = old * 2.0 if old != 0 else 0.1
-            changed = dict(s.spec.kwargs, **{key: type(s.spec.kwargs[key])(new)
-                                             if isinstance(s.spec.kwargs[key], float) else new})
+        for key in s.setting_keys():
+            old, new, changed = s.changed_kwargs(key)
             points = self._points(s, changed, key)
             rel = [float(np.max(np.abs(b - a)) / max(float(np.max(np.abs(a))), 1e-12))
                    for a, b in zip(base_points, points)]
@@ -492,28 +484,21 @@ class SettingsMatter(PreferenceCheck):
 
     @staticmethod
     def _points(s, kwargs, key: str = "") -> list[np.ndarray]:
-        """Batch losses at the probe points (real pairs; for the logps form also the unit margin)."""
-        from objdebug.stages.preference.cells import LossOnLogps, PairsObjective
-        from objdebug.engine.target import _call_factory
-
-        if kwargs is None:
-            cell, name = None, "preference.objective"
-        elif s.form == "preference":
-            where = "preference" if s.ctx.config.preference is not None else "objective"
-            cell, name = LossOnLogps(_call_factory(s.spec.factory, kwargs, where, s.ctx.config.base_dir)), \
-                f"preference.settings.{key}"
-        else:
-            from objdebug.stages.preference.session import _copy_model, build_pairs_objective
-            from objdebug.stages.preference.cells import ProbedPolicy
-
-            policy = ProbedPolicy(_copy_model(s.ctx, s.policy.model), s.ctx.engine.batch_size, s.length)
-            cell = PairsObjective(build_pairs_objective(s.ctx, kwargs, policy, _copy_model(s.ctx, s.reference_model)))
-            name = f"preference.settings.{key}"
+        """Batch losses at the probe points (real pairs; for the logps form also the unit margin).
+        The logps form reads the variant off the loss's own graph (`Session.losses_cell`)."""
         if s.form == "preference":
+            setting = key if kwargs is not None else None
             real = s.real_inputs()
-            return [s.evaluate(real, cell=cell, name=name)["losses"],
-                    s.evaluate(_unit_point(real), cell=cell, name=name)["losses"]]
-        return [s.evaluate(cell=cell, name=name)["losses"]]
+            return [s.evaluate(real, setting=setting)["losses"],
+                    s.evaluate(_unit_point(real), setting=setting)["losses"]]
+        if kwargs is None:
+            return [s.evaluate()["losses"]]
+        from objdebug.stages.preference.session import _copy_model, build_pairs_objective
+        from objdebug.stages.preference.cells import PairsObjective, ProbedPolicy
+
+        policy = ProbedPolicy(_copy_model(s.ctx, s.policy.model), s.ctx.engine.batch_size, s.length)
+        cell = PairsObjective(build_pairs_objective(s.ctx, kwargs, policy, _copy_model(s.ctx, s.reference_model)))
+        return [s.evaluate(cell=cell, name=f"preference.settings.{key}")["losses"]]
 
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
         tol = float(th["setting_rtol"])

@@ -88,6 +88,32 @@ class LossOnLogps(nn.Cell):
         return as_preference_outputs(self.loss(pc, pr, rc, rr))
 
 
+class PreferenceLosses(nn.Cell):
+    """Form "preference": the user's loss and its setting variants on the same four log-prob
+    vectors, in one graph (`preference.objective`): (pc, pr, rc, rr) float32[B] -> (loss, cr, rj,
+    dloss/dpc, dloss/dpr, the variants' losses float32[n]).
+
+    The derivative w.r.t. the policy's log-probs is what the policy's parameter gradient needs
+    (session.Session.gradient: through the model's VJP); the variants (each numeric setting
+    changed, the settings check OBJ811) are tiny graphs of the same [B] inputs, so they ride
+    along instead of compiling graphs of their own."""
+
+    def __init__(self, loss, variants=()):
+        super().__init__(auto_prefix=False)
+        self.loss = LossOnLogps(loss)
+        self.variants = nn.CellList([LossOnLogps(v) for v in variants])
+        self.n_variants = len(variants)
+        self.grad_fn = ms.value_and_grad(self.loss, (0, 1), None, has_aux=True)
+
+    def construct(self, pc, pr, rc, rr):
+        (loss, cr, rj), (dpc, dpr) = self.grad_fn(pc, pr, rc, rr)
+        outs = ()
+        for v in self.variants:
+            outs = outs + (ops.reshape(v(pc, pr, rc, rr)[0], (1,)),)
+        others = ops.concat(outs) if self.n_variants else ops.zeros((1,), ms.float32)
+        return loss, cr, rj, dpc, dpr, others
+
+
 class LogpsObjective(nn.Cell):
     """Form "preference": (c_ids, c_labels, r_ids, r_labels, ref_c, ref_r) -> (loss, cr, rj).
 

@@ -56,6 +56,24 @@ def sequence_logps_host(logits: np.ndarray, labels: np.ndarray, label_pad_id: in
     return sums, counts
 
 
+def logp_cotangent(logits: np.ndarray, labels: np.ndarray, label_pad_id: int,
+                   weight: np.ndarray) -> np.ndarray:
+    """float64[B, T, V]: weight[b] * d(sum_t log p(label_t)) / d logits, over the positions whose
+    label is not `label_pad_id`: (onehot(label) - softmax(logits)) there, 0 elsewhere. The
+    derivative of `sequence_logps_host`, objdebug's own reduction (not the user's loss)."""
+    out = np.zeros(logits.shape, np.float64)
+    for i, (x, y) in enumerate(zip(logits, labels)):
+        mask = y != label_pad_id
+        x = x.astype(np.float64)
+        p = np.exp(x - x.max(-1, keepdims=True))
+        p /= p.sum(-1, keepdims=True)
+        g = -p
+        rows = np.nonzero(mask)[0]
+        g[rows, y[rows].astype(np.int64)] += 1.0
+        out[i] = np.where(mask[:, None], g, 0.0) * weight[i]
+    return out
+
+
 @dataclass
 class PairBatch:
     """One batch of pairs: chosen and rejected packed to the same length."""
@@ -138,27 +156,44 @@ class Session:
     def logps_of(self, which: str, batches: list[PairBatch]) -> Logps:
         """Log-probs of the pairs of `batches` under the model as it is now (not cached).
 
-        The logits come from a forward graph and the log-probs are summed on the host in float64
-        (`sequence_logps_host`), for the policy and the reference alike. The policy of the
-        "preference" form is the target's own model, so its logits come from the `model.forward`
-        graph every stage shares (its probe is 0 here: the logits are the model's, bit for bit);
-        the reference model, and the policy copy a "preference-pairs" Cell holds, each get a
-        forward graph of their own."""
+        The logits come from the run's one forward graph, `model.forward` (`Engine.forward`),
+        and the log-probs are summed on the host in float64 (`sequence_logps_host`). The
+        reference (and the policy copy a "preference-pairs" Cell holds) is data, not a graph:
+        its parameters are loaded into the target's model for these calls and the model's own
+        restored after (`weights_of`), so a second model never compiles a graph of its own."""
+        model = self.policy.model if which == "policy" else self.reference_model
+        out: list[list[np.ndarray]] = [[], [], [], []]
+        with self.weights_of(model):
+            for b in batches:
+                for k, (ids, labels) in enumerate(((b.c_ids, b.c_labels), (b.r_ids, b.r_labels))):
+                    total, count = sequence_logps_host(self.ctx.engine.logits(ids), labels, self.label_pad_id)
+                    out[2 * k].append(total[:b.n])
+                    out[2 * k + 1].append(count[:b.n])
+        return Logps(*(np.concatenate(x) for x in out))
+
+    @contextmanager
+    def weights_of(self, model: Any) -> Iterator[None]:
+        """The target's model holds `model`'s parameter values inside the block (the very same
+        model: nothing to do); its own values are restored exactly on exit. Both come from the
+        same factory, so their parameters pair up in order."""
         import mindspore as ms
 
-        engine = self.ctx.engine
-        model = self.policy.model if which == "policy" else self.reference_model
-        shared = model is self.ctx.target.model
-        name = f"preference.{which}_forward"
-        out: list[list[np.ndarray]] = [[], [], [], []]
-        for b in batches:
-            for k, (ids, labels) in enumerate(((b.c_ids, b.c_labels), (b.r_ids, b.r_labels))):
-                logits = (engine.logits(ids) if shared
-                          else engine.call(name, model, ms.Tensor(ids, ms.int32)).asnumpy())
-                total, count = sequence_logps_host(logits, labels, self.label_pad_id)
-                out[2 * k].append(total[:b.n])
-                out[2 * k + 1].append(count[:b.n])
-        return Logps(*(np.concatenate(x) for x in out))
+        own = list(self.ctx.target.model.get_parameters())
+        other = list(model.get_parameters())
+        if model is self.ctx.target.model:
+            yield
+            return
+        if len(own) != len(other) or any(tuple(a.shape) != tuple(b.shape) for a, b in zip(own, other)):
+            raise ValueError("For 'preference', the reference model must have the policy's parameters "
+                             f"(the same factory), but got {len(other)} parameters for {len(own)}.")
+        saved = [p.data.asnumpy().copy() for p in own]
+        try:
+            for p, q in zip(own, other):
+                p.set_data(ms.Tensor(q.data.asnumpy()))
+            yield
+        finally:
+            for p, theta in zip(own, saved):
+                p.set_data(ms.Tensor(theta))
 
     def fill(self, values: np.ndarray, batch: PairBatch) -> np.ndarray:
         """float32[B]: a batch's slice of per-pair values, fill rows copying its first pair."""
@@ -172,24 +207,69 @@ class Session:
         rc, rr = self.logps("reference").reduced(self.mean)
         return pc, pr, rc, rr
 
+    def setting_keys(self) -> list[str]:
+        """The numeric settings the settings check (OBJ811) changes: float kwargs, and the
+        profile's named settings even when written as integers (beta = 1); other integers
+        (ignore_index, pad ids) are not scale settings."""
+        named = set(self.ctx.profile.section("preference")["settings"])
+        return [k for k, v in self.spec.kwargs.items() if not isinstance(v, bool)
+                and (isinstance(v, float) or (k in named and isinstance(v, int)))]
+
+    def changed_kwargs(self, key: str) -> tuple[float, float, dict[str, Any]]:
+        """(old, new, the kwargs with `key` changed): doubled, or 0.1 from 0."""
+        value = self.spec.kwargs[key]
+        old = float(value)
+        new = old * 2.0 if old != 0 else 0.1
+        return old, new, dict(self.spec.kwargs, **{key: type(value)(new) if isinstance(value, float) else new})
+
+    def losses_cell(self) -> Any:
+        """Form "preference": the `preference.objective` graph (cells.PreferenceLosses), the
+        loss with its derivative and every setting variant."""
+        from objdebug.engine.target import _call_factory
+        from objdebug.stages.preference.cells import PreferenceLosses
+
+        def build():
+            where = "preference" if self.ctx.config.preference is not None else "objective"
+            variants, keys, errors = [], [], {}
+            for key in self.setting_keys():
+                try:  # a variant the factory refuses fails the settings check only (ERROR there)
+                    v = _call_factory(self.spec.factory, self.changed_kwargs(key)[2], where,
+                                      self.ctx.config.base_dir)
+                except Exception as exc:  # noqa: BLE001  (InputError or the factory's own)
+                    errors[key] = exc
+                    continue
+                v.set_train(False)
+                variants.append(v)
+                keys.append(key)
+            self.cache["variant_keys"], self.cache["variant_errors"] = keys, errors
+            return PreferenceLosses(self.loss, variants)
+        return self.ctx.engine.cell("preference.objective", build)
+
     def evaluate(self, inputs: tuple[np.ndarray, ...] | None = None, *, swap: bool = False,
-                 same: bool = False, cell: Any = None, name: str = "preference.objective") -> dict[str, Any]:
+                 same: bool = False, cell: Any = None, name: str = "preference.objective",
+                 setting: str | None = None) -> dict[str, Any]:
         """The objective on every batch -> {losses [batches], cr [N], rj [N]} (rewards NaN if not returned).
 
         Form "preference": `inputs` = (pc, pr, rc, rr) [N] (default: the real ones) go to the loss
-        alone. Form "preference-pairs": the token batches go to the user's Cell; `swap` exchanges
-        chosen and rejected, `same` passes the chosen answer as the rejected one too.
+        alone; `setting`: the losses of the variant with that setting changed (`changed_kwargs`),
+        from the same graph. Form "preference-pairs": the token batches go to the user's Cell
+        (or `cell`, graph `name`); `swap` exchanges chosen and rejected, `same` passes the chosen
+        answer as the rejected one too.
         """
         import mindspore as ms
 
-        from objdebug.stages.preference.cells import LossOnLogps
-
         engine = self.ctx.engine
-        if cell is None:
-            cell = engine.cell(name, (lambda: LossOnLogps(self.loss)) if self.form == "preference"
-                               else (lambda: self.objective))
-        if self.form == "preference" and inputs is None:
-            inputs = self.real_inputs()
+        if self.form == "preference":
+            cell, name = self.losses_cell(), "preference.objective"
+            if inputs is None:
+                inputs = self.real_inputs()
+        elif cell is None:
+            cell = engine.cell(name, lambda: self.objective)
+        variant = None
+        if setting is not None:
+            if setting in self.cache.get("variant_errors", {}):
+                raise self.cache["variant_errors"][setting]
+            variant = self.cache["variant_keys"].index(setting)
         losses, crs, rjs = [], [], []
         for b in self.batches:
             if self.form == "preference":
@@ -200,7 +280,10 @@ class Session:
                     r_ids, r_labels = c_ids, c_labels
                 zero = np.zeros(self.ctx.engine.batch_size, np.float32)
                 args = [ms.Tensor(a) for a in (c_ids, c_labels, r_ids, r_labels)] + [ms.Tensor(zero)] * 2
-            loss, cr, rj = engine.call(name, cell, *args)
+            out = engine.call(name, cell, *args)
+            loss, cr, rj = out[:3]
+            if variant is not None:
+                loss = out[5][variant]
             cr, rj = cr.asnumpy().astype(np.float64), rj.asnumpy().astype(np.float64)
             losses.append(float(loss.asnumpy()))
             crs.append(cr[:b.n] if cr.size > 1 else np.full(b.n, np.nan))
@@ -217,7 +300,16 @@ class Session:
         return beta * ((np.asarray(pc) - np.asarray(rc)) - (np.asarray(pr) - np.asarray(rr)))
 
     def gradient(self, batch: PairBatch) -> dict[str, Any]:
-        """One forward + backward on a batch: loss, rewards and every parameter's gradient."""
+        """One forward + backward on a batch: loss, rewards and every parameter's gradient.
+
+        Form "preference" (a loss without parameters of its own): dloss/dlogits from the loss's
+        derivative w.r.t. the policy's log-probs (`preference.objective`) times the log-probs'
+        derivative w.r.t. the logits (objdebug's own reduction: on the host, float64), then the
+        model's VJP (`model.vjp`, the graph every objective's parameter gradient shares); the
+        probe's gradient, sum_v dL/dx_tv * x_tv, on the host from the same numbers. Otherwise
+        (the "preference-pairs" Cell owns its models) its own graph `preference.gradient`."""
+        if self.form == "preference" and not list(self.loss.trainable_params()):
+            return self._gradient_through_vjp(batch)
         import mindspore as ms
 
         from objdebug.stages.preference.cells import PreferenceGradient
@@ -225,15 +317,41 @@ class Session:
         engine = self.ctx.engine
         params = self.gradient_params()
         cell = engine.cell("preference.gradient", lambda: PreferenceGradient(self.objective, params))
-        if self.form == "preference":
-            _, _, rc, rr = self.real_inputs()
-            rc, rr = self.fill(rc, batch), self.fill(rr, batch)
-        else:  # the pairs Cell computes its own reference log-probs
-            rc = rr = np.zeros(self.ctx.engine.batch_size, np.float32)
+        rc = rr = np.zeros(self.ctx.engine.batch_size, np.float32)  # the pairs Cell computes its own
         args = [ms.Tensor(a) for a in batch.arrays()] + [ms.Tensor(rc), ms.Tensor(rr)]
         out = engine.call("preference.gradient", cell, *args)
         grads = [g.asnumpy() for g in out[3:]]
         return {"loss": float(out[0].asnumpy()), "params": params, "grads": grads}
+
+    def _gradient_through_vjp(self, batch: PairBatch) -> dict[str, Any]:
+        import mindspore as ms
+
+        from objdebug.engine.gradients import model_vjp
+
+        engine = self.ctx.engine
+        model = self.ctx.target.model
+        c_ids, c_labels, r_ids, r_labels = batch.arrays()
+        logits = [engine.logits(c_ids), engine.logits(r_ids)]
+        (cs, cn), (rs, rn) = (sequence_logps_host(x, y, self.label_pad_id)
+                              for x, y in zip(logits, (c_labels, r_labels)))
+        pc, pr = (cs / np.maximum(cn, 1), rs / np.maximum(rn, 1)) if self.mean else (cs, rs)
+        _, _, rc, rr = self.real_inputs()
+        args = [ms.Tensor(a.astype(np.float32)) for a in (pc, pr, self.fill(rc, batch), self.fill(rr, batch))]
+        loss, _, _, dpc, dpr, _ = engine.call("preference.objective", self.losses_cell(), *args)
+        by_id: dict[int, np.ndarray] = {}
+        probe = np.zeros(self.policy.probe.shape, np.float64)
+        for ids, x, y, d, n in ((c_ids, logits[0], c_labels, dpc, cn), (r_ids, logits[1], r_labels, dpr, rn)):
+            weight = d.asnumpy().astype(np.float64) / (np.maximum(n, 1) if self.mean else 1.0)
+            g = logp_cotangent(x, y, self.label_pad_id, weight)
+            probe[..., 0] += np.einsum("btv,btv->bt", g, x.astype(np.float64))
+            _, grads = model_vjp(engine, self.ctx.target, ms.Tensor(ids, ms.int32),
+                                 ms.Tensor(g.astype(x.dtype)))
+            for p, gr in zip(model.trainable_params(), grads):
+                by_id[id(p)] = by_id.get(id(p), 0.0) + gr.asnumpy().astype(np.float64)
+        by_id[id(self.policy.probe)] = probe
+        params = self.gradient_params()
+        grads = [by_id.get(id(p), np.zeros(p.shape)).astype(np.float32) for p in params]
+        return {"loss": float(loss.asnumpy()), "params": params, "grads": grads}
 
     def gradient_params(self) -> list:
         """Every trainable parameter the objective holds: policy, probe, its own, and the reference's

@@ -106,9 +106,25 @@ def label_batch(ctx: Context) -> tuple[np.ndarray, np.ndarray, Any]:
 
 def input_graphs(ctx: Context) -> list[Callable[[np.ndarray, np.ndarray], float]]:
     """The graphs the input probes run on, in order (see the module docstring): (ids [B, T],
-    labels [B, T]) -> the loss of row 0."""
-    return [lambda i, l: float(ctx.engine.per_sample_raw(i, l)[0, 0]),
-            lambda i, l: loss_and_grad(ctx, i[:1], l[:1])["loss"]]
+    labels [B, T]) -> the loss of row 0. Where the parameter gradient goes through the model's
+    VJP (engine/gradients.py), the second is `model.vjp` itself, its forward's logits scored by
+    the objective: the gradient path's own graph, not `model.forward` a second time."""
+    from objdebug.engine.gradients import vjp_applies
+
+    if not vjp_applies(ctx.target):
+        return [lambda i, l: float(ctx.engine.per_sample_raw(i, l)[0, 0]),
+                lambda i, l: loss_and_grad(ctx, i[:1], l[:1])["loss"]]
+
+    def through_vjp(i, l):
+        import mindspore as ms
+
+        from objdebug.engine.gradients import model_vjp
+
+        vocab = ctx.engine.vocab_size()
+        logits, _ = model_vjp(ctx.engine, ctx.target, ms.Tensor(i[:1], ms.int32),
+                              ms.Tensor(np.zeros((1, i.shape[1], vocab), np.float32)))
+        return float(ctx.engine.per_sample_of(logits, ms.Tensor(l[:1], ms.int32)).asnumpy()[0, 0])
+    return [lambda i, l: float(ctx.engine.per_sample_raw(i, l)[0, 0]), through_vjp]
 
 
 def label_graphs(ctx: Context, logits: Any) -> list[Callable[[np.ndarray, np.ndarray], float]]:

@@ -6,10 +6,10 @@ positions of the gradient batch, with the labels they were scored against) are r
 replacement to T positions, so every length sees the same per-token loss distribution: a mean
 reduction gives about the loss of the real rows taken once (the reference, at most
 `objective_reference_rows` of them) at every T, a sum grows ~T / rows, an overflow shows as
-Inf/NaN. Loss and the gradient w.r.t. the logits run in one compiled graph with a dynamic length
-(`Cell.set_inputs`, [1, None, V]: the reference and every long length share one compile; an
-objective that cannot compile with dynamic shapes falls back to one static graph per length),
-with the gradient reduced in graph (squared norm, non-finite count).
+Inf/NaN. Loss and the gradient w.r.t. the logits run on the configured objective's
+`objective.logit_grad` graph (dynamic B and T: the grad stage's batch, the reference and every long
+length share one compile; an objective that cannot compile with dynamic shapes falls back to one
+static graph per length), with the gradient reduced in graph (squared norm, non-finite count).
 
 Memory: each length runs only if (copies x T x V x 4 bytes) x memory_safety fits MemAvailable,
 with `copies` measured on the lengths already run (peak RSS delta / logits bytes), before the
@@ -30,34 +30,13 @@ from objdebug.pipeline.context import Context
 from objdebug.core.findings import Check, Condition, Verdict
 from objdebug.core.settings import Settings
 import objdebug.stages.stress.memory as memory
-from objdebug.engine import dynamic_graph, label_pairing
+from objdebug.engine import label_pairing
 from objdebug.pipeline import isolation
 from objdebug.pipeline.run_data import grad_batch, logit_gradients, paired, pairing, pairing_skip
 from objdebug.stages.stress._common import ratio_band
 
-GRAPH = "stress.objective_long"
+GRAPH = "objective.logit_grad"  # the engine's (engine/gradients.py)
 _MIN_COPIES = 3.0
-
-
-def _build(ctx: Context):
-    import mindspore as ms
-    from mindspore import nn, ops
-
-    from objdebug.engine.cells import ObjectiveOnLogits
-
-    class LongObjective(nn.Cell):
-        """(logits [1,T,V], labels [1,T]) -> (loss, squared logit-gradient norm, non-finite count)."""
-
-        def __init__(self, target):
-            super().__init__(auto_prefix=False)
-            self.grad_fn = ms.value_and_grad(ObjectiveOnLogits(target), 0, None, has_aux=True)
-
-        def construct(self, logits, labels):
-            (loss, _), g = self.grad_fn(logits, labels)
-            g32 = ops.cast(g, ms.float32)
-            return loss, (g32 * g32).sum(), ops.logical_not(ops.isfinite(g32)).astype(ms.float32).sum()
-
-    return LongObjective(ctx.target)
 
 
 def real_rows(ctx: Context) -> tuple[np.ndarray, np.ndarray]:
@@ -89,14 +68,18 @@ def _gib(n: float) -> str:
 
 
 def _call(ctx: Context, x, y):
-    """The shared dynamic-length graph; a static one per length where the objective cannot
-    compile with a dynamic length (engine/dynamic_graph.py)."""
+    """The configured objective's logit-gradient graph `objective.logit_grad` (dynamic B and T,
+    shared with the grad stage; a static one per length where the objective cannot compile
+    with dynamic shapes, engine/dynamic_graph.py) -> (loss, squared logit-gradient norm,
+    non-finite count); the gradient itself is reduced in the graph and never copied."""
     import mindspore as ms
 
-    return dynamic_graph.call(ctx.engine, GRAPH, lambda: _build(ctx),
-                              (ms.Tensor(shape=[1, None, x.shape[-1]], dtype=ms.float32),
-                               ms.Tensor(shape=[1, None], dtype=ms.int32)),
-                              ms.Tensor(x), ms.Tensor(y))
+    from objdebug.engine.gradients import objective_logit_grad_norm
+
+    flat = ctx.config.objective.call == "flat"
+    outputs, sq, bad = objective_logit_grad_norm(ctx.engine, ctx.target.objective, flat,
+                                                 ms.Tensor(x, ms.float32), ms.Tensor(y, ms.int32))
+    return outputs[0], sq, bad
 
 
 def measure_one(ctx: Context, rows, labels, length: int | None, seed: int,
