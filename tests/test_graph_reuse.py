@@ -120,3 +120,37 @@ def test_a_signal_turned_into_an_error_during_the_first_call_is_no_fallback(targ
         dynamic_graph.call(engine, "g", Twice, (ms.Tensor(shape=[None], dtype=ms.float32),),
                            ms.Tensor(np.ones(3, np.float32)))
     assert "g" not in engine.static_fallbacks
+
+
+def test_a_graph_holds_the_model_by_the_size_of_its_parameters(target):
+    """`holds_model`: the model (or a Cell around it, or a second copy of it: the preference
+    reference) holds the model; the objective alone, or a Cell with a small parameter of its own,
+    does not. The compile log counts both in the report."""
+    import mindspore as ms
+    from mindspore import Parameter, nn
+
+    from objdebug.engine.cells import ModelForward
+    from objdebug.engine.core import CompileLog, CompileRecord
+
+    from objdebug.engine.target import _call_factory
+
+    ctx = target.ctx
+    engine = Engine(ctx.target)
+    model = ctx.target.model
+    cfg = ctx.config
+    second = _call_factory(cfg.model.factory, cfg.model.kwargs, "model", cfg.base_dir)  # the reference's way
+
+    class Weighted(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.w = Parameter(ms.Tensor(np.ones(3, np.float32)), name="w")
+
+    assert engine.holds_model(model) and engine.holds_model(ModelForward(model))
+    assert not engine.holds_model(ctx.target.objective) and not engine.holds_model(Weighted())
+    assert not engine.holds_model(lambda x: x)
+    assert engine.holds_model(second)  # other Parameter objects, the same size
+    log = CompileLog([CompileRecord("model.forward", "", 1.0, "setup", holds_model=True),
+                      CompileRecord("objective.forward", "", 0.5, "setup")])
+    d = log.to_dict()
+    assert (d["count"], d["holds_model"]) == (2, 1)
+    assert d["by_stage"]["setup"]["holds_model"] == 1
