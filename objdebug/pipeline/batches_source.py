@@ -10,6 +10,9 @@ Three sources:
 - a pre-tokenized `.jsonl` of `{"input_ids", "labels"?, "attention_mask"?, "position_ids"?}` rows:
   each row a batch of one, exactly as written.
 
+An `actual_seq_len` column (a packed row's cumulative document ends, MindFormers' convention) is
+read too, `[rows, any width]`: the packing stage finds the documents of packed rows from it.
+
 Columns are found by name (`[data] columns` maps our name to the pipeline's), at most
 `[data] max_batches` batches are pulled, and the batches are kept as they are: no re-padding,
 no re-labelling, no re-shifting. A source that raises, a missing column, ragged rows inside a
@@ -28,7 +31,8 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from objdebug.core.config import BATCH_COLUMNS, BOUNDARY_COLUMNS, DataSpec, batches_file
+from objdebug.core.config import (BATCH_COLUMNS, BOUNDARY_COLUMNS, SEQ_LEN_COLUMN, DataSpec,
+                                  batches_file)
 from objdebug.core.errors import InputError
 
 ROW_COLUMNS = ("prompt_length", "response_start")  # one number per row
@@ -228,8 +232,18 @@ def _batch(element: Any, k: int, data: DataSpec, source: str) -> RealBatch:
         if theirs in element:
             value = _column(element[theirs], ours, theirs, where)
             columns[ours] = value.reshape(-1) if ours in ROW_COLUMNS and value.size == rows else value
+    theirs = data.columns.get(SEQ_LEN_COLUMN, SEQ_LEN_COLUMN)
+    if theirs in element:  # optional: a packed row's cumulative document ends, any number of them
+        columns[SEQ_LEN_COLUMN] = _column(element[theirs], SEQ_LEN_COLUMN, theirs, where)
+    elif SEQ_LEN_COLUMN in data.columns:
+        raise InputError(f"For '{_KEY}', {where} has no column '{theirs}' (data.columns."
+                         f"{SEQ_LEN_COLUMN}); its columns are {sorted(map(str, element))}.")
     for ours, value in columns.items():
-        if ours in ROW_COLUMNS:
+        if ours == SEQ_LEN_COLUMN:
+            if value.shape[0] != rows:
+                raise InputError(f"For '{_KEY}', {where}, column '{theirs}' must hold one row of "
+                                 f"document ends per row ({rows}), but has shape {list(value.shape)}.")
+        elif ours in ROW_COLUMNS:
             if value.shape != (rows,):
                 raise InputError(f"For '{_KEY}', {where}, column '{data.columns.get(ours, ours)}' "
                                  f"must hold one number per row ({rows}), but has shape "
