@@ -130,6 +130,32 @@ def test_a_model_config_that_cannot_take_the_boundaries_skips_isolation_saying_s
     assert PackingBoundaryLabels().skip_reason(ctx) is None  # the labels need no boundary input
 
 
+# --------------------------------------------------------------------------- MindFormers' actual_seq_len
+def _seq_len_run(**kwargs):
+    cfg = load_config(TARGETS / "batches_packed_seq_len" / "objdebug.toml")
+    if kwargs:
+        cfg = replace(cfg, data=replace(cfg.data, batches_kwargs=dict(cfg.data.batches_kwargs, **kwargs)))
+    res = api.run(cfg, stages=["batches", "packing"], profile="ci-gate", compile_cache=False)
+    return res, {f.code: (f.verdict, f.message) for f in res.findings}
+
+
+def test_mindformers_packed_rows_pass_with_their_actual_seq_len():
+    res, found = _seq_len_run()
+    assert res.exit_code == 0, found
+    assert all(found[f"OBJ90{i}"][0] is Verdict.PASS for i in range(1, 5)), found
+    assert "documents found from actual_seq_len (4), EOS (4)" in found["OBJ901"][1]
+    assert 'boundary = "actual_seq_len"' in found["OBJ901"][1]
+
+
+def test_a_mindformers_boundary_label_fails_obj903():
+    """Unshifted labels: the next document's first token labelled at its own position, which the
+    objective pairs with the previous document's last logits."""
+    res, found = _seq_len_run(bug="boundary_label")
+    verdict, message = found["OBJ903"]
+    assert verdict is Verdict.FAIL and res.exit_code == 1
+    assert "(row 0, position 37 trains toward 110, the next document's first token)" in message
+
+
 # --------------------------------------------------------------------------- documents found (numpy)
 class _Batch:
     def __init__(self, **columns):

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from objdebug.engine.packing import Document, PackedRow
-from objdebug.pipeline.pipeline_batches import find_padding, real_batches
+from objdebug.pipeline.pipeline_batches import adopt_conventions, find_padding, real_batches
 
 FOUND_BY = ("position resets", "actual_seq_len", "EOS")
 
@@ -132,6 +132,7 @@ _ATTR = {"position_ids": "positions", "actual_seq_len": "seq_len"}
 def pipeline_packing(ctx: Any, most_rows: int) -> PipelinePacking:
     """The packed rows of the pipeline's batches (read once per run), at most `most_rows` measured."""
     def build() -> PipelinePacking:
+        adopt_conventions(ctx)  # the batches win (label_pad_id, pad_id) here too, as in every stage after theirs
         d = ctx.config.data
         got = real_batches(ctx)
         found_by: Counter = Counter({k: 0 for k in FOUND_BY})
