@@ -43,7 +43,7 @@ REGISTRY: tuple[Stage, ...] = (
           scores_rows=True),
     Stage("preference", "Preference objectives (DPO, IPO, SimPO, hinge) on real pairs: zero point, symmetry, direction, masking, length, settings, agreement."),
     Stage("stress", "Long inputs, all-padding, garbage ids, fp16, padding invariance.", scores_rows=True),
-    Stage("packing", "Packed sequences (only with a packing section in the config): document isolation, same loss as unpacked, boundary labels, token weighting.",
+    Stage("packing", "Packed sequences (only with a packing section in the config, or on the packed rows of data.batches): document isolation, same loss as unpacked, boundary labels, token weighting.",
           scores_rows=True),
 )
 STAGES = tuple(s.name for s in REGISTRY)  # pipeline order
