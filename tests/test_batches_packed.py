@@ -102,13 +102,26 @@ def test_positions_that_never_reset_fail_obj901_naming_them(ctx):
     assert found["OBJ903"][0] is Verdict.PASS
 
 
+def test_a_block_mask_column_is_the_boundary_the_model_is_given(ctx):
+    found = _judge(ctx, "batches_packed_block_mask")
+    assert all(found[f"OBJ90{i}"][0] is Verdict.PASS for i in range(1, 5)), found
+    assert ("documents found from position resets (4), block mask (4), EOS (4)" in found["OBJ901"][1]
+            and 'boundary = "attention_mask"' in found["OBJ901"][1])
+    # positions that run on leak without the mask (OBJ901 fails above); with it, they do not
+    found = _judge(ctx, "batches_packed_block_mask",
+                   batches_kwargs={"style": "block_mask", "bug": "no_reset"})
+    assert found["OBJ901"][0] is Verdict.PASS, found["OBJ901"]
+    assert "documents found from block mask (4), EOS (4)" in found["OBJ901"][1]
+
+
 def test_batches_without_packed_rows_skip_saying_why(ctx):
     found = _judge(ctx, batches="fixtures.batch_pipelines:healthy_collator",
                    batches_kwargs={"batch_size": 2, "batches": 1})
     assert {c: v for c, (v, _) in found.items()} == {f"OBJ90{i}": Verdict.SKIP for i in range(1, 5)}
     assert found["OBJ901"][1] == (
         "the pipeline's batches ('fixtures.batch_pipelines:healthy_collator') hold no packed rows: "
-        "no row of the 2 read has a position_ids restart, an actual_seq_len end or an EOS (3) "
+        "no row of the 2 read has a position_ids restart, an actual_seq_len end, a block-mask "
+        "boundary or an EOS (3) "
         "before its last real token")
 
 
@@ -178,6 +191,33 @@ def test_the_documents_of_a_row_come_from_its_own_boundaries(columns, found_by):
     assert why is None and found[found_by] == {3}
     assert [d.ids for d in row.docs] == [[5, 6, 3], [7, 3]]
     assert [d.labels.tolist() for d in row.docs] == [[6, 3, -100], [3, -100]]
+
+
+def test_a_block_mask_is_read_as_one_whichever_value_means_attend():
+    from objdebug.pipeline.batches_source import _batch
+    from objdebug.pipeline.packed_batches import _row
+    from objdebug.core.config import DataSpec
+
+    seg = np.array([0, 0, 0, 1, 1])
+    attend = (seg[:, None] == seg[None, :]) & np.tri(5, dtype=bool)
+    ids = np.array([[5, 6, 3, 7, 3]])
+    for mask in (attend[None].astype(np.int64), (~attend)[None, None].astype(np.float32)):
+        batch = _batch({"input_ids": ids, "attention_mask": mask}, 1, DataSpec(), "src")
+        assert "attention_mask" not in batch.columns
+        assert batch.columns["block_mask"].reshape(5, 5).tolist() == attend.astype(int).tolist()
+        row, found, _ = _row(batch, 0, np.zeros((1, 5), bool), None, -100)
+        assert found["block mask"] == {3} and [d.ids for d in row.docs] == [[5, 6, 3], [7, 3]]
+
+
+def test_a_block_mask_of_the_wrong_shape_is_one_line():
+    from objdebug.core.config import DataSpec
+    from objdebug.core.errors import InputError
+    from objdebug.pipeline.batches_source import _batch
+
+    with pytest.raises(InputError, match=r"column 'attention_mask' is a block mask of shape "
+                                         r"\[1, 4, 4\], but the input ids have \[1, 5\]"):
+        _batch({"input_ids": [[1, 2, 3, 4, 5]], "attention_mask": np.ones((1, 4, 4))}, 1,
+               DataSpec(), "src")
 
 
 def test_a_changed_document_keeps_the_pipelines_labels_following_its_tokens():

@@ -11,7 +11,9 @@ Three sources:
   each row a batch of one, exactly as written.
 
 An `actual_seq_len` column (a packed row's cumulative document ends, MindFormers' convention) is
-read too, `[rows, any width]`: the packing stage finds the documents of packed rows from it.
+read too, `[rows, any width]`, and an `attention_mask` of `[rows, (1,) length, length]` is a packed
+row's block mask (`block_mask`, 1 = attend, read from its diagonal): the packing stage finds the
+documents of packed rows from them.
 
 Columns are found by name (`[data] columns` maps our name to the pipeline's), at most
 `[data] max_batches` batches are pulled, and the batches are kept as they are: no re-padding,
@@ -222,6 +224,11 @@ def _batch(element: Any, k: int, data: DataSpec, source: str) -> RealBatch:
                 raise InputError(f"For '{_KEY}', {where} has no column '{theirs}' ({how}); its "
                                  f"columns are {sorted(map(str, element))}.")
             continue
+        if ours == "attention_mask":
+            block = _block_mask(element[theirs], theirs, where)
+            if block is not None:  # a packed row's block-diagonal mask: the packing stage reads it
+                columns[BLOCK_MASK] = block
+                continue
         columns[ours] = _column(element[theirs], ours, theirs, where)
     rows, length = columns["input_ids"].shape
     for ours in BOUNDARY_COLUMNS:  # optional: where each row's prompt ends, when the pipeline says
@@ -239,7 +246,12 @@ def _batch(element: Any, k: int, data: DataSpec, source: str) -> RealBatch:
         raise InputError(f"For '{_KEY}', {where} has no column '{theirs}' (data.columns."
                          f"{SEQ_LEN_COLUMN}); its columns are {sorted(map(str, element))}.")
     for ours, value in columns.items():
-        if ours == SEQ_LEN_COLUMN:
+        if ours == BLOCK_MASK:
+            if value.shape[0] != rows or value.shape[-2:] != (length, length):
+                raise InputError(f"For '{_KEY}', {where}, column '{data.columns.get('attention_mask', 'attention_mask')}' "
+                                 f"is a block mask of shape {list(value.shape)}, but the input ids "
+                                 f"have {[rows, length]}: it must be [{rows}, (1,) {length}, {length}].")
+        elif ours == SEQ_LEN_COLUMN:
             if value.shape[0] != rows:
                 raise InputError(f"For '{_KEY}', {where}, column '{theirs}' must hold one row of "
                                  f"document ends per row ({rows}), but has shape {list(value.shape)}.")
@@ -252,6 +264,29 @@ def _batch(element: Any, k: int, data: DataSpec, source: str) -> RealBatch:
             raise InputError(f"For '{_KEY}', {where}, column '{data.columns.get(ours, ours)}' has "
                              f"shape {list(value.shape)}, but the input ids have {[rows, length]}.")
     return RealBatch(k, columns)
+
+
+# a 3-D / 4-D attention mask ([B, T, T] / [B, 1, T, T]: which key each query sees) is a packed
+# row's block-diagonal mask, kept under this name (the padding is then read from the pad run)
+BLOCK_MASK = "block_mask"
+
+
+def _block_mask(value: Any, theirs: str, where: str) -> np.ndarray | None:
+    """The mask as int64 with 1 = attend when it is [B, T, T] or [B, 1, T, T] (what a 1 means
+    read from the diagonal: a position always sees itself), else None (a 2-D padding mask)."""
+    if hasattr(value, "asnumpy"):
+        value = value.asnumpy()
+    array = np.asarray(value) if not isinstance(value, np.ndarray) else value
+    if array.dtype == object or array.ndim not in (3, 4):
+        return None
+    if array.ndim == 4 and array.shape[1] != 1 or array.dtype.kind not in "biuf":
+        raise InputError(f"For '{_KEY}', {where}, column '{theirs}' must be [batch, length] or a "
+                         f"block mask [batch, (1,) length, length] of 0/1, but has shape "
+                         f"{list(array.shape)} and dtype {array.dtype}.")
+    ones = array != 0
+    diagonal = np.diagonal(ones.reshape((ones.shape[0], *ones.shape[-2:])), axis1=1, axis2=2)
+    attend = ones if diagonal.mean() >= 0.5 else ~ones
+    return attend.astype(np.int64)
 
 
 def _column(value: Any, ours: str, theirs: str, where: str) -> np.ndarray:

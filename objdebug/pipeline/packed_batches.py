@@ -5,6 +5,8 @@ OBJ904) when the target has no `[packing]` section (numpy only; the measurement 
 A document starts at a row's first real token and wherever the batch says one starts:
 - `position_ids` restart (a position that is not the one before it + 1: HF / varlen packing);
 - an `actual_seq_len` column (cumulative document ends, MindFormers' convention);
+- a block mask (an `attention_mask` of `[B, (1,) T, T]`): a position that cannot see the one
+  before it;
 - after an EOS (`[data] eos_id`) followed by a real token.
 The union of what these say is the row's documents: a pipeline whose positions never reset still
 shows its documents by EOS, and the measurement then gives the model the positions it made.
@@ -27,7 +29,7 @@ import numpy as np
 from objdebug.engine.packing import Document, PackedRow
 from objdebug.pipeline.pipeline_batches import adopt_conventions, find_padding, real_batches
 
-FOUND_BY = ("position resets", "actual_seq_len", "EOS")
+FOUND_BY = ("position resets", "actual_seq_len", "block mask", "EOS")
 
 
 @dataclass
@@ -39,6 +41,7 @@ class RealPackedRow(PackedRow):
     positions: np.ndarray = None       # its position_ids (None: it has none)
     mask: np.ndarray = None            # its 2-D attention mask (None: it has none)
     seq_len: np.ndarray = None         # its actual_seq_len (None: it has none)
+    block: np.ndarray = None           # its block mask, [(1,) T, T], 1 = attend (None: it has none)
     name: str = ""                     # "batch b row r"
 
 
@@ -75,6 +78,10 @@ def _starts(row: dict[str, np.ndarray | None], used: int, eos_id: int | None) ->
     ends = row.get("actual_seq_len")
     if ends is not None:
         out["actual_seq_len"] = {int(e) for e in ends if 0 < int(e) < used}
+    block = row.get("block_mask")
+    if block is not None:  # a position that cannot see the one before it starts a document
+        sees = block.reshape(block.shape[-2:])
+        out["block mask"] = {t for t in range(1, used) if not sees[t, t - 1]}
     if eos_id is not None:
         ids = row["input_ids"]
         out["EOS"] = {t + 1 for t in range(used - 1) if ids[t] == eos_id}
@@ -87,7 +94,7 @@ def _row(batch, r: int, padding: np.ndarray, eos_id: int | None, pad_label: int)
     used = int(real.sum())
     if used == 0 or not real[:used].all():
         return None, None, "its real tokens do not start at column 0 (left padding)"
-    cols = {k: (v[r] if v.ndim == 2 and v.shape[0] > r else None) for k, v in batch.columns.items()}
+    cols = {k: (v[r] if v.ndim >= 2 and v.shape[0] > r else None) for k, v in batch.columns.items()}
     found = _starts(cols, used, eos_id)
     starts = sorted(set().union(*found.values()))
     if not starts:
@@ -100,7 +107,7 @@ def _row(batch, r: int, padding: np.ndarray, eos_id: int | None, pad_label: int)
             for k, (s, e) in enumerate(zip(bounds, bounds[1:]))]
     row = RealPackedRow(docs, len(ids), ids=ids, labels=labels, positions=cols.get("position_ids"),
                         mask=cols.get("attention_mask"), seq_len=cols.get("actual_seq_len"),
-                        name=f"batch {batch.number} row {r}")
+                        block=cols.get("block_mask"), name=f"batch {batch.number} row {r}")
     return row, found, None
 
 
@@ -111,14 +118,16 @@ def _boundary(ctx: Any, rows: list[RealPackedRow]) -> tuple[str, tuple[str, ...]
 
     cfg = ctx.config
     taken = tuple(cfg.model.inputs) if cfg.model is not None and cfg.model.inputs else ("input_ids",)
-    has = {k for k in ("position_ids", "actual_seq_len") if all(getattr(r, _ATTR[k]) is not None for r in rows)}
+    has = {k for k in _ATTR if all(getattr(r, _ATTR[k]) is not None for r in rows)}
     if "actual_seq_len" in has:
         params = parameters(unwrap(ctx.target.model)) or []
         if "actual_seq_len" in params:
             return "actual_seq_len", taken + ("actual_seq_len",), None
+    if "block_mask" in has and "attention_mask" in taken:
+        return "attention_mask", taken, None
     if "position_ids" in has and "position_ids" in taken:
         return "position_ids", taken, None
-    given = ", ".join(sorted(has)) or "no position_ids or actual_seq_len column"
+    given = ", ".join(sorted(has)) or "no position_ids, actual_seq_len or block mask column"
     return "none", taken, (f"the model config gives no way to pass the pipeline's boundaries "
                            f"(the batches have {given}; [model] inputs = {list(taken)} and construct "
                            f"takes no actual_seq_len): whether the documents leak into each other "
@@ -126,7 +135,7 @@ def _boundary(ctx: Any, rows: list[RealPackedRow]) -> tuple[str, tuple[str, ...]
                            f"to measure it")
 
 
-_ATTR = {"position_ids": "positions", "actual_seq_len": "seq_len"}
+_ATTR = {"position_ids": "positions", "actual_seq_len": "seq_len", "block_mask": "block"}
 
 
 def pipeline_packing(ctx: Any, most_rows: int) -> PipelinePacking:
@@ -203,6 +212,8 @@ def row_arrays(rows: list[RealPackedRow], pad_id: int, label_pad_id: int) -> dic
         if row.seq_len is not None:
             out["actual_seq_len"][i, :len(row.seq_len)] = row.seq_len
         out["attention_mask"][i] = row.mask if row.mask is not None else out["segments"][i] >= 0
+    if all(r.block is not None for r in rows):  # the block mask is what the model is given
+        out["attention_mask"] = np.stack([r.block for r in rows]).astype(np.int32)
     return out
 
 
@@ -235,5 +246,5 @@ def changed_document(rows: list[RealPackedRow], vocab: int, seed: int, index: in
         docs = list(row.docs)
         docs[index] = Document(old.id + "~", [int(x) for x in new], doc_labels)
         out.append(RealPackedRow(docs, row.length, ids=ids, labels=labels, positions=row.positions,
-                                 mask=row.mask, seq_len=row.seq_len, name=row.name))
+                                 mask=row.mask, seq_len=row.seq_len, block=row.block, name=row.name))
     return out

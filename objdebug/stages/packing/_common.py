@@ -169,7 +169,8 @@ class PackingCheck(Check):
         if not found.rows:
             eos = ctx.config.data.eos_id
             return (f"the pipeline's batches ('{found.source}') hold no packed rows: no row of the "
-                    f"{found.rows_read} read has a position_ids restart, an actual_seq_len end or "
+                    f"{found.rows_read} read has a position_ids restart, an actual_seq_len end, a "
+                    f"block-mask boundary or "
                     + (f"an EOS ({eos}) before its last real token" if eos is not None else
                        "an EOS inside it (data.eos_id is not set)"))
         if any(r.labels is None for r in found.rows):
