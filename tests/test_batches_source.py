@@ -59,7 +59,9 @@ def _factories():
             not_iterable=lambda: 3, generator_dataset=_generator_dataset,
             raising_dataset=_raising_dataset, user_dicts=_user_dicts,
             bad_prompt_length=lambda: [{"input_ids": np.ones((2, 4), np.int64),
-                                        "prompt_length": [1, 2, 3]}])
+                                        "prompt_length": [1, 2, 3]}],
+            seq_len=lambda rows=2: [{"input_ids": np.ones((2, 4), np.int64),
+                                     "actual_seq_len": np.tile([2, 4, 4], (rows, 1))}])
     yield
     sys.modules.pop("batchmod_test", None)
 
@@ -168,6 +170,10 @@ def test_mindrecord_in_file_order_batched_or_row_by_row(tmp_path):
     ("not_iterable", {}, ["must return a mindspore.dataset.Dataset", "int"]),
     ("bad_prompt_length", {}, ["batch 1", "column 'prompt_length'", "one number per row (2)", "[1, 3]"]),
     ("hf", {"columns": {"loss_mask": "lm"}}, ["batch 1", "no column 'lm'", "data.columns.loss_mask"]),
+    ("seq_len", {"batches_kwargs": {"rows": 3}},
+     ["batch 1", "column 'actual_seq_len'", "one row of document ends per row (2)", "[3, 3]"]),
+    ("hf", {"columns": {"actual_seq_len": "ends"}}, ["batch 1", "no column 'ends'",
+                                                     "data.columns.actual_seq_len"]),
 ])
 def test_a_bad_source_is_one_line_naming_source_batch_and_column(name, kw, words):
     with pytest.raises(InputError) as err:
@@ -176,6 +182,11 @@ def test_a_bad_source_is_one_line_naming_source_batch_and_column(name, kw, words
     assert "\n" not in text and ("data.batches" in text or "data.batch_columns" in text)
     for word in words:
         assert word in text, (word, text)
+
+
+def test_an_actual_seq_len_column_is_read_at_its_own_width():
+    got = read_batches(_spec("seq_len"))
+    assert got.batches[0].columns["actual_seq_len"].tolist() == [[2, 4, 4], [2, 4, 4]]
 
 
 def test_a_bad_jsonl_row_names_its_line(tmp_path):

@@ -458,6 +458,8 @@ BATCH_COLUMNS = ("input_ids", "labels", "attention_mask", "position_ids")  # rea
 # where a row's prompt ends, when the pipeline says: a per-position mask of the trained labels, or
 # one number per row (the prompt's length from the first real token, or the answer's first index)
 BOUNDARY_COLUMNS = ("loss_mask", "prompt_length", "response_start")
+# where a packed row's documents end, MindFormers' convention: cumulative ends, [rows, any width]
+SEQ_LEN_COLUMN = "actual_seq_len"
 BATCH_FILES = (".jsonl", ".mindrecord")
 
 
@@ -485,9 +487,9 @@ def _validate_batches(d: DataSpec, src: _Sources) -> None:
         raise bad("batch_columns", "a list of distinct column names (a tuple batch's elements in "
                   "order)", d.batch_columns)
     if not isinstance(d.columns, dict) or not all(
-            k in BATCH_COLUMNS + BOUNDARY_COLUMNS and isinstance(v, str) and v
+            k in BATCH_COLUMNS + BOUNDARY_COLUMNS + (SEQ_LEN_COLUMN,) and isinstance(v, str) and v
             for k, v in d.columns.items()):
-        raise bad("columns", f"a table from {list(BATCH_COLUMNS + BOUNDARY_COLUMNS)} to the pipeline's column names "
+        raise bad("columns", f"a table from {list(BATCH_COLUMNS + BOUNDARY_COLUMNS + (SEQ_LEN_COLUMN,))} to the pipeline's column names "
                   "(e.g. {input_ids = \"tokens\"})", d.columns)
     if d.batch_size is not None:
         _check_type(d.batch_size, int, "data.batch_size", src)

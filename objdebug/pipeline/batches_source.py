@@ -10,6 +10,11 @@ Three sources:
 - a pre-tokenized `.jsonl` of `{"input_ids", "labels"?, "attention_mask"?, "position_ids"?}` rows:
   each row a batch of one, exactly as written.
 
+An `actual_seq_len` column (a packed row's cumulative document ends, MindFormers' convention) is
+read too, `[rows, any width]`, and an `attention_mask` of `[rows, (1,) length, length]` is a packed
+row's block mask (`block_mask`, 1 = attend, read from its diagonal): the packing stage finds the
+documents of packed rows from them.
+
 Columns are found by name (`[data] columns` maps our name to the pipeline's), at most
 `[data] max_batches` batches are pulled, and the batches are kept as they are: no re-padding,
 no re-labelling, no re-shifting. A source that raises, a missing column, ragged rows inside a
@@ -28,7 +33,8 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from objdebug.core.config import BATCH_COLUMNS, BOUNDARY_COLUMNS, DataSpec, batches_file
+from objdebug.core.config import (BATCH_COLUMNS, BOUNDARY_COLUMNS, SEQ_LEN_COLUMN, DataSpec,
+                                  batches_file)
 from objdebug.core.errors import InputError
 
 ROW_COLUMNS = ("prompt_length", "response_start")  # one number per row
@@ -218,6 +224,11 @@ def _batch(element: Any, k: int, data: DataSpec, source: str) -> RealBatch:
                 raise InputError(f"For '{_KEY}', {where} has no column '{theirs}' ({how}); its "
                                  f"columns are {sorted(map(str, element))}.")
             continue
+        if ours == "attention_mask":
+            block = _block_mask(element[theirs], theirs, where)
+            if block is not None:  # a packed row's block-diagonal mask: the packing stage reads it
+                columns[BLOCK_MASK] = block
+                continue
         columns[ours] = _column(element[theirs], ours, theirs, where)
     rows, length = columns["input_ids"].shape
     for ours in BOUNDARY_COLUMNS:  # optional: where each row's prompt ends, when the pipeline says
@@ -228,8 +239,23 @@ def _batch(element: Any, k: int, data: DataSpec, source: str) -> RealBatch:
         if theirs in element:
             value = _column(element[theirs], ours, theirs, where)
             columns[ours] = value.reshape(-1) if ours in ROW_COLUMNS and value.size == rows else value
+    theirs = data.columns.get(SEQ_LEN_COLUMN, SEQ_LEN_COLUMN)
+    if theirs in element:  # optional: a packed row's cumulative document ends, any number of them
+        columns[SEQ_LEN_COLUMN] = _column(element[theirs], SEQ_LEN_COLUMN, theirs, where)
+    elif SEQ_LEN_COLUMN in data.columns:
+        raise InputError(f"For '{_KEY}', {where} has no column '{theirs}' (data.columns."
+                         f"{SEQ_LEN_COLUMN}); its columns are {sorted(map(str, element))}.")
     for ours, value in columns.items():
-        if ours in ROW_COLUMNS:
+        if ours == BLOCK_MASK:
+            if value.shape[0] != rows or value.shape[-2:] != (length, length):
+                raise InputError(f"For '{_KEY}', {where}, column '{data.columns.get('attention_mask', 'attention_mask')}' "
+                                 f"is a block mask of shape {list(value.shape)}, but the input ids "
+                                 f"have {[rows, length]}: it must be [{rows}, (1,) {length}, {length}].")
+        elif ours == SEQ_LEN_COLUMN:
+            if value.shape[0] != rows:
+                raise InputError(f"For '{_KEY}', {where}, column '{theirs}' must hold one row of "
+                                 f"document ends per row ({rows}), but has shape {list(value.shape)}.")
+        elif ours in ROW_COLUMNS:
             if value.shape != (rows,):
                 raise InputError(f"For '{_KEY}', {where}, column '{data.columns.get(ours, ours)}' "
                                  f"must hold one number per row ({rows}), but has shape "
@@ -238,6 +264,29 @@ def _batch(element: Any, k: int, data: DataSpec, source: str) -> RealBatch:
             raise InputError(f"For '{_KEY}', {where}, column '{data.columns.get(ours, ours)}' has "
                              f"shape {list(value.shape)}, but the input ids have {[rows, length]}.")
     return RealBatch(k, columns)
+
+
+# a 3-D / 4-D attention mask ([B, T, T] / [B, 1, T, T]: which key each query sees) is a packed
+# row's block-diagonal mask, kept under this name (the padding is then read from the pad run)
+BLOCK_MASK = "block_mask"
+
+
+def _block_mask(value: Any, theirs: str, where: str) -> np.ndarray | None:
+    """The mask as int64 with 1 = attend when it is [B, T, T] or [B, 1, T, T] (what a 1 means
+    read from the diagonal: a position always sees itself), else None (a 2-D padding mask)."""
+    if hasattr(value, "asnumpy"):
+        value = value.asnumpy()
+    array = np.asarray(value) if not isinstance(value, np.ndarray) else value
+    if array.dtype == object or array.ndim not in (3, 4):
+        return None
+    if array.ndim == 4 and array.shape[1] != 1 or array.dtype.kind not in "biuf":
+        raise InputError(f"For '{_KEY}', {where}, column '{theirs}' must be [batch, length] or a "
+                         f"block mask [batch, (1,) length, length] of 0/1, but has shape "
+                         f"{list(array.shape)} and dtype {array.dtype}.")
+    ones = array != 0
+    diagonal = np.diagonal(ones.reshape((ones.shape[0], *ones.shape[-2:])), axis1=1, axis2=2)
+    attend = ones if diagonal.mean() >= 0.5 else ~ones
+    return attend.astype(np.int64)
 
 
 def _column(value: Any, ours: str, theirs: str, where: str) -> np.ndarray:

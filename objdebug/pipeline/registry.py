@@ -43,22 +43,27 @@ REGISTRY: tuple[Stage, ...] = (
           scores_rows=True),
     Stage("preference", "Preference objectives (DPO, IPO, SimPO, hinge) on real pairs: zero point, symmetry, direction, masking, length, settings, agreement."),
     Stage("stress", "Long inputs, all-padding, garbage ids, fp16, padding invariance.", scores_rows=True),
-    Stage("packing", "Packed sequences (only with a packing section in the config): document isolation, same loss as unpacked, boundary labels, token weighting.",
+    Stage("packing", "Packed sequences (only with a packing section in the config, or on the packed rows of data.batches): document isolation, same loss as unpacked, boundary labels, token weighting.",
           scores_rows=True),
 )
 STAGES = tuple(s.name for s in REGISTRY)  # pipeline order
 # stages that run only when the target asks for them (a config section); a run that names no
 # stages gets them only then, so a target without the section reports exactly what it did before
 # (the config key that switches a stage on: a section, or a dotted section.key)
-OPT_IN = {"batches": "data.batches", "packing": "packing"}
+# (packing also runs on the pipeline's own batches: their packed rows, found from the batches'
+# boundaries, measured as the pipeline packs them; it skips, saying why, where they hold none)
+OPT_IN = {"batches": ("data.batches",), "packing": ("packing", "data.batches")}
 
 
 def opted_in(config, name: str) -> bool:
-    """Whether the target sets the key that switches the opt-in stage `name` on."""
-    value = config
-    for part in OPT_IN[name].split("."):
-        value = getattr(value, part, None)
-    return value is not None
+    """Whether the target sets a key that switches the opt-in stage `name` on."""
+    for key in OPT_IN[name]:
+        value = config
+        for part in key.split("."):
+            value = getattr(value, part, None)
+        if value is not None:
+            return True
+    return False
 
 
 def scores_rows(names) -> bool:
@@ -87,8 +92,9 @@ def stage_skip_reason(config, name: str) -> str | None:
         return ("no [data] batches: the batches stage audits the pipeline's real batches and runs "
                 "only when the target names them (docs/config.md)")
     if name in OPT_IN and not opted_in(config, name):
-        return (f"no [{OPT_IN[name]}] section: the {name} stage checks how the pipeline packs "
-                f"documents and runs only when the target describes it (docs/config.md)")
+        return (f"no [{name}] section and no [data] batches: the {name} stage checks how the "
+                f"pipeline packs documents and runs only when the target describes it or names "
+                f"its batches (docs/config.md)")
     if name != "preference" and config.objective.call in PREFERENCE_CALLS:
         return (f"[objective] call = \"{config.objective.call}\": the objective takes preference pairs, "
                 f"not (logits, labels); the {name} stage needs a cross-entropy-style objective "

@@ -60,6 +60,10 @@ class PackedMeasurement:
     moved: list = field(default_factory=list)
     alone_moved: np.ndarray | None = None
     own_moved: np.ndarray | None = None  # float64[R, T] with every document's first token changed
+    labels: str = "document"           # how the rows are labelled: [packing] labels, or "the pipeline's"
+    separator: int | None = None       # the id closing each document (None: none)
+    origin: str = ""                   # where the rows come from, when not objdebug's own packing
+    resets: tuple[int, int] | None = None  # the pipeline's rows: (boundaries whose position_ids restart, boundaries)
 
 
 def log_probs(logits: np.ndarray) -> np.ndarray:
@@ -124,6 +128,8 @@ def preflight(ctx) -> None:
     which the runner calls before any stage, and again from the measurement): an InputError (exit 2)
     naming the key, where the checks would otherwise crash one by one (4 ERRORs from Gather)."""
     cfg = ctx.config
+    if cfg.packing is None:  # the pipeline's own packed rows: nothing declared to check
+        return
     sep = separator_id(cfg)
     if sep is not None:
         vocab = ctx.engine.vocab_size()
@@ -139,18 +145,47 @@ def preflight(ctx) -> None:
 
 
 class PackingCheck(Check):
-    """A packing check: its `prepare` runs the stage's `preflight` before any stage starts."""
+    """A packing check: its `prepare` runs the stage's `preflight` before any stage starts.
+    Without `[packing]` (the stage runs for `[data] batches`) it measures the pipeline's own
+    packed rows, and skips, saying why, where the batches hold none."""
+
+    # a check that reads what the model makes of the boundaries (OBJ901, OBJ902): it skips where
+    # the model cannot be given the pipeline's boundaries
+    needs_boundary = False
 
     def prepare(self, ctx, th) -> None:
-        preflight(ctx)
+        if ctx.config.packing is not None:
+            preflight(ctx)
+
+    def skip_reason(self, ctx) -> str | None:
+        if ctx.config.packing is not None:
+            return None
+        from objdebug.pipeline import packed_batches as pb
+
+        if ctx.config.end_to_end:
+            return ("the end-to-end form has no logits: the packing checks need the model's logits "
+                    "on the pipeline's packed rows")
+        found = pb.pipeline_packing(ctx, int(ctx.profile.section("packing")["rows"]))
+        if not found.rows:
+            eos = ctx.config.data.eos_id
+            return (f"the pipeline's batches ('{found.source}') hold no packed rows: no row of the "
+                    f"{found.rows_read} read has a position_ids restart, an actual_seq_len end, a "
+                    f"block-mask boundary or "
+                    + (f"an EOS ({eos}) before its last real token" if eos is not None else
+                       "an EOS inside it (data.eos_id is not set)"))
+        if any(r.labels is None for r in found.rows):
+            return (f"the pipeline's batches ('{found.source}') have no labels column: nothing "
+                    f"trained to measure on its packed rows")
+        if self.needs_boundary and found.no_boundary:
+            return found.no_boundary
+        return None
 
 
 def _measure(ctx, th) -> PackedMeasurement:
-    from objdebug.engine.gradients import GradientProbe
-    from objdebug.engine.packed_call import packed_logits
-
+    """Rows objdebug packs as `[packing]` declares, else the pipeline's own packed rows."""
+    if ctx.config.packing is None:
+        return _measure_pipeline(ctx, th)
     cfg, engine = ctx.config, ctx.engine
-    pad = cfg.data.label_pad_id
     per_row = cfg.packing.documents
     preflight(ctx)  # a run without prepare (a check called alone) meets the same input errors
     docs = documents(ctx)[:int(th["rows"]) * per_row]
@@ -163,10 +198,45 @@ def _measure(ctx, th) -> PackedMeasurement:
     length = engine.bucket(longest)
     rows = [PackedRow(r.docs, length) for r in rows]
     batch = _filled(rows, engine.batch_size)
-    inputs = packed_inputs(cfg)
+    vocab, seed = engine.vocab_size(), int(th["seed"])
+    return _measure_rows(ctx, rows, batch, row_arrays(batch, cfg), packed_inputs(cfg),
+                         cfg.packing.boundary,
+                         lambda c: row_arrays(changed_document(batch, cfg, vocab, seed + c, c), cfg))
+
+
+def _measure_pipeline(ctx, th) -> PackedMeasurement:
+    """The pipeline's own packed rows (`[data] batches`, `pipeline.packed_batches`): its ids,
+    labels and boundary inputs as it made them, at its own length."""
+    from objdebug.pipeline import packed_batches as pb
+
+    cfg, engine = ctx.config, ctx.engine
+    found = pb.pipeline_packing(ctx, int(th["rows"]))
+    batch = _filled(found.rows, engine.batch_size)
+    d = cfg.data
+    vocab, seed = engine.vocab_size(), int(th["seed"])
+    m = _measure_rows(ctx, found.rows, batch, pb.row_arrays(batch, d.pad_id, d.label_pad_id),
+                      found.inputs, found.boundary,
+                      lambda c: pb.row_arrays(pb.changed_document(batch, vocab, seed + c, c, d.eos_id),
+                                              d.pad_id, d.label_pad_id))
+    m.labels = "the pipeline's"
+    m.separator = d.eos_id if all(r.docs[0].ids[-1] == d.eos_id for r in found.rows) else None
+    m.origin = found.describe()
+    m.resets = found.resets if found.boundary == "position_ids" else None
+    return m
+
+
+def _measure_rows(ctx, rows, batch, arrays, inputs, boundary, changed_of) -> PackedMeasurement:
+    """The measurement on packed `rows` (`batch`: them filled to the engine's batch size, as
+    `arrays`); `changed_of(c)`: the batch's arrays with document c of every row changed."""
+    from objdebug.engine.gradients import GradientProbe
+    from objdebug.engine.packed_call import packed_logits
+
+    engine = ctx.engine
+    pad = ctx.config.data.label_pad_id
+    per_row = len(rows[0].docs)
+    length = rows[0].length
     vocab = engine.vocab_size()
-    arrays = row_arrays(batch, cfg)
-    changed = row_arrays(changed_document(batch, cfg, vocab, int(th["seed"]), 0), cfg)
+    changed = changed_of(0)
     logits = packed_logits(engine, inputs, arrays)
     logits_changed = packed_logits(engine, inputs, changed)
     n = len(rows)
@@ -174,8 +244,7 @@ def _measure(ctx, th) -> PackedMeasurement:
     # of which other documents each change reaches
     moved = [_moved(logits[:n], logits_changed[:n])]
     for c in range(1, per_row - 1):
-        other = row_arrays(changed_document(batch, cfg, vocab, int(th["seed"]) + c, c), cfg)
-        moved.append(_moved(logits[:n], packed_logits(engine, inputs, other)[:n]))
+        moved.append(_moved(logits[:n], packed_logits(engine, inputs, changed_of(c))[:n]))
     # every document's first token changed (nothing else): which positions of a document see its
     # first position, the side of a boundary a leak into the other documents does not show
     firsts = dict(arrays, input_ids=arrays["input_ids"].copy())
@@ -232,10 +301,12 @@ def _measure(ctx, th) -> PackedMeasurement:
     starts = np.cumsum([0] + [len(r.docs) for r in rows])
     tok = [loss_alone_rows[starts[i % n] + k] for i, r in enumerate(batch) for k in range(len(r.docs))]
     refs = _references(tok, batch)
-    return PackedMeasurement(cfg.packing.boundary, inputs, rows, length, arrays, changed, loss,
+    cfg = ctx.config
+    return PackedMeasurement(boundary, tuple(inputs), rows, length, arrays, changed, loss,
                              loss_changed, loss_alone, grad[:n], grad_changed[:n], sq[:n],
                              float(packed_out[0]), float(unpacked_out[0]), refs, moved, alone_moved,
-                             own_moved)
+                             own_moved, labels=cfg.packing.labels if cfg.packing else "",
+                             separator=separator_id(cfg) if cfg.packing else None)
 
 
 def _index(batch: list[PackedRow], i: int, k: int) -> int:

@@ -1,5 +1,9 @@
 """OBJ903 boundary labels: which positions train at each document boundary.
 
+On `[packing]` rows or, without that section, on the pipeline's own packed rows (`[data] batches`)
+with its own labels: a packer that labels a document's last token with the next document's first
+token fails here.
+
 The logit gradient of the user's objective on the packed batch (labels built as `[packing] labels`
 says) shows what trains, whatever the label convention (shifted labels, or an objective that
 shifts itself): a position trains when its logit gradient is non-zero, toward the token whose
@@ -16,7 +20,6 @@ from typing import Any
 
 import numpy as np
 
-from objdebug.engine.packing import separator_id
 from objdebug.core.findings import Condition, Verdict, listing
 from objdebug.core.settings import Settings
 from objdebug.stages.packing._common import PackingCheck, measurement
@@ -28,7 +31,7 @@ class PackingBoundaryLabels(PackingCheck):
 
     def measure(self, ctx, th: Settings) -> dict[str, Any]:
         m = measurement(ctx, th)
-        sep = separator_id(ctx.config)
+        sep = m.separator
         ids = m.arrays["input_ids"]
         bounds = []
         for i, row in enumerate(m.rows):
@@ -45,15 +48,18 @@ class PackingBoundaryLabels(PackingCheck):
                                "last_position": last, "next_first_token": int(ids[i, start]),
                                "trained": trained, "crosses": bool(crossing),
                                "crossing_target": crossing[0]["target"] if crossing else None})
-        return {"separator": sep, "labels": ctx.config.packing.labels, "boundaries": bounds,
-                "crossing": sum(b["crosses"] for b in bounds)}
+        return {"separator": sep, "labels": m.labels, "boundaries": bounds,
+                "crossing": sum(b["crosses"] for b in bounds), "origin": m.origin}
 
     def conditions(self, th: Settings) -> list[Condition]:
         def judge(v):
             b0 = v["boundaries"][0]
             shown = ", ".join(f"{p['position']}->{p['target']}" for p in b0["trained"]) or "none"
             sep = "no separator" if v["separator"] is None else f"separator {v['separator']}"
-            what = (f"{len(v['boundaries'])} boundaries ({sep}, labels = \"{v['labels']}\"); at "
+            labels = ("the pipeline's labels" if v["labels"] == "the pipeline's"
+                      else f"labels = \"{v['labels']}\"")
+            what = (v.get("origin") and v["origin"] + ": " or "") + (
+                    f"{len(v['boundaries'])} boundaries ({sep}, {labels}); at "
                     f"'{b0['from']}' -> '{b0['to']}' (row {b0['row']}) the positions that train "
                     f"around the boundary: {shown} (position->target)")
             if not v["crossing"]:

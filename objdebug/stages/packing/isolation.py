@@ -47,6 +47,7 @@ ADVICE = {
 class PackingIsolation(PackingCheck):
     name = "packing-isolation"
     stage = "packing"
+    needs_boundary = True
 
     def measure(self, ctx, th: Settings) -> dict[str, Any]:
         m = measurement(ctx, th)
@@ -71,13 +72,15 @@ class PackingIsolation(PackingCheck):
                 "rows": len(m.rows), "documents_per_row": len(m.rows[0].docs), "documents": docs,
                 "max_loss_diff": max(d["loss_diff"] for d in docs),
                 "max_grad_rel_diff": max(d["grad_rel_diff"] for d in docs),
-                "first_document_change": max(changed)}
+                "first_document_change": max(changed), "origin": m.origin,
+                "resets": list(m.resets) if m.resets else None}
 
     def conditions(self, th: Settings) -> list[Condition]:
         tol, gtol = float(th["isolation_tolerance"]), float(th["gradient_rtol"])
 
         def judge(v):
-            what = (f"{v['rows']} packed row(s) of {v['documents_per_row']} documents ({v['length']} "
+            what = (v.get("origin") and v["origin"] + "; " or "") + (
+                    f"{v['rows']} packed row(s) of {v['documents_per_row']} documents ({v['length']} "
                     f"tokens, boundary = \"{v['boundary']}\"): changing each row's first document "
                     f"(its own per-token losses moved by up to {v['first_document_change']:.3g}) moves "
                     f"the later documents' per-token losses by up to {v['max_loss_diff']:.3g} nats "
@@ -97,19 +100,25 @@ class PackingIsolation(PackingCheck):
                 # and still says where the model puts the boundary (OBJ902 reads it too)
                 return (Verdict.PASS, what + "; the scored tokens of the later documents do not "
                         f"move, their predictions at unscored positions do - {where}"
-                        + _cause(pat, v["boundary"]), v["max_loss_diff"])
+                        + _cause(pat, v["boundary"], v.get("resets")), v["max_loss_diff"])
             worst = max(leaks, key=lambda d: d["loss_diff"])
             named = listing([f"'{d['document']}' (row {d['row']}, after '{d['changed']}': "
                              f"{d['loss_diff']:.3g})" for d in leaks], 4)
             return (Verdict.FAIL, what + f"; packing leaks into {len(leaks)} of "
                     f"{len(v['documents'])} documents: {named}, worst '{worst['document']}'; "
-                    f"{where}" + _cause(pat, v["boundary"]), v["max_loss_diff"])
+                    f"{where}" + _cause(pat, v["boundary"], v.get("resets")), v["max_loss_diff"])
 
         return [Condition("OBJ901", f"packed_documents_isolated_within_{tol}", judge)]
 
 
-def _cause(pat: dict, boundary: str) -> str:
+def _cause(pat: dict, boundary: str, resets: list[int] | None = None) -> str:
     """The cause the position-by-position pattern supports, or none named."""
+    if resets and resets[0] < resets[1] and pat["kind"] != "none":
+        # the pipeline's own positions: what it gives the model is no boundary at all
+        return (f"; the pipeline's position_ids restart at only {resets[0]} of the {resets[1]} "
+                f"document boundaries it packs (they run on across the others): the model is given "
+                f"no boundary there; reset position_ids at every document in the packer (or pass a "
+                f"block mask / actual_seq_len)")
     if pat["kind"] == "late":
         return "; so " + late_cause(pat, boundary)
     if pat["kind"] == "crosses":

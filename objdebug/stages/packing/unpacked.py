@@ -33,6 +33,7 @@ from objdebug.stages.packing._reach import (cut, cut_cause, cut_text, late_cause
 class PackingUnpacked(PackingCheck):
     name = "packing-unpacked"
     stage = "packing"
+    needs_boundary = True
 
     def measure(self, ctx, th: Settings) -> dict[str, Any]:
         m = measurement(ctx, th)
@@ -58,13 +59,15 @@ class PackingUnpacked(PackingCheck):
                 "later_max_diff": max(later) if later else 0.0,
                 "position_ids": "position_ids" in m.inputs, "inputs": list(m.inputs),
                 "reaches": found, "pattern": pattern(found, m),
-                "cut": cut(m, float(th["isolation_tolerance"]))}
+                "cut": cut(m, float(th["isolation_tolerance"])), "origin": m.origin,
+                "resets": list(m.resets) if m.resets else None}
 
     def conditions(self, th: Settings) -> list[Condition]:
         tol = float(th["unpacked_tolerance"])
 
         def judge(v):
-            what = (f"{len(v['documents'])} documents: per-token losses packed vs alone differ by up "
+            what = (v.get("origin") and v["origin"] + "; " or "") + (
+                    f"{len(v['documents'])} documents: per-token losses packed vs alone differ by up "
                     f"to {v['max_diff']:.3g} nats (tolerance {tol:.0e}; first in a row "
                     f"{v['first_max_diff']:.3g}, at an offset {v['later_max_diff']:.3g})")
             bad = [d for d in v["documents"] if d["diff"] > tol]
@@ -81,7 +84,13 @@ class PackingUnpacked(PackingCheck):
             if own["kind"] == "cut":
                 reach += "; " + cut_text(own)
             late = pat["kind"] == "late" and own.get("positions", pat["positions"]) == pat["positions"]
-            if v["first_max_diff"] > tol:
+            resets = v.get("resets")
+            if resets and resets[0] < resets[1]:
+                why = (f"the pipeline's position_ids restart at only {resets[0]} of the {resets[1]} "
+                       f"document boundaries it packs: each later document is positioned after, "
+                       f"and {'attends to' if pat['kind'] != 'none' else 'is placed after'} the one "
+                       f"before; reset position_ids at every document in the packer")
+            elif v["first_max_diff"] > tol:
                 why = "even a row's first document differs: the packed call itself changes the model's output"
             elif late:
                 why = "only documents at an offset differ: " + late_cause(pat, v["boundary"])
