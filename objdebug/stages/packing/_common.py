@@ -8,7 +8,7 @@ Every number comes from MindSpore graphs:
 - `packing.model` (the user's model through `PackedModelCall`) on the packed rows, and again with
   each row's first document's tokens replaced;
 - `model.forward` (the unpacked path every other stage uses) on each document alone;
-- `objective.per_sample` (the engine's per-sample objective graph) for per-token losses: the
+- `objective.forward` (the engine's per-row objective graph) for per-token losses: the
   user's objective on rows where exactly one position is labelled, so each value is what the
   objective itself charges for that token (its own masking and reduction; no loss re-implemented,
   no `reduction='none'` needed);
@@ -97,11 +97,10 @@ def per_token(engine, logits: np.ndarray, labels: np.ndarray, label_pad_id: int)
     where = np.argwhere(labels != label_pad_id)
     size = engine.batch_size
     for k in range(0, len(where), size):
-        chunk = where[k:k + size]
-        picks = np.concatenate([chunk, np.repeat(chunk[-1:], size - len(chunk), 0)])
-        x = logits[picks[:, 0]]
-        single = np.full((size, labels.shape[1]), label_pad_id, np.int32)
-        single[np.arange(size), picks[:, 1]] = labels[picks[:, 0], picks[:, 1]]
+        chunk = where[k:k + size]  # rows of any count: the per-row objective graph is dynamic
+        x = logits[chunk[:, 0]]
+        single = np.full((len(chunk), labels.shape[1]), label_pad_id, np.int32)
+        single[np.arange(len(chunk)), chunk[:, 1]] = labels[chunk[:, 0], chunk[:, 1]]
         vals = engine.per_sample_of(ms.Tensor(x, ms.float32), ms.Tensor(single, ms.int32)).asnumpy()
         out[chunk[:, 0], chunk[:, 1]] = vals[:len(chunk), 0]
     return out

@@ -13,7 +13,7 @@ supports one: a leak into the first position(s) after each boundary and nowhere 
 boundary read late (whatever its form), a leak through the whole next document is an attention
 that does not apply the boundary (the advice by boundary form below).
 
-Graphs: `packing.model`, `objective.per_sample`, `objective.logit_grad` (see `_common.py`).
+Graphs: `packing.model`, `objective.forward`, `objective.logit_grad` (see `_common.py`).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ cause is named only where that supports it: no reach at any position and a row's
 documents as alone = positions not reset; a reach into the first position(s) after each boundary
 only = a boundary read late; a reach through the next document = attention crossing it.
 
-Graphs: `packing.model`, `model.forward`, `objective.per_sample`.
+Graphs: `packing.model`, `model.forward`, `objective.forward`.
 """
 
 from __future__ import annotations

@@ -21,11 +21,12 @@ What the probes cost (docs/performance.md): a MindSpore call that raises returns
 later call, so the engine drops a graph that raised (`Engine.retire`) and compiles it again if it
 is called again. The probes therefore run on graphs the run compiled already, on the batch
 shapes those graphs have: the input probes on the random batch [B, T] through `model.forward` +
-`objective.per_sample` (the loss of row 0), then through the dynamic parameter-gradient graph
-`objective.param_grad` on row 0; the label probes (split form; labels reach only the objective, so
-the label facts are the same) on the model's logits of such a batch through `objective.per_sample`,
-then through the dynamic `objective.logit_grad`. A probe that is rejected moves the next probe of
-its path to the next graph, so no probe compiles a graph; the check runs last in the stage, so no
+`objective.forward` (the loss of row 0), then, where the parameter gradient goes through the
+model's VJP, through `model.vjp` on row 0 (its own forward's logits scored by the objective; else
+the fused `objective.param_grad`); the label probes (split form; labels reach only the objective,
+so the label facts are the same) on the model's logits of such a batch through
+`objective.forward`, then through the dynamic `objective.logit_grad`. A probe that is rejected
+moves the next probe of its path to the next graph, so no probe compiles a graph; the check runs last in the stage, so no
 later check pays for a dropped graph either (one that did would compile it again: its result is
 never affected, only the compile count). Raising calls in parallel threads mix up their error
 messages (MindSpore keeps one pending error per process), so they run one at a time. One raising
