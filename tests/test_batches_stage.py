@@ -9,9 +9,11 @@ real Context on the tiny model, the batches swapped per case (the objective's gr
 
 from __future__ import annotations
 
+import re
 import sys
 import types
 from dataclasses import replace
+from html import unescape
 
 import numpy as np
 import pytest
@@ -309,6 +311,60 @@ def test_show_on_the_command_line(tmp_path):
     assert out.exit_code == 0, out.output
     assert "[padding]" in out.output and "1 of 16 rows read shown" in out.output
     assert "[wrong-label]⟨" not in out.output
+
+
+def test_the_html_report_shows_the_rows_as_show_marks_them(tmp_path):
+    """The seed bug's rows in the HTML report: the view `--show` prints (OBJ014's measured value,
+    not a second computation), coloured per class, with the legend; `objdebug render` keeps it."""
+    import json
+    import re
+    from html import unescape
+
+    from typer.testing import CliRunner
+
+    from objdebug.cli import app
+    from objdebug.report.batch_rows import LEGEND
+
+    cfg = TARGETS / "batches_pad_zero" / "objdebug.toml"
+    out = CliRunner().invoke(app, ["batches", "-c", str(cfg), "--no-cache", "--json", str(tmp_path / "r.json"),
+                                   "--html", str(tmp_path / "html")])
+    assert out.exit_code == 1, out.output  # OBJ010 fails
+    report = json.loads((tmp_path / "r.json").read_text())
+    (view,) = [r["value"]["rows_view"] for r in report["results"] if r["check"] == "batch-supervision"]
+    assert len(view["rows"]) == 4 and view["total"] == 16  # [batches] report_rows
+    page = (tmp_path / "html" / "index.html").read_text()
+    assert "Rows of the pipeline's batches" in page and all(unescape(t) in unescape(page) for t in LEGEND.values())
+    assert ('<span class="tok-wrong-label"><span class="tag">[wrong-label]</span>⟨0⟩→0×10 </span>'
+            in unescape(page))  # the seed bug: labels 0 on the padding, trained
+    shown = CliRunner().invoke(app, ["batches", "-c", str(cfg), "--show", "4"], env={"COLUMNS": "1000"}).output
+    for row in view["rows"]:  # the same rows, text for text, as the terminal prints them
+        i = page.index(f"<h4>{row['title']}</h4>")
+        html_text = unescape(re.sub(r"<[^>]+>", "", page[i:page.index("</div>", i)].split("</h4>", 1)[1]))
+        assert f"{row['title']}\n  {html_text}\n" in shown, (html_text, shown)
+    CliRunner().invoke(app, ["render", str(tmp_path / "r.json"), "--html", str(tmp_path / "again")])
+    assert (tmp_path / "again" / "index.html").read_text() == page
+
+
+def test_a_512_token_row_fits_one_screen_in_the_html_report(ctx):
+    """Wrapped, not scrolled: the row's text (tags included) stays within some 25 lines of the
+    report's width (1100 px at .85em monospace: ~125 characters a line)."""
+    from objdebug.report import batch_rows, html
+    from objdebug.stages.batches.audit import audit
+    from objdebug.stages.batches.show import decoder, view
+
+    text = list(b"question: what is the tallest mountain on earth? answer: ") * 9
+    ids = np.array([text[:512]], np.int64)
+    labels = np.concatenate([ids[:, 1:], np.full((1, 1), -100)], axis=1)
+    labels[0, :57] = -100  # the prompt (and the last position: no next token)
+    _judge(ctx, [{"input_ids": ids, "labels": labels, "attention_mask": np.ones_like(ids)}])
+    shown = view(audit(ctx, ctx.profile.section("batches")), 1, decoder(ctx.config))
+    (row,) = shown["rows"]
+    assert row["title"].startswith("batch 1 row 0: 512 positions — 454 trained, 58 ignored")
+    page = batch_rows.html(shown)
+    visible = re.sub(r"<[^>]+>", "", page[page.index('<div class="tokens">'):page.index("</div>")])
+    assert len(unescape(visible)) <= 25 * 125, len(visible)
+    assert "white-space:pre-wrap;overflow-wrap:anywhere" in html.render(
+        {"results": [], "versions": {}, "summary": {}}, figures=[])
 
 
 def test_show_needs_batches_and_a_positive_count():

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -78,5 +79,5 @@ def test_demo_align_as_a_real_subprocess(tmp_path):
                            str(tmp_path / "r.json")], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "PASSED" in proc.stdout and "OBJ101" in proc.stdout
+    assert "PASSED" in proc.stdout and re.search(r"^align +\d+ pass", proc.stdout, re.M), proc.stdout
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]  # no MindSpore droppings

@@ -9,6 +9,7 @@ from objdebug.core.errors import InputError
 from objdebug.pipeline.profile import builtin_profiles, code_selected, load_profile
 
 from .conftest import TARGETS
+from .doc_snippets import ecosystem_snippets, section_blocks
 
 
 def test_demo_config_resolves_paths():
@@ -125,3 +126,30 @@ def test_profile_gate_keys_are_validated(tmp_path, text, message):
     with pytest.raises(InputError) as err:
         load_profile(str(path))
     assert message in str(err.value) and str(path) in str(err.value)
+
+
+# --------------------------------------------------------------------------- docs/config.md's library snippets
+LIBRARY_SECTION = "### Models from MindFormers and HF-style ports"
+
+
+def test_every_library_snippet_of_the_docs_is_marked_and_loads_as_a_config(tmp_path):
+    """docs/config.md's MindFormers / HF-style snippets: each marked (the ecosystem test runs it on
+    the real library, tests/test_ecosystem_real.py) and each a valid config whose factories exist."""
+    import importlib.util
+
+    snippets = ecosystem_snippets()
+    assert sorted(snippets.values()) == sorted(section_blocks(LIBRARY_SECTION)), \
+        "every ```toml block of the section carries an `<!-- ecosystem snippet: NAME -->` marker"
+    assert {"mindone-model", "mindformers-model", "mindone-own-loss", "mindformers-own-loss"} <= set(snippets)
+    for name, text in snippets.items():
+        path = tmp_path / name / "objdebug.toml"
+        path.parent.mkdir()
+        path.write_text(text, encoding="utf-8")
+        cfg = load_config(path)
+        assert Path(cfg.data.align) == path.parent / "align.jsonl", name
+        for spec in (cfg.model, cfg.objective):
+            if spec is not None:
+                module, attr = spec.factory.split(":")
+                found = importlib.util.find_spec(module)  # not imported: the libraries are optional
+                assert found is not None and f"def {attr}" in Path(found.origin).read_text() \
+                    or module.startswith("fixtures.llama"), (name, spec.factory)

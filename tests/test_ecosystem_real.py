@@ -12,19 +12,24 @@ opencv-python-headless astunparse tiktoken setproctitle tensorboardX pybind11 "p
 datasets==4.0.0 multiprocess xxhash` (the requirements its import reaches; datasets 4.0.0 for the
 huggingface_hub that transformers 4.57.1 pins), then run pytest with that venv's python; the
 import stand-in fixtures/ecosystem/hyper_parallel_stub/ is put on sys.path here only.
-Slow: importing mindone takes ~1 minute per process on CPU.
+Also runs every MindFormers / HF-style snippet of docs/config.md as shown (found by its
+`<!-- ecosystem snippet: NAME -->` marker, tests/doc_snippets.py; tests/test_config.py loads the
+same snippets as configs in every CI run). Slow: importing mindone takes ~1 minute per process on
+CPU; the whole module ~25 minutes on 2 shared cores.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
 import pytest
 
 from .conftest import ROOT
+from .doc_snippets import ecosystem_snippets
 
 pytestmark = pytest.mark.ecosystem
 
@@ -136,3 +141,42 @@ def _own_loss(factory, tmp_path):
     assert all(ran.get(code) not in (None, "SKIP") for code in LOGIT_CODES), ran
     assert "OBJ006" not in ran
     assert sorted(p.name for p in tmp_path.iterdir()) == ["objdebug.toml", "r.json"]
+
+
+# --------------------------------------------------------------------------- docs/config.md's snippets
+SNIPPETS = ecosystem_snippets()  # read from the doc at collection: the doc and this test cannot drift
+
+
+def _library(text):
+    return "mindformers_importable" if "real_mindformers" in text else "mindone_importable"
+
+
+def _snippet_dir(tmp_path, name):
+    (tmp_path / "objdebug.toml").write_text(SNIPPETS[name], encoding="utf-8")
+    shutil.copy(ALIGN, tmp_path / "align.jsonl")  # the snippet reads align.jsonl beside it
+
+
+@pytest.mark.parametrize("name", list(SNIPPETS))
+def test_the_docs_snippet_runs_as_shown(name, tmp_path, request):
+    """Each MindFormers / HF-style snippet of docs/config.md, written as shown, under a plain
+    `objdebug run` on the real library: exit 0 or 1, no ERROR, nothing third-party printed."""
+    request.getfixturevalue(_library(SNIPPETS[name]))
+    _snippet_dir(tmp_path, name)
+    res = _cli(["run", "-c", "objdebug.toml", "--no-cache", "--json", "r.json"], tmp_path)
+    print(res.stdout[-4000:])
+    assert res.returncode in (0, 1), res.stdout[-3000:] + res.stderr[-3000:]
+    _quiet(res)
+    found = _findings(tmp_path / "r.json")
+    assert not [f for f in found if f["verdict"] == "ERROR"], [f for f in found if f["verdict"] == "ERROR"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["align.jsonl", "objdebug.toml", "r.json"]
+
+
+@pytest.mark.usefixtures("mindformers_importable")
+def test_the_docs_mindformers_mask_note_holds(tmp_path):
+    """What the MindFormers snippet's comment says: a 2-D attention_mask breaks the model's own
+    [B, 1, T, T] mask (exit 2 naming the 'Add'), which is why the snippet has no `inputs`."""
+    _snippet_dir(tmp_path, "mindformers-model")
+    res = _cli(["run", "-c", "objdebug.toml", "--stages", "align", "--no-cache",
+                "--set", 'model.inputs=["input_ids", "attention_mask"]'], tmp_path)
+    print(res.stdout[-2000:], res.stderr[-2000:])
+    assert res.returncode == 2 and "For 'Add'" in res.stdout + res.stderr

@@ -18,7 +18,7 @@ import pytest
 
 from fixtures.reports_data import TRACEBACK, synthetic_result
 from objdebug.report import html as html_report
-from objdebug.report import json_report, junit, markdown
+from objdebug.report import json_report, junit, markdown, terminal
 from objdebug.report.figures import FIGURES, draw_all
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -53,6 +53,31 @@ def test_junit_golden(report):
 
 def test_markdown_golden(report):
     check_golden("synthetic.md", markdown.render(report))
+
+
+# --------------------------------------------------------------------------- terminal
+def test_terminal_golden(report):
+    check_golden("synthetic.txt", terminal.render(report))
+    check_golden("synthetic.verbose.txt", terminal.render(report, verbose=True))
+
+
+def test_terminal_counts_passes_and_skips_per_stage_and_details_the_rest(report):
+    """pytest / ruff style: a line of counts per stage, FAIL / WARN / ERROR / INFO in full, passes
+    and skips only counted (a real run has some 60 findings); -v: the table of every finding."""
+    text = terminal.render(report)
+    lines = text.splitlines()
+    assert "align      1 pass, 1 warn, 1 fail" in lines and "stress     1 error, 1 skipped" in lines
+    assert "OBJ101" not in text and "OBJ504" not in text  # a pass and a skip: counted, not listed
+    for line in ("WARN OBJ102 [align/alignment]", "FAIL OBJ105 [align/label-pad-masking]",
+                 "ERROR OBJ503 [stress/garbage-ids]"):
+        assert any(x.startswith(line) for x in lines), line
+    assert "4 passes and 1 skip not listed; -v lists every finding (skip reasons included)" in lines
+    assert lines[-1] == "FAILED: 4 pass, 1 warn, 1 fail, 1 error, 1 skipped (exit 1)"
+    verbose = terminal.render(report, verbose=True)
+    rows = [x for x in verbose.splitlines() if re.match(r"\w+ +[\w-]+ +OBJ\d{3} ", x)]
+    assert len(rows) == sum(len(r["findings"]) for r in report["results"]) == 8
+    assert "SKIP OBJ504 [stress/fp16] the model has no fp16 path" in verbose
+    assert "not listed" not in verbose and verbose.splitlines()[-1] == lines[-1]
 
 
 # --------------------------------------------------------------------------- JUnit

@@ -136,7 +136,7 @@ RANGES: dict[str, str | tuple[str, ...]] = {
     "model_state.loss_ratio": TOLERANCE, "model_state.entropy_ratio": TOLERANCE,
     # [batches]
     "batches.masked_tolerance": TOLERANCE, "batches.probe_values": "[0, inf)",
-    "batches.layout_min_share": SHARE, "batches.empty_rows_fail": SHARE,
+    "batches.layout_min_share": SHARE, "batches.empty_rows_fail": SHARE, "batches.report_rows": "[0, inf)",
     # [packing]
     "packing.rows": "[1, inf)", "packing.seed": SEED,
     "packing.isolation_tolerance": TOLERANCE, "packing.gradient_rtol": TOLERANCE,

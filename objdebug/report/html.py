@@ -15,6 +15,7 @@ from objdebug.core.findings import Verdict
 from objdebug.report import (TOP_LISTS, compile_cache_line, findings_with, model_state_line, report_stages, summary_counts,
                              write_atomic)
 from objdebug.report.figures import Drawn, draw_all
+from objdebug.report import batch_rows
 from objdebug.report.contract_table import HEADERS as CONTRACT_HEADERS, contract_tables
 
 FILE_NAME = "index.html"
@@ -34,7 +35,7 @@ figure{margin:1em 0}figure img{max-width:100%;border:1px solid #eee}
 figcaption{font-size:.9em;color:#424242}
 pre{background:#f7f7f7;padding:.6em;overflow-x:auto;font-size:.85em}
 nav a{margin-right:1em}
-"""
+""" + batch_rows.CSS
 
 
 def _badge(verdict: str, text: str | None = None) -> str:
@@ -156,6 +157,8 @@ def render(report: dict[str, Any], figures: list[Drawn] | None = None) -> str:
         for table in contract_tables(report, stage):  # OBJ210: one row's labels at a glance
             parts.append(f"<h3>{escape(table['title'])}</h3>"
                          + _table(CONTRACT_HEADERS, [[escape(str(c)) for c in row] for row in table["rows"]]))
+        if stage == "batches":  # the pipeline's rows token by token, as `objdebug batches --show`
+            parts += [batch_rows.html(view) for view in batch_rows.views(report)]
         parts.append(_errors(results))
         for d in figures:
             if d.stage == stage:

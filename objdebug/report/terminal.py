@@ -1,4 +1,7 @@
-"""Terminal report: a summary table, then the details of whatever did not pass."""
+"""Terminal report, as pytest and ruff print theirs: one line of counts per stage, then every FAIL /
+WARN / ERROR and every note (INFO) in full, then the verdict line. Passes and skips are counted,
+not listed (a run has some 60 findings); `verbose` (`-v`) adds the table of every finding and
+details each one, passes and skip reasons included."""
 
 from __future__ import annotations
 
@@ -58,15 +61,17 @@ def render(report: dict[str, Any], colour: bool = False, verbose: bool = False) 
         lines.append(f"  {model_state_line(report)}")
     for note in target.get("notes", []):  # how the model is called (objdebug/engine/model_inputs.py)
         lines.append(f"  note: {note}")
-    rows = []
-    for res in report["results"]:
-        for f in res["findings"]:
-            rows.append([res["stage"], res["check"], f["code"], _v(f["verdict"], colour), _num(f["value"])])
     lines.append("")
-    lines.append(tabulate(rows, headers=["stage", "check", "code", "verdict", "value"], tablefmt="simple")
-                 if rows else "(no findings)")
+    rows = [[res["stage"], res["check"], f["code"], _v(f["verdict"], colour), _num(f["value"])]
+            for res in report["results"] for f in res["findings"]]
+    if not rows:
+        lines.append("(no findings)")
+    elif verbose:  # every finding, one row each
+        lines.append(tabulate(rows, headers=["stage", "check", "code", "verdict", "value"], tablefmt="simple"))
+    else:
+        lines += stage_counts(report, colour)
     details = [(res, f) for res in report["results"] for f in res["findings"]
-               if verbose or f["verdict"] not in ("PASS",)]
+               if verbose or f["verdict"] in SHOWN]
     if details:
         lines.append("")
         for res, f in details:
@@ -78,9 +83,44 @@ def render(report: dict[str, Any], colour: bool = False, verbose: bool = False) 
     for table in contract_tables(report):  # OBJ210: shown when coverage did not pass, or -v
         if verbose or table["failing"]:
             lines += ["", table["title"], tabulate(table["rows"], headers=CONTRACT_HEADERS, tablefmt="simple")]
+    if not verbose and (unlisted := _unlisted(report)):
+        lines += ["", f"{unlisted} not listed; -v lists every finding (skip reasons included)"]
     lines.append("")
     lines.append(final_line(report, colour))
     return "\n".join(lines) + "\n"
+
+
+# shown in full by default; the others are only counted per stage (`-v` shows them)
+SHOWN = ("FAIL", "WARN", "ERROR", "INFO")
+# a stage's counts, in summary_counts' order and words
+_WORDS = (("PASS", "pass"), ("WARN", "warn"), ("FAIL", "fail"), ("ERROR", "error"), ("SKIP", "skipped"),
+          ("INFO", "note"))
+
+
+def stage_counts(report: dict[str, Any], colour: bool = False) -> list[str]:
+    """One line per stage in run order: 'align      5 pass, 1 warn, 2 skipped' (verdicts it had)."""
+    counts: dict[str, dict[str, int]] = {}
+    for res in report["results"]:
+        for f in res["findings"]:
+            per = counts.setdefault(res["stage"], {})
+            per[f["verdict"]] = per.get(f["verdict"], 0) + 1
+    stages = list(counts)  # the results' order: the run's (the model state first)
+    width = max((len(s) for s in stages), default=0)
+    lines = []
+    for stage in stages:
+        parts = [_v(v, colour, f"{n} {word}" + ("s" if v == "INFO" and n != 1 else ""))
+                 for v, word in _WORDS if (n := counts[stage].get(v, 0))]
+        lines.append(f"{stage.ljust(width)}  {', '.join(parts)}")
+    return lines
+
+
+def _unlisted(report: dict[str, Any]) -> str:
+    """'52 passes and 3 skips' (what the default output only counts), or ''."""
+    verdicts = [f["verdict"] for res in report["results"] for f in res["findings"]]
+    n_pass, n_skip = verdicts.count("PASS"), verdicts.count("SKIP")
+    parts = ([f"{n_pass} pass{'es' if n_pass != 1 else ''}"] if n_pass else []) \
+        + ([f"{n_skip} skip{'s' if n_skip != 1 else ''}"] if n_skip else [])
+    return " and ".join(parts)
 
 
 def final_line(report: dict[str, Any], colour: bool = False) -> str:

@@ -19,10 +19,10 @@ from typing import Any
 import numpy as np
 
 from objdebug.pipeline.pipeline_batches import real_batches
+from objdebug.report.batch_rows import IGNORED, PADDING, TRAINED, WRONG  # the classes, shared with the reports
 from objdebug.stages.batches.layout import (BatchLayout, follows, label_layout, layout_of,
                                             masking_values)
 
-TRAINED, IGNORED, PADDING, WRONG = "trained", "ignored", "padding", "wrong-label"
 COMMON_IGNORE_INDEX = -100  # PyTorch's and MindSpore's CrossEntropyLoss default
 
 

@@ -14,18 +14,11 @@ from typing import Any, Callable
 
 import numpy as np
 
+from objdebug.report.batch_rows import TAGS, header, legend_lines
 from objdebug.stages.batches.audit import IGNORED, PADDING, TRAINED, WRONG, Audit
 from objdebug.stages.batches.layout import PRE_SHIFTED, UNSHIFTED
 
-TAGS = {TRAINED: "[trained]", IGNORED: "[ignored]", PADDING: "[padding]", WRONG: "[wrong-label]"}
 COLOURS = {TRAINED: "32", IGNORED: "2", PADDING: "90", WRONG: "1;31"}  # ANSI SGR
-LEGEND = [
-    "[trained]     the objective learns this position's label (the paired input token)",
-    "[ignored]     its label is a value the objective ignores (measured): the prompt, a masked token",
-    "[padding]     padding (attention mask 0, or the pad run) whose label the objective ignores",
-    "[wrong-label] the objective trains on this label where nothing should be learned "
-    "(padding, prompt, outside the vocabulary): token→label",
-]
 RUN = 4  # identical tokens in a row written once with their count from this many on
 
 
@@ -42,30 +35,36 @@ def token_text(decode: Callable[[list[int]], str] | None, token: int) -> str:
     return f"⟨{int(token)}⟩"
 
 
-def _pieces(lay, r: int, classes: np.ndarray, decode) -> list[tuple[str, str]]:
-    """(text, class) of one row, a piece a token (or a run of one token) or a class tag, written
-    where a class starts; a line never breaks inside a piece shorter than the line."""
+def _segments(lay, r: int, classes: np.ndarray, decode) -> list[list]:
+    """[class, [token text, ...]] runs of one row: a new segment where the class changes; a run
+    of RUN or more identical tokens written once with its count."""
     ids, labels = lay.batch.input_ids[r], lay.batch.labels
     tokens = []
     for t in range(len(ids)):
         text = token_text(decode, ids[t])
         if classes[t] == WRONG and labels is not None:
             text += f"→{int(labels[r, t])}"
-        tokens.append((text, classes[t]))
-    pieces: list[tuple[str, str]] = []
-    last, t = None, 0
+        tokens.append((text, str(classes[t])))
+    segments: list[list] = []
+    t = 0
     while t < len(tokens):
         text, cls = tokens[t]
         n = 1
         while t + n < len(tokens) and tokens[t + n] == tokens[t]:
             n += 1
         n = n if n >= RUN else 1
-        if cls != last:
-            pieces.append((TAGS[cls], cls))
-            last = cls
-        pieces.append((f"{text}×{n} " if n > 1 else text, cls))
+        if not segments or segments[-1][0] != cls:
+            segments.append([cls, []])
+        segments[-1][1].append(f"{text}×{n} " if n > 1 else text)
         t += n
-    return pieces
+    return segments
+
+
+def _pieces(segments: list[list]) -> list[tuple[str, str]]:
+    """(text, class): each segment's tag, then its tokens; a line never breaks inside a piece
+    shorter than the line."""
+    return [piece for cls, tokens in segments
+            for piece in [(TAGS[cls], cls)] + [(text, cls) for text in tokens]]
 
 
 def _wrap(pieces: list[tuple[str, str]], width: int, colour: bool) -> list[str]:
@@ -85,34 +84,40 @@ def _wrap(pieces: list[tuple[str, str]], width: int, colour: bool) -> list[str]:
             for line in lines]
 
 
-def render(a: Audit, n: int, decode: Callable[[list[int]], str] | None, width: int = 100,
-           colour: bool = False) -> str:
-    """The first `n` rows of the batches read, marked, with a legend."""
-    width = max(int(width) - 2, 20)
-    lines = textwrap.wrap(f"objdebug batches: {a.source} (the objective ignores "
-                          f"{', '.join(map(str, a.ignored())) or 'none of the values probed'})",
-                          width + 2, subsequent_indent="  ")
+def view(a: Audit, n: int, decode: Callable[[list[int]], str] | None) -> dict[str, Any]:
+    """The first `n` rows of the batches read, as data (report/batch_rows.py): what `--show`
+    prints and the HTML report colours (stored in OBJ014's measured value)."""
     pairing = {PRE_SHIFTED: "labels are pre-shifted: each token is marked by its label, the token "
                             "after it (the last prompt token trains toward the answer's first)",
                UNSHIFTED: "labels are unshifted: each token is marked by its own label (the model "
                           "shifts)"}.get(a.layout)
-    for entry in LEGEND + ([pairing] if pairing else []):
-        lines += textwrap.wrap(entry, width + 2, subsequent_indent=" " * 14)
-    lines.append("")
-    total = sum(len(lay.padding) for lay in a.layouts)
-    shown = 0
+    rows = []
     for lay in a.layouts:
         classes = a.classes(lay)
         for r in range(len(lay.padding)):
-            if shown == n:
+            if len(rows) == n:
                 break
             count = {cls: int((classes[r] == cls).sum()) for cls in TAGS}
-            lines += textwrap.wrap(f"batch {lay.batch.number} row {r}: {len(classes[r])} positions — "
-                                   + ", ".join(f"{v} {k}" for k, v in count.items()), width + 2,
-                                   subsequent_indent="    ")
-            lines += _wrap(_pieces(lay, r, classes[r], decode), width, colour)
-            shown += 1
-    lines.append(f"{shown} of {total} rows read shown")
+            rows.append({"title": f"batch {lay.batch.number} row {r}: {len(classes[r])} positions — "
+                                  + ", ".join(f"{v} {k}" for k, v in count.items()),
+                         "segments": _segments(lay, r, classes[r], decode)})
+    return {"source": a.source, "ignored": a.ignored(), "pairing": pairing, "rows": rows,
+            "total": sum(len(lay.padding) for lay in a.layouts)}
+
+
+def render(a: Audit, n: int, decode: Callable[[list[int]], str] | None, width: int = 100,
+           colour: bool = False) -> str:
+    """The first `n` rows of the batches read, marked, with a legend, wrapped to `width`."""
+    shown = view(a, n, decode)
+    width = max(int(width) - 2, 20)
+    lines = textwrap.wrap(header(shown), width + 2, subsequent_indent="  ")
+    for entry in legend_lines(shown):
+        lines += textwrap.wrap(entry, width + 2, subsequent_indent=" " * 14)
+    lines.append("")
+    for row in shown["rows"]:
+        lines += textwrap.wrap(row["title"], width + 2, subsequent_indent="    ")
+        lines += _wrap(_pieces(row["segments"]), width, colour)
+    lines.append(f"{len(shown['rows'])} of {shown['total']} rows read shown")
     return "\n".join(lines)
 
 

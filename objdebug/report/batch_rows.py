@@ -1,0 +1,68 @@
+"""The pipeline's real rows token by token: each position marked by what its label does, as the
+batches stage measured it on the objective (trained / ignored / padding / wrong-label). One view,
+two renderings: `objdebug batches --show N` (stages/batches/show.py, the terminal) and the HTML
+report (built from a report dict only: the view is OBJ014's measured value, `rows_view`, so
+`objdebug render` shows it too; a run without `[data] batches` has none).
+
+A view: {"source", "ignored", "pairing", "total", "rows": [{"title", "segments": [[class,
+[token text, ...]], ...]}]}: a segment is a run of positions of one class, its tag written where it
+starts.
+"""
+
+from __future__ import annotations
+
+from html import escape
+from typing import Any
+
+CHECK = "batch-supervision"
+TRAINED, IGNORED, PADDING, WRONG = "trained", "ignored", "padding", "wrong-label"
+TAGS = {TRAINED: "[trained]", IGNORED: "[ignored]", PADDING: "[padding]", WRONG: "[wrong-label]"}
+LEGEND = {
+    TRAINED: "the objective learns this position's label (the paired input token)",
+    IGNORED: "its label is a value the objective ignores (measured): the prompt, a masked token",
+    PADDING: "padding (attention mask 0, or the pad run) whose label the objective ignores",
+    WRONG: "the objective trains on this label where nothing should be learned "
+           "(padding, prompt, outside the vocabulary): token→label",
+}
+
+# the HTML report's colours: green trains, grey is ignored, light grey pads, red is the bug
+CSS = """
+.tokens{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:.85em;line-height:1.6;
+ white-space:pre-wrap;overflow-wrap:anywhere;border:1px solid #eee;padding:.4em .6em;margin:.2em 0 .8em}
+.tok-trained{background:#c8e6c9}.tok-ignored{color:#757575}
+.tok-padding{color:#bdbdbd;background:#fafafa}.tok-wrong-label{background:#ffcdd2;color:#b71c1c;font-weight:600}
+.tag{font-size:.75em;opacity:.75}
+"""
+
+
+def header(view: dict[str, Any]) -> str:
+    ignored = ", ".join(map(str, view["ignored"])) or "none of the values probed"
+    return f"objdebug batches: {view['source']} (the objective ignores {ignored})"
+
+
+def legend_lines(view: dict[str, Any]) -> list[str]:
+    """'[trained]     the objective learns ...' per class, then the labels' pairing if known."""
+    lines = [f"{TAGS[cls]:<13} {text}" for cls, text in LEGEND.items()]
+    return lines + ([view["pairing"]] if view.get("pairing") else [])
+
+
+def views(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """The rows views a report holds (one per batches stage result that stored one)."""
+    return [res["value"]["rows_view"] for res in report.get("results", [])
+            if res.get("check") == CHECK and (res.get("value") or {}).get("rows_view")]
+
+
+def html(view: dict[str, Any]) -> str:
+    """The view as HTML: legend, then each row as coloured, wrapped tokens."""
+    legend = "".join(f'<li><span class="tok-{cls}">{escape(TAGS[cls])}</span> {escape(text)}</li>'
+                     for cls, text in LEGEND.items())
+    parts = [f"<h3>Rows of the pipeline's batches</h3><p>{escape(header(view))}</p><ul>{legend}</ul>"]
+    if view.get("pairing"):
+        parts.append(f'<p class="muted">{escape(view["pairing"])}</p>')
+    for row in view["rows"]:
+        spans = "".join(f'<span class="tok-{escape(cls)}"><span class="tag">{escape(TAGS[cls])}</span>'
+                        f'{escape("".join(tokens))}</span>' for cls, tokens in row["segments"])
+        parts.append(f"<h4>{escape(row['title'])}</h4><div class=\"tokens\">{spans}</div>")
+    parts.append(f'<p class="muted">{len(view["rows"])} of {view["total"]} rows read shown '
+                 f"([batches] report_rows; <code>objdebug batches --show N</code> in a terminal)</p>")
+    return "".join(parts)
