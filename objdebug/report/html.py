@@ -169,8 +169,8 @@ def render(report: dict[str, Any], figures: list[Drawn] | None = None) -> str:
     parts.append("<h3>Timings (s)</h3>" + _kv(report.get("timings", {})))
     comp = report.get("compiles", {})
     cache = compile_cache_line(report)
-    parts.append(f"<h3>Graph compiles</h3><p>{comp.get('count', 0)} compiles "
-                 f"({comp.get('holds_model', 0)} holding the model), "
+    held = f" ({comp['holds_model']} holding the model)" if "holds_model" in comp else ""
+    parts.append(f"<h3>Graph compiles</h3><p>{comp.get('count', 0)} compiles{held}, "
                  f"{_fmt(comp.get('seconds', 0.0))} s"
                  + (f"; {escape(cache)}" if cache else "") + "</p>"
                  + _table(["stage", "count", "seconds"],

@@ -109,8 +109,8 @@ def render(report: dict[str, Any], figures: list[Drawn] | None = None) -> str:
     lines += _table(["timing", "seconds"], [[k, v] for k, v in report.get("timings", {}).items()])
     lines.append("")
     comp = report.get("compiles", {})
-    lines.append(f"{comp.get('count', 0)} graph compiles, {comp.get('holds_model', 0)} holding the model, "
-                 f"{comp.get('seconds', 0)} s.")
+    held = f", {comp['holds_model']} holding the model" if "holds_model" in comp else ""
+    lines.append(f"{comp.get('count', 0)} graph compiles{held}, {comp.get('seconds', 0)} s.")
     if compile_cache_line(report):
         lines.append(f"{_text(compile_cache_line(report))}.")
     lines.append("")

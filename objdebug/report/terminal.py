@@ -52,8 +52,8 @@ def render(report: dict[str, Any], colour: bool = False, verbose: bool = False) 
                  + f" · device {report['device']} · mode {report['mode']} · seed {report['seed']}"
                  + f" · profile {report['profile']['name']}")
     cache = compile_cache_line(report, short=True)
-    lines.append(f"  {comp.get('count', 0)} graph compiles, {comp.get('holds_model', 0)} holding the model "
-                 f"({comp.get('seconds', 0):.1f} s) · "
+    held = f", {comp['holds_model']} holding the model" if "holds_model" in comp else ""  # older reports lack it
+    lines.append(f"  {comp.get('count', 0)} graph compiles{held} ({comp.get('seconds', 0):.1f} s) · "
                  + (f"{cache} · " if cache else "")
                  + (f"{memory} · " if (memory := _memory_text(report)) else "")
                  + f"total {report['timings'].get('total', 0):.1f} s")
