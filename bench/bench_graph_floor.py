@@ -29,7 +29,8 @@ HERE = Path(__file__).resolve().parents[1]
 TARGETS = {
     "demo": ["demo"],
     "llama": ["run", "-c", str(HERE / "fixtures/targets/llama_ce/objdebug.toml")],
-    "pretrain32k": ["run", "-c", str(HERE / "fixtures/targets/pretrain_llama32k/objdebug.toml")],
+    "pretrain32k": ["run", "-c", str(HERE / "fixtures/targets/pretrain_llama32k/objdebug.toml"),
+                    "--profile", "pretrain"],  # issue 27's memory target, as its config says it runs
 }
 MODEL_GRAPHS = ("model.", "preference.gradient", "preference.reference_forward", "preference.policy_forward",
                 "decompose.component_grad", "invariants.model_train", "packing.model")
