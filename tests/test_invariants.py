@@ -322,8 +322,9 @@ def test_dynamic_shape_graph_equals_static_graphs():
         y = rng.integers(0, 16, (b, t)).astype(np.int32)
         y[:, :2] = -100
         args = (ms.Tensor(x), ms.Tensor(y), ms.Tensor(np.float32(2.0)))
-        (o1, g1), (o2, g2) = dyn(*args), _LogitGrad(RowLoopCE(), False)(*args)
+        (o1, g1, sq1, _), (o2, g2, sq2, _) = dyn(*args), _LogitGrad(RowLoopCE(), False)(*args)
         assert np.array_equal(o1.asnumpy(), o2.asnumpy()) and np.array_equal(g1.asnumpy(), g2.asnumpy())
+        assert float(sq1.asnumpy()) == pytest.approx(float((g1.asnumpy().astype(np.float64) ** 2).sum()), rel=1e-5)
 
 
 def test_objective_that_cannot_compile_dynamically_falls_back_to_static(healthy, monkeypatch):

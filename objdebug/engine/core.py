@@ -160,8 +160,9 @@ class Engine:
         """Elements of the model's parameters (split form: the model's; end-to-end: the
         objective's, which holds the model), counted once per run."""
         if self._model_elements is None:
-            holder = self.target.model if self.target.model is not None else self.target.objective
-            self._model_elements = _parameter_elements(holder)
+            model = getattr(self.target, "model", None)
+            self._model_elements = _parameter_elements(model if model is not None else
+                                                       getattr(self.target, "objective", None))
         return self._model_elements
 
     def holds_model(self, cell: Any) -> bool:
@@ -169,6 +170,8 @@ class Engine:
         half the model's elements. By size, not identity, so a second copy of the model (the
         preference stage's reference, a policy copy) counts as one too; an objective's own
         parameters (a learned loss weight) do not."""
+        if not hasattr(cell, "get_parameters"):  # a function, not a Cell: holds nothing
+            return False
         size = self._model_size()
         return size > 0 and _parameter_elements(cell) * 2 >= size
 
@@ -201,7 +204,7 @@ class Engine:
             # later-stage ^C runs of tests/test_gate_signals.py went on and lost the message)
             raise_swallowed()
             return out
-        shapes = shapes_text(sig)
+        shapes = shapes_text(sig) or "(dynamic shapes)"  # what the display and a --timeout name
         self.make_room(name)
         rss_before = host_memory.rss_bytes()
         for listener in self._listeners:
