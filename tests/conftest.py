@@ -75,3 +75,21 @@ def settings(section: str, **changes):
     from objdebug.pipeline.profile import load_profile
 
     return load_profile("default").section(section).replace(**changes)
+
+
+def only_checks(monkeypatch, **names):
+    """`api.run` with only the named checks of a stage (`grad={"padding-leakage"}`): a `select`
+    filters findings but every check of the stage still runs; a test that asserts on one check's
+    codes need not pay for the others' graphs. Stages not named keep all their checks."""
+    from objdebug import api
+    from objdebug.stages import stage_checks
+
+    def checks_of(stage):
+        keep = names.get(stage)
+        found = stage_checks(stage)
+        if keep is None:
+            return found
+        assert keep <= {c.name for c in found}, (stage, keep)  # a renamed check fails loudly
+        return [c for c in found if c.name in keep]
+
+    monkeypatch.setattr(api, "stage_checks", checks_of)
