@@ -23,6 +23,43 @@ if str(ROOT) not in sys.path:
 
 import pytest  # noqa: E402
 
+# `--dist loadfile` hands whole files to the two workers, by default the files with the most tests
+# first: a file of a few slow tests (real msrun workers, whole runs) then comes last and one worker
+# runs it alone while the other idles. These files go first (longest first, measured with
+# `pytest -n 0 FILE` on the shared 2-core machine); a file missing here only costs balance.
+HEAVY_FILES = (
+    "test_label_pairing.py",          # 142 s (17 tests): whole runs of grad, invariants, stress
+    "test_ecosystem_logits.py",       # 124 s (18 tests): library models, graph-mode probe
+    "test_gate_workers.py",           # ~75 s (3 tests): real msrun workers and signals
+    "test_batches_other_stages.py",   # 70 s (7 tests)
+    "test_distributed.py",            # 44 s (7 tests): two workers vs one process
+    "test_llama_fixture.py",          # 34 s (3 tests)
+    "test_memory_release.py",         # 24 s (3 tests)
+    "test_demo_align.py",             # 22 s (3 tests)
+)
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's
+def pytest_xdist_make_scheduler(config, log):
+    if getattr(config.option, "dist", None) != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class HeavyFirst(LoadFileScheduling):
+        _ordered = False
+
+        def _assign_work_unit(self, node):
+            if not self._ordered:  # the queue is complete before the first file is handed out
+                self._ordered = True
+                rank = {f"tests/{name}": i for i, name in enumerate(HEAVY_FILES)}
+                units = sorted(self.workqueue.items(), key=lambda unit: rank.get(unit[0], len(rank)))
+                self.workqueue.clear()
+                self.workqueue.update(units)
+            super()._assign_work_unit(node)
+
+    return HeavyFirst(config, log)
+
+
 FIXTURES = ROOT / "fixtures"
 TARGETS = FIXTURES / "targets"
 
@@ -75,3 +112,21 @@ def settings(section: str, **changes):
     from objdebug.pipeline.profile import load_profile
 
     return load_profile("default").section(section).replace(**changes)
+
+
+def only_checks(monkeypatch, **names):
+    """`api.run` with only the named checks of a stage (`grad={"padding-leakage"}`): a `select`
+    filters findings but every check of the stage still runs; a test that asserts on one check's
+    codes need not pay for the others' graphs. Stages not named keep all their checks."""
+    from objdebug import api
+    from objdebug.stages import stage_checks
+
+    def checks_of(stage):
+        keep = names.get(stage)
+        found = stage_checks(stage)
+        if keep is None:
+            return found
+        assert keep <= {c.name for c in found}, (stage, keep)  # a renamed check fails loudly
+        return [c for c in found if c.name in keep]
+
+    monkeypatch.setattr(api, "stage_checks", checks_of)

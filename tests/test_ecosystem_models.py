@@ -40,6 +40,17 @@ def _load(name, overrides=None):
         return load_target(cfg)
 
 
+_LOADED: dict = {}
+
+
+def _shared(name):
+    """The target `name` loaded once for the tests that only read it (a library model's load runs
+    its setup probe); a test that changes its target's config loads its own (`_load`)."""
+    if name not in _LOADED:
+        _LOADED[name] = _load(name)
+    return _LOADED[name]
+
+
 # --------------------------------------------------------------------------- crash messages (item 6)
 MS_TEXT = ("\n----------------------------------------------------\n- Kernel select failed:\n"
            "----------------------------------------------------\nUnsupported op [EmbeddingDenseBackward] on CPU\n")
@@ -159,11 +170,11 @@ def test_stress_inputs_stay_within_data_max_length():
 
 # --------------------------------------------------------------------------- the model itself (item 2)
 def test_library_models_probed_where_their_loss_is():
-    hf = _load("eco_hf_e2e").info["library_model"]
-    mf = _load("eco_mf_e2e").info["library_model"]
+    hf = _shared("eco_hf_e2e").info["library_model"]
+    mf = _shared("eco_mf_e2e").info["library_model"]
     assert hf["loss_from"] == "out['loss']" and hf["train"] is False
     assert mf["loss_from"] == "the model's output itself" and mf["train"] is True and mf["dropouts_off"] == 1
-    note = next(n for n in _load("eco_mf_e2e").info["notes"] if "end-to-end target" in n)
+    note = next(n for n in _shared("eco_mf_e2e").info["notes"] if "end-to-end target" in n)
     assert "the loss is the model's output itself, a tensor of shape" in note, note
     for info in (hf, mf):
         # the model's float32 loss is the float64 CE of logits[t] vs labels[t+1], not vs labels[t]
@@ -196,7 +207,7 @@ def _total(target):
 
 @pytest.mark.parametrize("split, e2e", [("eco_hf", "eco_hf_e2e"), ("eco_mf", "eco_mf_e2e")])
 def test_the_model_itself_gives_the_model_plus_objective_loss(split, e2e):
-    a, b = _total(_load(split)), _total(_load(e2e))
+    a, b = _total(_shared(split)), _total(_shared(e2e))
     assert math.isfinite(a) and 0.05 < a < 2.0  # the trained model on its own corpus
     assert b == pytest.approx(a, rel=1e-6)
 
@@ -204,7 +215,7 @@ def test_the_model_itself_gives_the_model_plus_objective_loss(split, e2e):
 def test_training_mode_is_held_with_dropout_off():
     import mindspore as ms
 
-    target = _load("eco_mf_e2e")
+    target = _shared("eco_mf_e2e")
     loss = target.objective
     loss.set_train(False)  # what every objdebug graph does: the library's mode stays
     model = loss.model

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import math
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -342,10 +341,8 @@ def test_bad_pairs_file_names_file_and_line(tmp_path, line, message):
 def test_bad_pairs_file_exits_2_in_one_line(tmp_path):
     data = tmp_path / "pairs.jsonl"
     data.write_text('{"id": "p1", "prompt": "p", "chosen": "x"}\n')
-    proc = subprocess.run([sys.executable, "-m", "objdebug.cli", "preference", "--config",
-                           str(TARGETS / "pref_healthy" / "objdebug.toml"), "--set",
-                           f"data.preference='{data}'"], capture_output=True, text=True,
-                          env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=120)
-    assert proc.returncode == 2, proc.stdout + proc.stderr
-    out = (proc.stdout + proc.stderr).strip()
-    assert "missing field 'rejected'" in out and "Traceback" not in out
+    # in-process: the exit code and the one line are under test, not the process
+    from .conftest import cli_exit_2
+
+    cli_exit_2(["preference", "--config", TARGETS / "pref_healthy" / "objdebug.toml", "--set",
+                f"data.preference='{data}'"], "missing field 'rejected'")

@@ -287,9 +287,16 @@ def _cli(*args, timeout=900):
 
 
 def test_cli_default_profile_untrained_exits_0_with_the_state_on_top(tmp_path):
+    """The command's report and terminal lines, in-process (what it prints is under test, not the
+    process: tests/test_cli.py runs a real one)."""
+    from typer.testing import CliRunner
+
+    from objdebug.cli import app
+
     out = tmp_path / "r.json"
-    proc = _cli("run", "--config", str(PRETRAIN / "with_data.toml"), "--stages", "align",
-                "--json", str(out))
+    res = CliRunner().invoke(app, ["run", "--config", str(PRETRAIN / "with_data.toml"), "--stages",
+                                   "align", "--json", str(out)])
+    proc = SimpleNamespace(returncode=res.exit_code, stdout=res.stdout, stderr=res.stderr)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads(out.read_text())
     first = report["results"][0]

@@ -86,6 +86,12 @@ def ms_ce():
     return Target("stress_ms_ce")
 
 
+@pytest.fixture(scope="module")
+def summed():
+    """A summed loss: loaded once for its long-inputs and long-objective tests."""
+    return Target("stress_sum")
+
+
 # --------------------------------------------------------------------------- healthy: every case
 CASES = ["all-padding", "padding-invariance", "random-ids", "out-of-range-ids", "extreme-logits",
          "low-precision", "determinism", "over-smoothing", "long-objective", "long-inputs"]
@@ -306,8 +312,8 @@ def test_long_inputs_healthy_numbers(healthy):
     assert v["model_shape"]["width"] == 16
 
 
-def test_long_inputs_summed_loss_grows_with_length():
-    t = Target("stress_sum")
+def test_long_inputs_summed_loss_grows_with_length(summed):
+    t = summed
     res = t.run("long-inputs")
     verdicts = t.verdicts("long-inputs")
     assert verdicts["OBJ501"] == [Verdict.PASS, Verdict.PASS] and verdicts["OBJ502"] == [Verdict.FAIL]
@@ -362,10 +368,10 @@ def test_peak_fit_recovers_a_quadratic_and_inverts():
 
 
 # --------------------------------------------------------------------------- objective alone, long
-def test_long_objective_summed_loss_fails_and_matches_numpy():
+def test_long_objective_summed_loss_fails_and_matches_numpy(summed):
     from objdebug.stages.stress.long_objective import real_rows, resampled
 
-    t = Target("stress_sum")
+    t = summed
     res = t.run("long-objective")
     assert t.verdicts("long-objective")["OBJ513"] == [Verdict.FAIL]
     v = res.value

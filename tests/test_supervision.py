@@ -257,11 +257,19 @@ def _cli(tmp_path, *args):
                           capture_output=True, text=True, timeout=900)
 
 
-def test_cli_pad_eos_fails_with_the_table(tmp_path):
-    proc = _cli(tmp_path, "run", "--config", str(TARGETS / "sup_pad_eos" / "objdebug.toml"),
-                "--stages", "grad", "--markdown", str(tmp_path / "md"), "--html", str(tmp_path / "html"))
-    assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert "FAIL OBJ209" in proc.stdout and "Label contract, row 0" in proc.stdout
+def test_cli_pad_eos_fails_with_the_table(tmp_path, monkeypatch):
+    """The command's report files and terminal table; in-process (the command's output and
+    files are under test, not its process: tests/test_cli.py runs the real one)."""
+    from typer.testing import CliRunner
+
+    from objdebug.cli import app
+
+    monkeypatch.chdir(tmp_path)
+    proc = CliRunner().invoke(app, ["run", "--config", str(TARGETS / "sup_pad_eos" / "objdebug.toml"),
+                                    "--stages", "grad", "--markdown", str(tmp_path / "md"),
+                                    "--html", str(tmp_path / "html")])
+    assert proc.exit_code == 1, proc.output
+    assert "FAIL OBJ209" in proc.output and "Label contract, row 0" in proc.output
     md = (tmp_path / "md" / "report.md").read_text()
     table = md[md.index("**Label contract"):].split("\n\n")[1].splitlines()
     assert 3 <= len(table) <= 27 and any("| dropped |" in line for line in table)
