@@ -392,8 +392,11 @@ class Engine:
             raise RuntimeError("the end-to-end form does not expose logits")
         if self._forward_of is not model:
             if self._forward_of is not None:  # a graph of the previous model: never called again
-                self._cells.pop(FORWARD, None)
-                self._cells.pop(FORWARD + dynamic_graph.STATIC_SUFFIX, None)
+                for name in (FORWARD, FORWARD + dynamic_graph.STATIC_SUFFIX):
+                    self._cells.pop(name, None)
+                    self._holds.pop(name, None)
+                    self._completed.discard(name)  # the new graph may fall back to static shapes
+                    self.static_fallbacks.discard(name)
                 self._seen = {k for k in self._seen if not k[0].startswith(FORWARD)}
             self._forward_of = model
         return dynamic_graph.call(self, FORWARD, lambda: ModelForward(model),
