@@ -176,8 +176,6 @@ class Session:
         """The target's model holds `model`'s parameter values inside the block (the very same
         model: nothing to do); its own values are restored exactly on exit. Both come from the
         same factory, so their parameters pair up in order."""
-        import mindspore as ms
-
         own = list(self.ctx.target.model.get_parameters())
         other = list(model.get_parameters())
         if model is self.ctx.target.model:
@@ -186,14 +184,8 @@ class Session:
         if len(own) != len(other) or any(tuple(a.shape) != tuple(b.shape) for a, b in zip(own, other)):
             raise ValueError("For 'preference', the reference model must have the policy's parameters "
                              f"(the same factory), but got {len(other)} parameters for {len(own)}.")
-        saved = [p.data.asnumpy().copy() for p in own]
-        try:
-            for p, q in zip(own, other):
-                p.set_data(ms.Tensor(q.data.asnumpy()))
+        with _holding(own, other):
             yield
-        finally:
-            for p, theta in zip(own, saved):
-                p.set_data(ms.Tensor(theta))
 
     def fill(self, values: np.ndarray, batch: PairBatch) -> np.ndarray:
         """float32[B]: a batch's slice of per-pair values, fill rows copying its first pair."""
@@ -370,18 +362,24 @@ class Session:
 
         Both come from the same factory, so their parameters pair up in order (names may differ:
         a "preference-pairs" Cell prefixes them with its attribute names)."""
-        import mindspore as ms
-
-        ref = list(self.reference_model.get_parameters())
-        pol = list(self.policy.model.get_parameters())
-        saved = [p.data.asnumpy().copy() for p in ref]
-        try:
-            for r, p in zip(ref, pol):
-                r.set_data(ms.Tensor(p.data.asnumpy()))
+        with _holding(list(self.reference_model.get_parameters()), list(self.policy.model.get_parameters())):
             yield
-        finally:
-            for r, theta in zip(ref, saved):
-                r.set_data(ms.Tensor(theta))
+
+
+@contextmanager
+def _holding(params: list, values: list) -> Iterator[None]:
+    """`params` hold the values of `values` (parameters paired in order) inside the block; their
+    own values are restored exactly on exit."""
+    import mindspore as ms
+
+    saved = [p.data.asnumpy().copy() for p in params]
+    try:
+        for p, q in zip(params, values):
+            p.set_data(ms.Tensor(q.data.asnumpy()))
+        yield
+    finally:
+        for p, theta in zip(params, saved):
+            p.set_data(ms.Tensor(theta))
 
 
 # --------------------------------------------------------------------------- building
