@@ -5,11 +5,15 @@ Three kinds of graph, each built once per engine through `engine.cell` and calle
 exactly as the user does (flat / sequence / end-to-end) and return `(total, outputs)`, so
 `value_and_grad(..., has_aux=True)` differentiates the total only.
 
-- `objective.param_grad` (input_ids, labels) runs one forward + backward and returns the outputs
-  and the gradients (Tensors, left on the device): one dynamic-shape graph (engine/dynamic_graph.py)
-  that the grad stage's batch and every short stress case share (they compiled two graphs of the
-  same function before: `grad.param_probe` [B, T] and `stress.loss_and_grad`). A measurement of
-  one shape's own cost (a long input's peak memory) calls its static twin
+- The parameter gradient (`param_grad`). Split form, every trainable parameter the model's
+  (`vjp_applies`): `model.forward` (the engine's one dynamic forward), the objective's
+  `objective.logit_grad` on those logits, and `model.vjp` (`cells.ModelVJP`, dynamic shapes) with
+  that logit gradient as the cotangent: dL/dparams through the one model-holding backward graph
+  every objective shares (the decomposition's components and a preference loss call `model_vjp`
+  with their own cotangents; docs/performance.md "The graph floor"). Otherwise (end-to-end, an
+  objective with parameters of its own, logits that are not float32) `objective.param_grad`
+  (input_ids, labels), one fused dynamic-shape forward + backward graph (engine/dynamic_graph.py).
+  A measurement of one shape's own cost (a long input's peak memory) calls the fused static twin
   `objective.param_grad.static`. The finite-difference evaluations need the batch total only:
   in the split form with float32 logits, `model.forward` + `objective.logit_grad` (both compiled
   anyway, no backward through the model); otherwise the static twin at the batch's shape, which
@@ -326,8 +330,7 @@ def objective_logit_grad_norm(engine: Any, objective: Any, flat: bool, logits, l
                               name: str = OBJECTIVE_LOGIT_GRAD):
     """(outputs, squared norm of the logit gradient, its non-finite element count) as Tensors,
     at scale 1, on the same graph as `objective_logit_grad`; the gradient stays where it is."""
-    outputs, _, sq, bad = _logit_grad_call(engine, objective, flat, logits, labels,
-                                           ms.Tensor(np.float32(1.0), ms.float32), name)
+    outputs, _, sq, bad = _logit_grad_call(engine, objective, flat, logits, labels, unit_scale(), name)
     return outputs, sq, bad
 
 
