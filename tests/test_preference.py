@@ -346,3 +346,25 @@ def test_bad_pairs_file_exits_2_in_one_line(tmp_path):
 
     cli_exit_2(["preference", "--config", TARGETS / "pref_healthy" / "objdebug.toml", "--set",
                 f"data.preference='{data}'"], "missing field 'rejected'")
+
+
+def test_logp_cotangent_is_the_derivative_of_the_host_log_probs():
+    """The preference gradient's cotangent (session.logp_cotangent) against central finite
+    differences of sequence_logps_host, and its probe column sum_v g * x."""
+    from objdebug.stages.preference.session import logp_cotangent, sequence_logps_host
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(2, 5, 7))
+    y = rng.integers(0, 7, (2, 5)).astype(np.int32)
+    y[0, :2] = -100
+    weight = np.array([1.5, -0.5])
+    g, probe = logp_cotangent(x.astype(np.float32), y, -100, weight)
+    eps = 1e-5
+    for b, t, v in [(0, 3, 2), (1, 0, 6), (0, 1, 4), (1, 4, 0)]:
+        hi, lo = x.copy(), x.copy()
+        hi[b, t, v] += eps
+        lo[b, t, v] -= eps
+        num = weight[b] * (sequence_logps_host(hi, y, -100)[0][b] - sequence_logps_host(lo, y, -100)[0][b]) / (2 * eps)
+        assert g[b, t, v] == pytest.approx(num, rel=1e-4, abs=1e-6)
+    assert g[0, 1].tolist() == [0.0] * 7  # a masked position gets nothing
+    np.testing.assert_allclose(probe, (g.astype(np.float64) * x.astype(np.float32)).sum(-1), rtol=1e-5, atol=1e-6)

@@ -57,11 +57,14 @@ def sequence_logps_host(logits: np.ndarray, labels: np.ndarray, label_pad_id: in
 
 
 def logp_cotangent(logits: np.ndarray, labels: np.ndarray, label_pad_id: int,
-                   weight: np.ndarray) -> np.ndarray:
-    """float64[B, T, V]: weight[b] * d(sum_t log p(label_t)) / d logits, over the positions whose
-    label is not `label_pad_id`: (onehot(label) - softmax(logits)) there, 0 elsewhere. The
-    derivative of `sequence_logps_host`, objdebug's own reduction (not the user's loss)."""
-    out = np.zeros(logits.shape, np.float64)
+                   weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(float32[B, T, V]: weight[b] * d(sum_t log p(label_t)) / d logits, over the positions whose
+    label is not `label_pad_id`: (onehot(label) - softmax(logits)) there, 0 elsewhere; float64[B, T]:
+    sum_v of that times the logits, the policy probe's gradient). The derivative of
+    `sequence_logps_host`, objdebug's own reduction (not the user's loss); computed in float64 one
+    row at a time, so the host holds one float32 copy of the batch's logits more, never a float64 one."""
+    out = np.zeros(logits.shape, np.float32)
+    probe = np.zeros(logits.shape[:2], np.float64)
     for i, (x, y) in enumerate(zip(logits, labels)):
         mask = y != label_pad_id
         x = x.astype(np.float64)
@@ -70,8 +73,10 @@ def logp_cotangent(logits: np.ndarray, labels: np.ndarray, label_pad_id: int,
         g = -p
         rows = np.nonzero(mask)[0]
         g[rows, y[rows].astype(np.int64)] += 1.0
-        out[i] = np.where(mask[:, None], g, 0.0) * weight[i]
-    return out
+        g = np.where(mask[:, None], g, 0.0) * weight[i]
+        probe[i] = (g * x).sum(-1)
+        out[i] = g
+    return out, probe
 
 
 @dataclass
@@ -334,10 +339,10 @@ class Session:
         probe = np.zeros(self.policy.probe.shape, np.float64)
         for ids, x, y, d, n in ((c_ids, logits[0], c_labels, dpc, cn), (r_ids, logits[1], r_labels, dpr, rn)):
             weight = d.asnumpy().astype(np.float64) / (np.maximum(n, 1) if self.mean else 1.0)
-            g = logp_cotangent(x, y, self.label_pad_id, weight)
-            probe[..., 0] += np.einsum("btv,btv->bt", g, x.astype(np.float64))
+            g, g_probe = logp_cotangent(x, y, self.label_pad_id, weight)
+            probe[..., 0] += g_probe
             _, grads = model_vjp(engine, self.ctx.target, ms.Tensor(ids, ms.int32),
-                                 ms.Tensor(g.astype(x.dtype)))
+                                 ms.Tensor(g.astype(x.dtype, copy=False)))
             for p, gr in zip(model.trainable_params(), grads):
                 by_id[id(p)] = by_id.get(id(p), 0.0) + gr.asnumpy().astype(np.float64)
         by_id[id(self.policy.probe)] = probe
