@@ -194,10 +194,11 @@ def test_healthy_masked_ce_passes_and_matches_host_gradients(ctx_of):
 
     # One compile per graph: the parameter gradient (model.forward -> objective.logit_grad ->
     # model.vjp) once, and the 4 directions x 3 steps x 2 finite-difference totals through
-    # model.forward + objective.logit_grad (no graph of their own; moving the parameters
-    # recompiles nothing).
+    # model.forward + objective.forward, forward only (each sample's loss's graph, none of their
+    # own; moving the parameters recompiles nothing).
     graphs = [r.graph for r in ctx.engine.compiles.records]
-    assert [graphs.count(g) for g in ("model.forward", "objective.logit_grad", "model.vjp")] == [1, 1, 1]
+    assert [graphs.count(g) for g in ("model.forward", "objective.logit_grad", "model.vjp",
+                                      "objective.forward")] == [1, 1, 1, 1]
     assert "objective.param_grad" not in graphs
 
 
@@ -355,13 +356,14 @@ def test_loss_at_reuses_one_saved_copy_and_restores_once(ctx_of):
 
 
 @pytest.mark.parametrize("name, graphs", [
-    ("grad_healthy", ["model.forward", "objective.logit_grad"]),  # split form, float32 logits
+    ("grad_healthy", ["model.forward", "objective.forward"]),  # split form, float32 logits
     ("grad_e2e", ["objective.param_grad.static"]),  # end-to-end: the gradient's static graph
 ])
 def test_finite_difference_totals_are_the_differentiated_total(ctx_of, monkeypatch, name, graphs):
     """The FD evaluations need the batch total only; in the split form they take it from the
-    model's forward + the objective's logit graph, not a forward + backward: the same number the
-    parameter-gradient graph differentiates, and no graph of their own."""
+    model's forward + the objective alone, forward only (the per-sample loss's graph, on the
+    whole batch), not a forward + backward: the same number the parameter-gradient graph
+    differentiates, and no graph of their own."""
     ctx = ctx_of(name)
     probe, batch, dirs = G.grad_probe(ctx), G.grad_batch(ctx), G.fd_directions(ctx)
     (total, _), _ = probe._forward_backward(batch)

@@ -155,7 +155,7 @@ def test_a_length_the_objective_cannot_run_is_reported_and_the_others_judged(tar
     assert finding.verdict == Verdict.PASS and "T=4096 not run: failed at this length" in finding.message
 
 
-def test_a_length_started_at_the_run_start_gives_the_same_numbers(target):
+def test_a_length_started_at_the_stage_start_gives_the_same_numbers(target):
     """`LongInputs.prepare` starts the length in its own process (one core of its own) before the
     checks before it run; `measure` collects that result: the numbers of a run started when its
     turn comes, and no second process."""
@@ -174,6 +174,10 @@ def test_a_length_started_at_the_run_start_gives_the_same_numbers(target):
     a, b = alone.value["lengths"]["128"], early.value["lengths"]["128"]
     assert b["started_early"] is True and "started_early" not in a
     assert b["loss"] == a["loss"] and b["grad_norm"] == pytest.approx(a["grad_norm"], rel=1e-6)
+    # the short reference `prepare` took ahead is the one `measure` takes itself
+    assert early.value["reference"]["loss"] == alone.value["reference"]["loss"]
+    assert early.value["reference"]["grad_norm"] == pytest.approx(alone.value["reference"]["grad_norm"],
+                                                                  rel=1e-6)
     assert target.ctx.background == []  # collected
 
 
@@ -204,3 +208,36 @@ def test_no_head_start_without_room_or_on_an_accelerator(target, monkeypatch):
     monkeypatch.setattr(target.ctx.config.run, "device", "GPU")
     long_inputs.LongInputs().prepare(target.ctx, th)
     assert target.ctx.background == []
+
+
+def test_long_inputs_after_the_probes_compile_no_graph_again(tmp_path, monkeypatch):
+    """Through the runner: long inputs are the stress stage's last check, after the out-of-range
+    probes retired the shared graphs they were rejected on. Their short reference was taken when
+    the stage started and their length started then in its own process (beside the probes'
+    waits), so every graph that holds the model compiles once (the numbers equal those of the
+    check run alone: the test above)."""
+    import os
+
+    from objdebug import api
+    from objdebug.core.config import load_config
+
+    from .conftest import TARGETS, only_checks
+
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("the head start needs two cores")
+    profile = tmp_path / "p.toml"
+    profile.write_text('extends = "default"\n[stress]\nlong_lengths = [128]\n'
+                       'memory_calibration_lengths = []\nisolate_above_gib = 0.0\n')
+    only_checks(monkeypatch, stress={"out-of-range-ids", "long-inputs"})
+    cfg = load_config(TARGETS / "stress_healthy" / "objdebug.toml")
+    res = api.run(cfg, stages=["stress"], profile=str(profile), compile_cache=False)
+    by_check = {r.check: r for r in res.results}
+    assert [r.check for r in res.results if r.stage == "stress"] == ["out-of-range-ids", "long-inputs"]
+    probes = by_check["out-of-range-ids"].value["probes"]
+    assert all(p["rejected"] for p in probes.values())  # this target rejects all four
+    assert {r["graph"] for r in res.compiles["retired"]} >= {"model.forward", "model.vjp"}
+    names = [g["graph"] for g in res.compiles["graphs"]]
+    assert names.count("model.forward") == 1 and names.count("model.vjp") == 1, names
+    long = by_check["long-inputs"]
+    assert long.error is None and long.value["lengths"]["128"]["started_early"] is True
+    assert all(f.verdict == Verdict.PASS for f in long.findings), [f.message for f in long.findings]

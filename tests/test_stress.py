@@ -114,9 +114,11 @@ def test_masked_cross_entropy_passes_every_case(healthy, case):
 def test_checks_are_one_per_case_with_rule_pages():
     checks = stress.checks()
     # the trained-precision cases (tests/test_precision.py) skip at amp_level "O0"
-    # the out-of-range probes last: a rejected probe leaves its shared graph to compile again
-    order = [c for c in CASES if c != "out-of-range-ids"]
-    assert [c.name for c in checks] == order + ["trained-precision", "loss-scale-gradient", "out-of-range-ids"]
+    # the out-of-range probes after every check that calls the shared graphs (a rejected probe
+    # leaves its graph to compile again); long inputs last: their own graphs, their own process
+    order = [c for c in CASES if c not in ("out-of-range-ids", "long-inputs")]
+    assert [c.name for c in checks] == order + ["trained-precision", "loss-scale-gradient",
+                                                "out-of-range-ids", "long-inputs"]
     assert all(c.stage == "stress" for c in checks)
     codes = [code for c in checks for code in c.codes]
     assert len(codes) == len(set(codes)) == 15

@@ -166,11 +166,15 @@ class Check:
         """A reason this check cannot run on this target (e.g. end-to-end form without logits)."""
         return None
 
+    # when the runner calls `prepare`: "run" (once, after the contract probe, before any stage)
+    # or "stage" (when this check's stage starts, before its first check runs)
+    prepare_at: str = "run"
+
     def prepare(self, ctx: Any, th: Settings) -> None:
         """Start work that can go on beside the checks before this one (a measurement in a
-        process of its own), once per run, after the contract probe and before any stage (so
-        before `skip_reason` is asked); `measure` collects it. Never needed for a result: a
-        check run without it measures everything itself."""
+        process of its own), or take ahead what the checks before it would change, once per
+        run, at `prepare_at` (before `skip_reason` is asked); `measure` collects it. Never
+        needed for a result: a check run without it measures everything itself."""
         return None
 
     def run(self, ctx: Any, th: Settings) -> CheckResult:

@@ -162,7 +162,7 @@ def _run_stages(cfg, result, profile, chosen, select, ignore, options, out_dir, 
             result.target = target.describe()  # again: the probe may add notes (model_inputs)
             planned = _plan(cfg, profile, chosen, checks_of)
             try:
-                _prepare(ctx, planned, debug)
+                _prepare(ctx, planned, debug, "run")
                 for stage, skip, checks in planned:
                     engine.stage = stage
                     if stage != "batches":  # the batches win after their own stage judged them
@@ -174,6 +174,7 @@ def _run_stages(cfg, result, profile, chosen, select, ignore, options, out_dir, 
                     progress.stage_start(stage)
                     watchdog.stage(stage)
                     t = time.perf_counter()
+                    _prepare(ctx, [(stage, skip, checks)], debug, "stage")
                     first_result, first_compile = len(result.results), engine.compiles.count
                     thresholds = profile.section(stage)
                     for check in checks:
@@ -211,8 +212,9 @@ def _plan(cfg: Config, profile: Profile, chosen: list[str], checks_of: ChecksOf)
     return planned
 
 
-def _prepare(ctx: Context, planned, debug: bool) -> None:
-    """`Check.prepare` of every check that will run: work that can go on beside the checks
+def _prepare(ctx: Context, planned, debug: bool, at: str) -> None:
+    """`Check.prepare` of every check of `planned` that will run and prepares `at` ("run": once,
+    before any stage; "stage": when its stage starts): work that can go on beside the checks
     before it starts now. It is only ever a head start (the check measures everything itself
     when nothing was prepared), so a failure here is not the check's result: it is dropped,
     and the check meets it again, in its own run, if it is real. An InputError is the exception:
@@ -223,7 +225,7 @@ def _prepare(ctx: Context, planned, debug: bool) -> None:
             continue
         thresholds = ctx.profile.section(stage)
         for check in checks:
-            if type(check).prepare is Check.prepare:
+            if type(check).prepare is Check.prepare or check.prepare_at != at:
                 continue  # nothing to start (and no skip_reason asked before its stage's turn)
             ctx.engine.check = check.name
             try:

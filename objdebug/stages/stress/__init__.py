@@ -19,10 +19,12 @@ from objdebug.stages.stress.low_precision import (ExtremeLogits, LossScaleGradie
 
 
 def checks() -> list[Check]:
-    # Cheap cases first; long inputs late (they hold the most memory); the out-of-range probes
-    # last: a probe that is rejected leaves its (shared) graph to compile again if called again
-    # (garbage_ids.py), so nothing after them should need those graphs.
+    # Cheap cases first; the long objective late (it holds the most memory); the out-of-range
+    # probes after every check that calls the shared graphs: a probe that is rejected leaves its
+    # graph to compile again if called again (garbage_ids.py). Long inputs last: their lengths
+    # run on graphs of their own, in a process of their own started when the stage starts, beside
+    # the probes' fixed waits; their short reference is taken then too (long_inputs.py).
     return [AllPadding(), PaddingInvariance(), RandomIds(), ExtremeLogits(),
-            LowPrecision(), Determinism(), OverSmoothing(), LongObjective(), LongInputs(),
+            LowPrecision(), Determinism(), OverSmoothing(), LongObjective(),
             TrainedPrecision(), LossScaleGradient(),  # [run] amp_level / loss_scale (skipped at O0)
-            OutOfRangeIds()]
+            OutOfRangeIds(), LongInputs()]

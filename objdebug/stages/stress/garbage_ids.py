@@ -26,9 +26,12 @@ model's VJP, through `model.vjp` on row 0 (its own forward's logits scored by th
 the fused `objective.param_grad`); the label probes (split form; labels reach only the objective,
 so the label facts are the same) on the model's logits of such a batch through
 `objective.forward`, then through the dynamic `objective.logit_grad`. A probe that is rejected
-moves the next probe of its path to the next graph, so no probe compiles a graph; the check runs last in the stage, so no
-later check pays for a dropped graph either (one that did would compile it again: its result is
-never affected, only the compile count). Raising calls in parallel threads mix up their error
+moves the next probe of its path to the next graph, so no probe compiles a graph; the check runs
+after every check of the stage that calls those graphs, so no later check pays for a dropped graph
+either (one that did would compile it again: its result is never affected, only the compile
+count). Only long inputs come after it: their lengths run on graphs of their own, and their short
+reference is taken when the stage starts (long_inputs.py). Their process, started then, computes
+through the waits below. Raising calls in parallel threads mix up their error
 messages (MindSpore keeps one pending error per process), so they run one at a time. One raising
 call can establish one rejection only (the first failing kernel stops the graph), so the calls
 that raise are already the fewest: the -1 probe of each path runs before the V probe (-1 is the

@@ -12,10 +12,22 @@ that does not fit after all kills that process, not the run (a SKIP with what it
 left).
 
 On the CPU, with two cores or more and room to spare (the estimate x `memory_safety` plus a
-quarter of the machine free), the shortest such length starts in its process at the start of the
-run (`prepare`), on one core of its own, so it runs beside the stages before it instead of after
-them; its result is collected here. One that is killed for memory there runs again here, alone.
-Not on an accelerator: two processes would share one device's memory.
+quarter of the machine free), the shortest such length starts in its process when the stress stage
+starts (`prepare`, `prepare_at = "stage"`), on one core of its own, so it runs beside the stage's
+other checks instead of after them; its result is collected here, the stage's last check. The
+stage is where the run waits: each out-of-range probe that the model or the objective rejects
+costs MindSpore's fixed ~3 s error-path wait on an idle CPU (garbage_ids.py), and the child's
+compile and arithmetic fill it (on the demo, four waits, 12 s, against the child's ~15 s).
+Started with the run instead, it slowed the stages before stress by the same seconds it saved
+(measured: align 1.4 -> 3.1 s, the grad stage 7.2 -> 9.3 s). One that is killed for memory
+there runs again here, alone. Not on an accelerator: two processes would share one device's memory.
+
+The check runs after the out-of-range probes, which retire the shared graphs they are rejected
+on; the short reference it compares each length with goes through those graphs, so `prepare`
+takes it when the stage starts (`reference_ahead`), and `measure` reads it (or measures it
+itself when nothing was prepared: a check run alone). With `memory_calibration_lengths` the
+reference is a point of the memory fit, taken with the calibration lengths, on static graphs of
+its own length, which the probes never touch.
 
 A model that names no position limit (engine/position_limit.py) and fails with a shape or index
 error at a long (or calibration) length after a shorter one ran has found its limit: the longest
@@ -68,6 +80,12 @@ def _ahead(ctx: Context) -> dict[int, Any]:
     return ctx.provide(_ahead, dict)
 
 
+def reference_ahead(ctx: Context) -> dict[int, dict[str, Any]]:
+    """length -> the short reference `LongInputs.prepare` measured when the stage started (not
+    yet read by `measure`)."""
+    return ctx.provide(reference_ahead, dict)
+
+
 def _sizes(ctx: Context, th: Settings) -> tuple[int, int, dict[str, Any]]:
     """(vocabulary, trainable parameters, the model's shape) the memory estimate reads."""
     vocab = ctx.engine.vocab_size() or int(th["assume_vocab"])
@@ -85,10 +103,15 @@ def _usable_cpus() -> set[int]:
 class LongInputs(Check):
     name = "long-inputs"
     stage = "stress"
+    prepare_at = "stage"
 
     def prepare(self, ctx: Context, th: Settings) -> None:
-        """Start the shortest length that will run in a process of its own (see the module
-        docstring), when the run can spare the cores and the memory for it now."""
+        """When the stage starts: take the short reference ahead, then start the shortest length
+        that will run in a process of its own (see the module docstring), when the run can
+        spare the cores and the memory for it now."""
+        if not th["memory_calibration_lengths"]:  # (with calibration: a point of the fit, later)
+            length = position_limit.cap(short_length(th), ctx)
+            reference_ahead(ctx)[length] = self._one(ctx, length, static=False)
         cpus = _usable_cpus()
         if (ctx.config.run.device != "CPU" or not isolation.available() or len(cpus) < 2
                 or th["memory_calibration_lengths"]):
@@ -182,8 +205,10 @@ class LongInputs(Check):
         vocab, n_params, shape = _sizes(ctx, th)
         safety = float(th["memory_safety"])
         ref_len = position_limit.cap(short_length(th), ctx)
-        # the reference's peak is fitted only by calibration: else it shares the dynamic graph
-        reference = self._one(ctx, ref_len, static=bool(th["memory_calibration_lengths"]))
+        # the reference's peak is fitted only by calibration: else it shares the dynamic graph,
+        # and `prepare` took it before the out-of-range probes retired that graph
+        reference = (reference_ahead(ctx).pop(ref_len, None)
+                     or self._one(ctx, ref_len, static=bool(th["memory_calibration_lengths"])))
         calibration_runs: dict[int, dict[str, Any]] = {}
         fallback: dict[str, Any] = {}  # a model that names no limit: the longest length that ran
         calib = self._calibrate(ctx, th, reference, calibration_runs, fallback)
