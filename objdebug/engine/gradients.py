@@ -418,7 +418,8 @@ class GradientProbe:
         goes through: no backward through the model, nor through the objective, whose [B, T, V]
         logit gradient a total does not need; measured on the 32000-token vocabulary at
         [8, 128]: 0.08 s against 0.91 s through `objective.logit_grad`, the same total bit for
-        bit); otherwise (end-to-end, or logits of another dtype, which the float32 objective
+        bit; a run that scores no rows, `--stages grad`, compiles that small graph for them,
+        objective only); otherwise (end-to-end, or logits of another dtype, which the float32 objective
         graph would not score as the model's own graph does) the parameter-gradient graph's
         static twin at the batch's shape."""
         if self.target.model is not None:

@@ -35,9 +35,7 @@ REGISTRY: tuple[Stage, ...] = (
           scores_rows=True),
     Stage("align", "Loss must order good < medium < bad answers to the same prompt, with a clear gap.",
           scores_rows=True),
-    # (its finite differences take batch totals through the same per-sample objective graph)
-    Stage("grad", "Gradient health (norms, disconnected/NaN parameters, padding leakage, supervision coverage, autodiff vs finite differences).",
-          scores_rows=True),
+    Stage("grad", "Gradient health (norms, disconnected/NaN parameters, padding leakage, supervision coverage, autodiff vs finite differences)."),
     Stage("invariants", "Invariants of a correct objective (label alignment, logit shift, ignored positions, upstream gradient, unused settings, token weighting, side effects, empty rows)."),
     Stage("decompose", "Components of a composite loss: shares, dead terms, scale imbalance, gradient share.",
           scores_rows=True),
