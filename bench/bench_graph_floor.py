@@ -2,6 +2,10 @@
 
     python bench/bench_graph_floor.py --previous /path/to/previous/checkout --out /tmp/floor.json
     python bench/bench_graph_floor.py --previous ../prev --targets demo --repeats 3
+    python bench/bench_graph_floor.py --previous ../prev --targets pref_healthy,pref_swapped --repeats 1
+
+A target is one of TARGETS below or the name of a fixture target (`fixtures/targets/<name>`, run
+with `objdebug run -c` on its config).
 
 For each target and repeat, the previous release and this tree run one after the other (interleaved,
 so a machine that gets busier slows both), each in a fresh process and a fresh working directory,
@@ -34,6 +38,16 @@ TARGETS = {
 }
 MODEL_GRAPHS = ("model.", "preference.gradient", "preference.reference_forward", "preference.policy_forward",
                 "decompose.component_grad", "invariants.model_train", "packing.model")
+
+
+def target_args(name: str) -> list[str]:
+    if name in TARGETS:
+        return TARGETS[name]
+    config = HERE / "fixtures/targets" / name / "objdebug.toml"
+    if not config.is_file():
+        raise SystemExit(f"For 'bench_graph_floor', the target must be one of {sorted(TARGETS)} or a "
+                         f"fixture target under fixtures/targets/, but got {name!r}")
+    return ["run", "-c", str(config)]
 
 
 def holds_model(graph: dict) -> bool:
@@ -85,10 +99,11 @@ def main() -> int:
     a = ap.parse_args()
     results: dict = {}
     for name in a.targets.split(","):
+        args = target_args(name)
         runs = {"previous": [], "this": []}
         for _ in range(a.repeats):
             for side, tree in (("previous", a.previous.resolve()), ("this", HERE)):
-                runs[side].append(run_once(tree, TARGETS[name], a.timeout))
+                runs[side].append(run_once(tree, args, a.timeout))
         best = {side: min(rs, key=lambda r: r["wall_s"]) for side, rs in runs.items()}
         diff = differences(best["previous"].get("findings", {}), best["this"].get("findings", {}))
         results[name] = {"runs": runs, "differences": diff,

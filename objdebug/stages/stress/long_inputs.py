@@ -19,7 +19,9 @@ stage is where the run waits: each out-of-range probe that the model or the obje
 costs MindSpore's fixed ~3 s error-path wait on an idle CPU (garbage_ids.py), and the child's
 compile and arithmetic fill it (on the demo, four waits, 12 s, against the child's ~15 s).
 Started with the run instead, it slowed the stages before stress by the same seconds it saved
-(measured: align 1.4 -> 3.1 s, the grad stage 7.2 -> 9.3 s). One that is killed for memory
+(measured: align 1.4 -> 3.1 s, the grad stage 7.2 -> 9.3 s; the demo's wall 31.2-31.6 s from the
+stage, 32.1-34.5 s from the run; on the Llama fixture, whose stress stage waits 6 s against the
+child's 39 s, the run's start was ~1.5 s faster). One that is killed for memory
 there runs again here, alone. Not on an accelerator: two processes would share one device's memory.
 
 The check runs after the out-of-range probes, which retire the shared graphs they are rejected
