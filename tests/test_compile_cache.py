@@ -94,7 +94,7 @@ class Shape:
 
 
 def run_sequence(tmp_path, monkeypatch, graphs, *, hidden_after=None, crash_after=None, retire_before=(),
-                 named=True):
+                 named=True, eager=True):
     """One simulated process: open, compile `graphs` (name, length) through the engine, close."""
     monkeypatch.setattr(compile_cache, "_process", {"dir": None})
     monkeypatch.setattr(compile_cache, "_any_graph_compiled", lambda: False)
@@ -106,10 +106,18 @@ def run_sequence(tmp_path, monkeypatch, graphs, *, hidden_after=None, crash_afte
     ms = FakeMindSpore(cache.dir)
     engine = FakeEngine(ms)
     cache.attach(engine)
-    ran = []
+    ran, asked = [], [None]
+    # the graph's answer without the graph (PyNative in a real run): the graph asked for
+    def reference(fn, args):
+        if not eager:
+            raise RuntimeError("this Cell cannot run in PyNative mode")
+        return asked[0]
+
+    engine.reference = reference
     try:
         with cache:
             for i, (name, length) in enumerate(graphs):
+                asked[0] = f"{name}@{length}"
                 if i in retire_before:  # the graph raised: it compiles again when called again
                     engine.retire(name)
                     engine.compiled.discard((name, length))
@@ -317,6 +325,9 @@ def test_cli_cache_on_by_default_no_cache_writes_nothing(tmp_path):
     warm, text = _cli(tmp_path)
     w = warm["extra"]["compile_cache"]
     assert w["status"] == "warm" and w["hits"] == c["compiles"] > 0 and w["misses"] == 0
+    # every hit proved by its answer (PyNative on the same inputs), none rejected (issue 46)
+    assert w["proof"]["proved"] == w["hits"] and "rejected" not in w
+    assert w["proof"]["seconds"] < 0.5 * w["proof"]["cold_compile_seconds"]
     assert f"compile cache warm: {w['hits']} hits, 0 misses" in text
     assert warm["compiles"]["seconds"] < cold["compiles"]["seconds"]
     assert _findings(warm) == _findings(cold) == _findings(off)  # the same numbers, cached or not

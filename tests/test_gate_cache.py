@@ -167,18 +167,50 @@ def test_real_graphs_of_another_objective_copied_in_change_no_verdict(tiny_targe
 
 
 # --------------------------------------------------------------------------- whose cache (issue 35)
-def _rewrite(cache):
+def _rewrite(cache, index=1, text="per_sample@64 of another model (logits negated)"):
     """Whoever can write the folder: another graph in place, and the manifest's digest rewritten to
     vouch for it (the digests alone stop a swapped file, not a writer of the manifest)."""
     from objdebug.engine.cache_files import sha256
 
-    poisoned = _graphs(cache) / "compile_cache_1.mindir"
-    poisoned.write_text("per_sample@64 of another model (logits negated)")
+    poisoned = _graphs(cache) / f"compile_cache_{index}.mindir"
+    poisoned.write_text(text)
     manifest = json.loads((cache.dir / MANIFEST).read_text())
     for e in manifest["events"]:
         if e["file"] == poisoned.name:
             e["sha256"] = sha256(poisoned)
     (cache.dir / MANIFEST).write_text(json.dumps(manifest))
+
+
+# --------------------------------------------------------------------------- proof by behaviour (issue 46)
+def test_a_named_cache_with_a_rewritten_manifest_is_caught_by_the_graphs_answer(tmp_path, monkeypatch):
+    """A cache the user named is trusted as their choice, and its manifest can vouch for another
+    model's graph: the hit's first answer (against the Cell without the graph) rejects it."""
+    from objdebug.report import compile_cache_line
+
+    cold, _ = run_sequence(tmp_path, monkeypatch, SEQ)
+    _rewrite(cold)
+    warm, ran = run_sequence(tmp_path, monkeypatch, SEQ)
+    assert ran == EXPECTED  # before: "per_sample@64 of another model (logits negated)" ran
+    assert warm.status == "warm" and warm.rejected == ["per_sample"]
+    assert (warm.hits, warm.proved_hits, warm.misses) == (1, 1, 3)  # forward proved; the rest fresh
+    line = compile_cache_line({"extra": {"compile_cache": warm.summary()}}, short=True)
+    assert "compile cache entry rejected: its graph answers for another model" in line
+    assert not (warm.dir / MANIFEST).exists() and not list(_graphs(warm).glob("*.mindir"))
+    cold2, ran = run_sequence(tmp_path, monkeypatch, SEQ)  # starts cold, writes a true manifest
+    again, ran = run_sequence(tmp_path, monkeypatch, SEQ)
+    assert cold2.status == "cold" and ran == EXPECTED and again.hits == again.proved_hits == 4
+    assert not again.rejected
+
+
+def test_a_hit_that_cannot_run_eagerly_is_proved_by_a_fresh_compile(tmp_path, monkeypatch):
+    cold, _ = run_sequence(tmp_path, monkeypatch, SEQ)
+    clean, ran = run_sequence(tmp_path, monkeypatch, SEQ, eager=False)
+    assert ran == EXPECTED and not clean.rejected and clean.unprovable == ["forward"]
+    assert clean.hits == 0 and clean.misses == 4  # right, but the fresh compile turned it cold
+    run_sequence(tmp_path, monkeypatch, SEQ)  # cold again: a true manifest
+    _rewrite(cold, index=0, text="forward@32 of another model")
+    poisoned, ran = run_sequence(tmp_path, monkeypatch, SEQ, eager=False)
+    assert ran == EXPECTED and poisoned.rejected == ["forward"] and not poisoned.unprovable
 
 
 def _open_to_others(root):
@@ -271,3 +303,50 @@ def test_a_shared_default_cache_with_a_rewritten_manifest_changes_no_verdict(tin
     assert "compile cache untrusted" in proc.stdout, proc.stdout
     c = json.loads((tmp_path / "r.json").read_text())["extra"]["compile_cache"]
     assert c["status"] == "untrusted" and "writable by its group or others" in c["reason"]
+
+
+@pytest.mark.slow  # four real runs (~40 s on 2 cores); its CI twin: test_a_named_cache_with_a_rewritten_manifest_is_caught_by_the_graphs_answer
+def test_real_graphs_of_another_objective_with_a_rewritten_manifest_change_no_verdict(tiny_target, tmp_path):
+    """Issue 46 with real MindSpore graphs: a named cache (trusted as the user's choice) holds a
+    broken objective's graphs AND a manifest rewritten to vouch for them. Was exit 1 (the planted
+    graph's answer, 2 warm hits); now the hit's answer is checked against PyNative, the planted
+    graph is rejected and compiled afresh, the healthy target passes and the report says so."""
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from objdebug.engine.cache_files import sha256
+
+    root = Path(__file__).resolve().parent.parent
+    env = {k: v for k, v in os.environ.items() if k != "OBJDEBUG_NO_CACHE"}
+    env["PYTHONPATH"] = str(root)
+    cache = tmp_path / "cache"
+
+    def run(*extra):
+        return subprocess.run([sys.executable, "-m", "objdebug.cli", "run", "--stages", "align",
+                               "--compile-cache", str(cache), "--json", str(tmp_path / "r.json"),
+                               *extra], cwd=tiny_target, env=env, capture_output=True, text=True,
+                              timeout=600)
+
+    assert run().returncode == 0
+    assert run("--set", "objective.kwargs={ignore_index=0}").returncode == 1
+    by_kwargs = {json.loads((d / "key.json").read_text())["target"]["objective"]["kwargs"]["ignore_index"]: d
+                 for d in cache.iterdir() if (d / "key.json").is_file()}
+    good, bad = by_kwargs[-100], by_kwargs[0]
+    for f in (bad / "rank_0" / "graph_cache").glob("*.mindir"):
+        shutil.copy(f, good / "rank_0" / "graph_cache" / f.name)
+    manifest = json.loads((good / MANIFEST).read_text())
+    for e in manifest["events"]:
+        if e.get("file"):
+            e["sha256"] = sha256(good / "rank_0" / "graph_cache" / e["file"])
+    (good / MANIFEST).write_text(json.dumps(manifest))
+    proc = run()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "compile cache entry rejected: its graph answers for another model" in proc.stdout
+    c = json.loads((tmp_path / "r.json").read_text())["extra"]["compile_cache"]
+    assert c["rejected"] == ["objective.forward"] and c["proof"]["proved"] == c["hits"] >= 1
+    run()  # cold: a true manifest
+    proc = run()
+    c = json.loads((tmp_path / "r.json").read_text())["extra"]["compile_cache"]
+    assert proc.returncode == 0 and c["status"] == "warm" and c["misses"] == 0 and "rejected" not in c

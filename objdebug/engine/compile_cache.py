@@ -206,6 +206,12 @@ class CompileCache:
         self.misses = 0
         self.unsafe = ""
         self._pending: tuple[str, str] | None = None  # the first call under way (before -> after)
+        self._unproved: tuple[str, str] | None = None  # the hit whose answer is not proved yet
+        self.proved_hits = 0      # hits whose first answer matched the Cell's without the graph
+        self.proof_seconds = 0.0  # what the proofs cost (PyNative calls)
+        self.saved_seconds = 0.0  # what the proved hits cost to compile when the cache was written
+        self.rejected: list[str] = []  # graphs whose cached file answered unlike the Cell
+        self.unprovable: list[str] = []  # proved by a fresh compile (the Cell cannot run eagerly)
         self._lock_fd: int | None = None
         self._last: dict[str, tuple[int, int]] = {}
 
@@ -405,9 +411,52 @@ class CompileCache:
         elif verified and self.expected[i].get("file"):
             self.hits += 1
             event["file"] = self.expected[i]["file"]
+            event["seconds"] = self.expected[i].get("seconds") or event["seconds"]  # the cold compile's
             self.verified = i + 1
+            self._unproved = key  # its answer must prove it before it counts (cache_proof.py)
         self.events.append(event)
         self._last = now
+
+    # ------------------------------------------------------------------ proof by behaviour
+    def wants_proof(self, graph: str, signature: str) -> bool:
+        """Whether the first call that just ran loaded its graph from this cache (a hit): the
+        engine then checks its answer (`Engine._prove`) before it counts."""
+        return self.active and self._unproved == (graph, signature)
+
+    def proved(self, graph: str, signature: str, seconds: float, fresh: bool = False) -> None:
+        """The hit answered like the Cell without the graph (`fresh`: like a fresh compile, after
+        `reject` turned the cache cold: the entry was right, the rest of the run compiled anyway)."""
+        self._unproved = None
+        if fresh:
+            self.unprovable.append(graph)
+            if graph in self.rejected:
+                self.rejected.remove(graph)
+            return
+        self.proved_hits += 1
+        self.proof_seconds += seconds
+        event = self.events[-1] if self.events else {}
+        if (event.get("graph"), event.get("shapes")) == (graph, signature):
+            self.saved_seconds += float(event.get("seconds") or 0.0)
+
+    def reject(self, graph: str, signature: str, seconds: float, eager: bool = True) -> None:
+        """The hit answered unlike the Cell (or cannot be proved eagerly): every graph file the
+        proved prefix does not own goes, so MindSpore misses from the graph's recompile on (it
+        stops loading at its first miss), and this run leaves no manifest (the next starts cold)."""
+        self._unproved = None
+        self.proof_seconds += seconds
+        self.rejected.append(graph)
+        try:
+            i = len(self.events) - 1  # the rejected hit's event
+            self.diverged_at = i if self.diverged_at is None else min(self.diverged_at, i)
+            owned = {e["file"] for e in self.events[:i] if e.get("file")}
+            self._remove(set(self._files()) - owned)
+            self.events[i]["file"] = None
+            self.expected = None
+            self.hits -= 1
+            self.verified = min(self.verified, i)
+            self._last = self._files()
+        except Exception as exc:
+            self._disable(f"{type(exc).__name__}: {exc}")
 
     # ------------------------------------------------------------------ end
     def close(self, ok: bool = True) -> None:
@@ -424,12 +473,13 @@ class CompileCache:
             else:
                 events = self.events
             owned = {e["file"] for e in events if e.get("file")}
-            if not ok or self.unsafe or set(now) != owned:
+            if not ok or self.unsafe or self.rejected or self.unprovable or set(now) != owned:
                 self._remove(set(now))
             else:
                 folder = self.dir / "rank_0" / "graph_cache"
                 body = {"schema": SCHEMA, "key": self.key,
                         "events": [{**{k: e[k] for k in ("graph", "shapes", "file")},
+                                    "seconds": e.get("seconds"),  # the cold compile (proof cost vs it)
                                     "sha256": cache_files.sha256(folder / e["file"])
                                     if e.get("file") else None} for e in events]}
                 cache_files.write_exclusive(self.dir / MANIFEST, json.dumps(body, indent=1))
@@ -456,6 +506,13 @@ class CompileCache:
             out["diverged_at"] = self.diverged_at
         if self.unsafe:
             out["unsafe"] = self.unsafe
+        if self.hits or self.rejected or self.unprovable:  # each hit proved by its answer (cache_proof.py)
+            out["proof"] = {"proved": self.proved_hits, "seconds": round(self.proof_seconds, 3),
+                            "cold_compile_seconds": round(self.saved_seconds, 3)}
+        if self.rejected:
+            out["rejected"] = list(self.rejected)
+        if self.unprovable:
+            out["unprovable"] = list(self.unprovable)
         if self.reason:
             out["reason"] = self.reason
         return out

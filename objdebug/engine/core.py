@@ -29,7 +29,7 @@ from objdebug.core.progress import Progress, shapes_text
 from objdebug.engine.target import Target
 from objdebug.engine.cache_fallback import CacheUnusable, caused_by_cache
 from objdebug.core.interrupts import raise_swallowed, reassert as reassert_signals
-from objdebug.engine import host_memory, watchdog
+from objdebug.engine import cache_proof, host_memory, watchdog
 
 
 FORWARD = "model.forward"
@@ -147,6 +147,7 @@ class Engine:
         self._completed: set[str] = set()  # graphs that completed a first call (`called`)
         self.static_fallbacks: set[str] = set()  # dynamic graphs that could not compile (dynamic_graph.py)
         self._forward_of: Any = None  # the model object the shared forward graph was built on
+        self.reference: Callable = cache_proof.eager  # a graph's answer without the graph (cache proof)
 
     # ------------------------------------------------------------------ plumbing
     def cell(self, name: str, builder: Callable[[], Any]) -> Any:
@@ -234,7 +235,35 @@ class Engine:
                                                    self._holds[name]))
         self._largest_growth = max(self._largest_growth, host_memory.rss_bytes() - rss_before)
         raise_swallowed()  # as above
-        return out
+        return self._prove(name, sig, fn, args, out, signature)
+
+    def _prove(self, name: str, sig: str, fn: Callable, args: tuple, out: Any,
+               signature: str | None) -> Any:
+        """A graph loaded from the compile cache counts only once it answered like the Cell does
+        without it (engine/cache_proof.py): else it is dropped, compiled afresh (the cache is off
+        from there on) and the fresh output is the result."""
+        provers = [p for p in self._listeners if getattr(p, "wants_proof", None) and p.wants_proof(name, sig)]
+        if not provers:
+            return out
+        start = time.perf_counter()
+        try:
+            want, eager = self.reference(fn, args), True
+        except Exception:  # a Cell that cannot run eagerly: a fresh compile answers instead
+            raise_swallowed()
+            want, eager = None, False
+        seconds = time.perf_counter() - start
+        if eager and cache_proof.same_answer(out, want):
+            for p in provers:
+                p.proved(name, sig, seconds)
+            return out
+        for p in provers:  # MindSpore must miss from here on: the recompile cannot load a file
+            p.reject(name, sig, seconds, eager)
+        self._drop_phases(name, self._cells.get(name, fn))
+        fresh = self.call(name, fn, *args, signature=signature)
+        if not eager and cache_proof.same_answer(out, fresh):
+            for p in provers:
+                p.proved(name, sig, 0.0, fresh=True)
+        return fresh
 
     # ------------------------------------------------------------------ memory
     def make_room(self, compiling: str, want: int | None = None) -> None:

@@ -55,6 +55,10 @@ def compile_cache_line(report: dict, short: bool = False) -> str | None:
     hits, misses = c.get("hits", 0), c.get("misses", 0)
     line = (f"compile cache {c['status']}: {hits} hit{'s' if hits != 1 else ''}, "
             f"{misses} miss{'es' if misses != 1 else ''}")
+    if c.get("rejected"):  # a hit whose graph answered unlike the Cell: compiled afresh (issue 46)
+        line += "; compile cache entry rejected: its graph answers for another model"
+        if not short:
+            line += f" ({', '.join(c['rejected'])}: compiled afresh, the cache not kept)"
     if c.get("unsafe") and not short:  # the next run starts cold again: say why (issue 22)
         line += f"; not kept for the next run: {c['unsafe']}"
     if c.get("trust") and short:  # which cache the run trusted (issue 35)
