@@ -10,7 +10,7 @@ import pytest
 
 from objdebug.core.errors import InputError
 from objdebug.pipeline.profile import OPEN_TABLES, builtin_profiles, load_profile
-from objdebug.pipeline.setting_ranges import RANGES, VERDICT, interval
+from objdebug.pipeline.setting_ranges import ORDERED, RANGES, VERDICT, cross_problem, interval
 
 from .conftest import cli_exit_2
 
@@ -127,3 +127,82 @@ def test_a_verdict_typo_is_exit_2_before_the_grad_stage(tmp_path):
     out = cli_exit_2(["grad", "-c", SUP_LAST_DROPPED, "--profile", prof, "--no-cache"],
                      "'[grad] coverage_empty_rows'", "'fial'")
     assert "compiling" not in out and "stage" not in out.lower().replace("stages", "")
+
+
+# --------------------------------------------------------------------------- cross-key rules (issue 46)
+def _toml(value) -> str:
+    return "[" + ", ".join(_toml(v) for v in value) + "]" if isinstance(value, list) else repr(value)
+
+
+def _violating(a, op, b):
+    """Values of (a, b) that break `a op b`: the defaults swapped, or a list's largest element
+    moved above the scalar (or a scalar above every element)."""
+    sa, ka = a.split(".", 1)
+    sb, kb = b.split(".", 1)
+    va, vb = DEFAULT[sa][ka], DEFAULT[sb][kb]
+    if isinstance(vb, list):
+        return max(vb) + 1, vb
+    return vb, va
+
+
+@pytest.mark.parametrize("a, op, b", [(a, op, b) for a, op, b, _ in ORDERED])
+def test_every_declared_pair_is_refused_in_the_wrong_order_and_kept_in_the_right_one(tmp_path, a, op, b):
+    sa, ka = a.split(".", 1)
+    sb, kb = b.split(".", 1)
+    bad_a, bad_b = _violating(a, op, b)
+    good = tmp_path / "good.toml"  # the defaults themselves hold the order: both set explicitly
+    good.write_text(f'[{sa}]\n{ka} = {_toml(DEFAULT[sa][ka])}\n' + (f'[{sb}]\n' if sb != sa else "")
+                    + f'{kb} = {_toml(DEFAULT[sb][kb])}\n')
+    load_profile(str(good))
+    bad = tmp_path / "bad.toml"
+    bad.write_text(f'[{sa}]\n{ka} = {_toml(bad_a)}\n' + (f'[{sb}]\n' if sb != sa else "")
+                   + f'{kb} = {_toml(bad_b)}\n')
+    with pytest.raises(InputError) as exc:
+        load_profile(str(bad))
+    text = str(exc.value)
+    assert text.startswith(f"{bad.resolve()}: For '[{sa}] {ka}' = {bad_a!r} and '[{sb}] {kb}' = "
+                           f"{bad_b!r}, the first must be {op} the second"), text
+    assert "\n" not in text
+
+
+def test_every_pair_names_keys_of_default_toml_with_ranges():
+    assert len(ORDERED) >= 20
+    for a, op, b, why in ORDERED:
+        assert a in RANGES and b in RANGES and op in ("<=", "<", ">=") and why, (a, b)
+    assert cross_problem(DEFAULT) is None  # the defaults hold every rule
+
+
+def test_a_contradiction_split_over_two_files_names_the_profile_run(tmp_path):
+    (tmp_path / "base.toml").write_text("[grad]\nratio_pass = 20.0\n")
+    (tmp_path / "top.toml").write_text('extends = "base.toml"\n')
+    with pytest.raises(InputError, match=re.escape("'[grad] ratio_pass' = 20.0 and '[grad] ratio_fail' = 15.0")):
+        load_profile(str(tmp_path / "top.toml"))
+
+
+def test_a_warn_beyond_fail_is_exit_2_in_one_line_before_any_work(tmp_path):
+    prof = tmp_path / "swapped.toml"
+    prof.write_text("[decompose]\nscale_warn = 5000.0\n")
+    out = cli_exit_2(["grad", "-c", SUP_LAST_DROPPED, "--profile", prof, "--no-cache"],
+                     "'[decompose] scale_warn' = 5000.0", "'[decompose] scale_fail' = 1000.0")
+    assert "compiling" not in out
+
+
+PACKING = ROOT / "fixtures" / "targets" / "packing_position_ids" / "objdebug.toml"
+PREFERENCE = ROOT / "fixtures" / "targets" / "pref_healthy" / "objdebug.toml"
+
+
+def test_packed_rows_longer_than_the_model_positions_are_exit_2_before_any_stage():
+    """Was 4 ERRORs (exit 1) after the stage's work: 3 documents of the demo's rows make 135
+    tokens, the model takes 60."""
+    out = cli_exit_2(["run", "-c", PACKING, "--no-cache", "-q", "--set", "data.max_length=60"],
+                     "For 'packing.documents' = 3 and the model's positions = 60", "135 tokens")
+    assert "compiling" not in out
+
+
+def test_a_preference_max_length_below_every_prompt_is_exit_2_before_any_stage(tmp_path):
+    """Was exit 1 after the work: every pair cut to its prompt, OBJ805 FAIL "no usable gradient"."""
+    prof = tmp_path / "short.toml"
+    prof.write_text("[preference]\nmax_length = 3\n")
+    cli_exit_2(["run", "-c", PREFERENCE, "--stages", "preference", "--no-cache", "-q", "--profile", prof],
+               "For '[preference] max_length' = 3 and the shortest prompt of [data] preference = 19 tokens",
+               "preference.jsonl:25")

@@ -16,7 +16,7 @@ from typing import Any
 
 from objdebug.core.errors import InputError
 from objdebug.core.settings import Settings
-from objdebug.pipeline.setting_ranges import problem
+from objdebug.pipeline.setting_ranges import cross_problem, problem
 
 
 @dataclass
@@ -232,6 +232,9 @@ def _validate(data: dict[str, Any], source: str) -> None:
             raise InputError(f"For '{key}', the value must be a list of code prefixes, but got "
                              f"{value!r}.", source=source)
     # numbers, their ranges and the verdict words: each file's own values, in _check_schema
+    contradiction = cross_problem(data)  # pairs of keys that must be ordered (issue 46)
+    if contradiction:
+        raise InputError(contradiction, source=source)
 
 
 def code_selected(code: str, select: list[str], ignore: list[str]) -> bool:

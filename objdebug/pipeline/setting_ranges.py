@@ -199,3 +199,73 @@ def problem(dotted: str, value: Any, integer: bool = False) -> str | None:
             where = str(span) if str(span)[0] in "<>" else f"in {span}"
             return f"{whose} must be {kind} {where}, but got {v!r}."
     return None
+
+
+# --------------------------------------------------------------------------- cross-key rules (issue 46)
+# Pairs of keys whose values must be ordered: (a, op, b, why). A WARN threshold beyond its FAIL
+# threshold, a pass band's lower bound above its upper bound or outside the fail band, a short
+# length that is not shorter than the long ones: each makes a verdict impossible or inverted
+# without any single key leaving its range. Checked on the merged profile at load (exit 2, one
+# line naming both keys and both values); a list value's rule holds for each element.
+# tests/test_setting_ranges.py walks every pair, both orders.
+ORDERED: tuple[tuple[str, str, str, str], ...] = (
+    # higher passes: the pass threshold at or above the fail threshold
+    ("align.gap_pass", ">=", "align.gap_fail", "a gap that passes must not fail"),
+    ("align.order_pass", ">=", "align.order_fail", "a share that passes must not fail"),
+    ("align.sanity_gap_pass", ">=", "align.sanity_gap_fail", "a gap that passes must not fail"),
+    ("align.sanity_order_pass", ">=", "align.sanity_order_fail", "a share that passes must not fail"),
+    ("grad.likelihood_cosine_pass", ">=", "grad.likelihood_cosine_fail",
+     "a cosine that passes must not fail"),
+    ("decompose.primary_share_warn", ">=", "decompose.primary_share_fail",
+     "a share below the FAIL threshold is below the WARN one too"),
+    # lower passes: the pass (or WARN) threshold at or below the fail threshold
+    ("align.p_pass", "<=", "align.p_fail", "a p-value that passes must not fail"),
+    ("correlate.r_pass", "<=", "correlate.r_fail", "an r that passes must not fail"),
+    ("decompose.dead_warn", "<=", "decompose.dead_fail", "the WARN threshold comes before FAIL"),
+    ("decompose.residual_warn", "<=", "decompose.residual_fail", "the WARN threshold comes before FAIL"),
+    ("decompose.scale_warn", "<=", "decompose.scale_fail", "the WARN threshold comes before FAIL"),
+    ("stress.long_ratio_warn", "<=", "stress.long_ratio_fail", "the WARN band holds the FAIL band"),
+    ("stress.batch_rtol", "<=", "stress.batch_fail_rtol", "the WARN threshold comes before FAIL"),
+    ("monitor.scale_warn", "<=", "monitor.scale_fail", "the WARN threshold comes before FAIL"),
+    ("monitor.ratio_warn", "<=", "monitor.ratio_fail", "the WARN threshold comes before FAIL"),
+    ("grad.ratio_pass", "<=", "grad.ratio_fail", "a ratio that passes must not fail"),
+    ("grad.fd_pass", "<=", "grad.fd_fail", "an error that passes must not fail"),
+    ("grad.likelihood_reweighted_pass", "<=", "grad.likelihood_reweighted_fail",
+     "a share that passes must not fail"),
+    # bands: lower <= upper, and the pass band inside the fail band
+    ("grad.mean_norm_pass_low", "<=", "grad.mean_norm_pass_high", "a band's lower bound <= its upper bound"),
+    ("grad.mean_norm_fail_low", "<=", "grad.mean_norm_pass_low", "the pass band lies inside the fail band"),
+    ("grad.mean_norm_pass_high", "<=", "grad.mean_norm_fail_high", "the pass band lies inside the fail band"),
+    ("grad.scale_pass_low", "<=", "grad.scale_pass_high", "a band's lower bound <= its upper bound"),
+    ("grad.scale_fail_low", "<=", "grad.scale_pass_low", "the pass band lies inside the fail band"),
+    ("grad.scale_pass_high", "<=", "grad.scale_fail_high", "the pass band lies inside the fail band"),
+    # lengths: the short reference is shorter than every long input it is compared with
+    ("stress.short_length", "<=", "stress.long_lengths",
+     "OBJ502 compares each long input with the short one: a long input is not shorter"),
+)
+
+_OPS = {"<=": lambda a, b: a <= b, "<": lambda a, b: a < b, ">=": lambda a, b: a >= b}
+
+
+def _get(data: dict[str, Any], dotted: str) -> Any:
+    section, key = dotted.split(".", 1)
+    return (data.get(section) or {}).get(key)
+
+
+def cross_problem(data: dict[str, Any]) -> str | None:
+    """The first pair of ORDERED that the merged profile `data` breaks, as one MindSpore-style
+    sentence naming both keys and both values; None when every pair holds."""
+    for a, op, b, why in ORDERED:
+        va, vb = _get(data, a), _get(data, b)
+        if va is None or vb is None:
+            continue
+        for x in (va if isinstance(va, list) else [va]):
+            for y in (vb if isinstance(vb, list) else [vb]):
+                if isinstance(x, bool) or isinstance(y, bool) or not isinstance(x, (int, float)) \
+                        or not isinstance(y, (int, float)) or _OPS[op](x, y):
+                    continue
+                sa, ka = a.split(".", 1)
+                sb, kb = b.split(".", 1)
+                return (f"For '[{sa}] {ka}' = {va!r} and '[{sb}] {kb}' = {vb!r}, the first must be "
+                        f"{op} the second ({why}), but it is not.")
+    return None

@@ -33,6 +33,7 @@ import numpy as np
 from objdebug.core.config import packed_inputs, separator_id
 from objdebug.core.errors import InputError
 from objdebug.core.findings import Check
+from objdebug.engine import position_limit
 from objdebug.engine.data import Sample
 from objdebug.engine.packing import PackedRow, changed_document, document, pack_rows, row_arrays
 
@@ -141,6 +142,18 @@ def preflight(ctx) -> None:
         raise InputError(f"For 'packing.documents', the value must be at most the {found} data rows "
                          f"with a scored token (one document each), but got {per_row}.",
                          source=cfg.source)
+    # the packed rows within the model's positions (issue 46): exit 2 here, before any stage,
+    # not four ERRORs after the work
+    top = position_limit.limit(ctx)
+    if top:
+        rows = int(ctx.profile.section("packing")["rows"])
+        packed = pack_rows(documents(ctx)[:rows * per_row], per_row)
+        longest = max(r.used for r in packed)
+        if longest > top:
+            raise InputError(f"For 'packing.documents' = {per_row} and the model's positions = "
+                             f"{top} ({position_limit.source(ctx)}), {per_row} documents per row "
+                             f"make rows of up to {longest} tokens, more than the model takes; lower "
+                             f"[packing] documents or use shorter rows.", source=cfg.source)
 
 
 class PackingCheck(Check):

@@ -28,7 +28,7 @@ import numpy as np
 from objdebug.pipeline.context import Context
 from objdebug.core.findings import Check, Condition, Verdict, listing
 from objdebug.core.settings import Settings
-from objdebug.stages.preference.session import (EXPECTED_LOGPS, ZERO_POINT, no_preference_reason,
+from objdebug.stages.preference.session import (EXPECTED_LOGPS, ZERO_POINT, no_preference_reason, preflight,
     session)
 
 _LISTED = 8
@@ -58,6 +58,11 @@ def _swapped(inputs):
 
 class PreferenceCheck(Check):
     stage = "preference"
+
+    def prepare(self, ctx: Context, th) -> None:
+        """Before any stage: a max_length that leaves no pair an answer token is exit 2."""
+        if no_preference_reason(ctx) is None:
+            preflight(ctx, th)
 
     def skip_reason(self, ctx: Context) -> str | None:
         return no_preference_reason(ctx)

@@ -399,6 +399,25 @@ def no_preference_reason(ctx: Context) -> str | None:
     return None
 
 
+def preflight(ctx: Context, settings: Any) -> None:
+    """A `[preference] max_length` that cuts every pair to its prompt (at or below the shortest
+    prompt: no pair keeps an answer token) contradicts the data: exit 2 before any stage, naming
+    both values, where the stage would otherwise judge empty pairs (OBJ805 FAIL "no usable
+    gradient") after the work (issue 46)."""
+    max_length = int(settings["max_length"])
+    rows = preference_rows(ctx) if max_length > 0 else []
+    if not rows:
+        return
+    shortest = min(rows, key=lambda r: len(r["prompt"]))
+    if max_length <= len(shortest["prompt"]):
+        raise InputError(
+            f"For '[preference] max_length' = {max_length} and the shortest prompt of [data] "
+            f"preference = {len(shortest['prompt'])} tokens (row '{shortest['id']}'), max_length must be "
+            f"above the shortest prompt (pairs are cut to max_length tokens, the prompt kept), but "
+            f"it leaves no pair an answer token.", source=str(ctx.config.data.preference),
+            line=shortest.get("line"))
+
+
 def session(ctx: Context) -> Session:
     return ctx.provide(session, lambda: _build(ctx))
 
