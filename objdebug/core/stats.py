@@ -7,12 +7,23 @@
   and no degenerate resample the interval equals scipy's.
 - `partial_pearson(x, y, z)`: r(x, y) controlling for z, by the standard first-order formula;
   `residual_partial_pearson` computes it from regression residuals (the brute-force check).
+- `paired_greater(d)`: one-sided Wilcoxon and t-test p-values of paired differences (align).
+
+Scale (issue 46): every input is finite float64 (the data readers refuse NaN/Infinity), but a
+human score may be 1e300 or 1e-300. Correlations, ranks and p-values are scale-free, so they are
+computed on the values divided by an exact power of two (`_scaled`); a value with a scale (a
+mean, a slope) is computed that way and scaled back, and where it is beyond float64 it is
+reported as out of range (`linear_fit`), never as a numpy overflow. scipy's warnings about its
+own method (a near-constant input, zeros in a Wilcoxon test) are caught: the functions here
+check those cases themselves. Nothing reaches stderr (tests/test_stats_extremes.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import warnings
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -30,14 +41,51 @@ def _vectors(x, y) -> tuple[np.ndarray, np.ndarray]:
     return x, y
 
 
-def _scaled(v: np.ndarray) -> np.ndarray:
-    """`v` divided by a power of two near its largest magnitude: exact (no rounding), and the
-    correlations are scale-free, but sums of squares of scores like 1e300 no longer overflow
-    (they gave a CI of [0.000, 0.000] and numpy warnings)."""
+def _exponent(v: np.ndarray) -> int:
+    """e with max |v| in [2**(e-1), 2**e): v / 2**e lies in (-1, 1); 0 for an empty, all-zero or
+    non-finite v."""
     top = float(np.max(np.abs(v))) if v.size else 0.0
-    if not np.isfinite(top) or top == 0.0:
-        return v
-    return np.ldexp(v, -int(np.frexp(top)[1]))
+    if not math.isfinite(top) or top == 0.0:
+        return 0
+    return int(np.frexp(top)[1])
+
+
+def _scaled(v: np.ndarray) -> np.ndarray:
+    """`v` divided by a power of two near its largest magnitude: exact (no rounding, short of
+    values 2**1074 times smaller than the largest, which become 0), and the correlations are
+    scale-free, but sums of squares of scores like 1e300 no longer overflow (they gave a CI of
+    [0.000, 0.000] and numpy warnings)."""
+    e = _exponent(v)
+    return np.ldexp(v, -e) if e else v
+
+
+def _ldexp(x: float, e: int) -> float:
+    """x * 2**e, inf (signed) where that is beyond float64 (no OverflowError, no warning)."""
+    try:
+        return math.ldexp(x, e)
+    except OverflowError:
+        return math.copysign(math.inf, x)
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """scipy's warnings about its method (ConstantInputWarning, NearConstantInputWarning, the
+    Wilcoxon's switch to the normal approximation, a t-test's precision loss) and numpy's
+    floating-point flags off stderr: the callers check those cases on their own."""
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
+def mean_std(v) -> tuple[float, float]:
+    """Mean and standard deviation of finite values of any scale (computed on `_scaled` values and
+    scaled back: never an overflow); NaN for an empty v."""
+    v = np.asarray(v, dtype=np.float64).ravel()
+    if not v.size:
+        return float("nan"), float("nan")
+    e = _exponent(v)
+    s = np.ldexp(v, -e) if e else v
+    return _ldexp(float(s.mean()), e), _ldexp(float(s.std()), e)
 
 
 def is_constant(v) -> bool:
@@ -69,17 +117,27 @@ def correlations(x, y) -> Correlations:
     nan = float("nan")
     if n < 3 or is_constant(x) or is_constant(y):
         return Correlations(n, nan, nan, nan, nan, nan, nan)
-    pr = stats.pearsonr(x, y)
-    sr = stats.spearmanr(x, y)
-    kt = stats.kendalltau(x, y, variant="b")
+    with quiet():  # a near-constant input: scipy's own warning, its r is still the best estimate
+        pr = stats.pearsonr(x, y)
+        sr = stats.spearmanr(x, y)  # ranks: scale-free by construction
+        kt = stats.kendalltau(x, y, variant="b")
     return Correlations(n, float(pr.statistic), float(pr.pvalue), float(sr.statistic),
                         float(sr.pvalue), float(kt.statistic), float(kt.pvalue))
 
 
+def _row_scaled(c: np.ndarray) -> np.ndarray:
+    """Each row divided by a power of two near its largest magnitude (exact): a row whose values
+    are all tiny next to the input's scale (a resample without the one score of 1e300) keeps its
+    squares above float64's underflow, so its r is defined as it is mathematically."""
+    top = np.max(np.abs(c), axis=-1, keepdims=True)
+    e = np.where(np.isfinite(top) & (top > 0), np.frexp(top)[1], 0)
+    return np.ldexp(c, -e)
+
+
 def pearson_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """Pearson r of each row pair of x[B, n], y[B, n]; NaN for a row where either is constant."""
-    xc = x - x.mean(axis=-1, keepdims=True)
-    yc = y - y.mean(axis=-1, keepdims=True)
+    xc = _row_scaled(x - x.mean(axis=-1, keepdims=True))
+    yc = _row_scaled(y - y.mean(axis=-1, keepdims=True))
     den = np.sqrt((xc * xc).sum(axis=-1) * (yc * yc).sum(axis=-1))
     with np.errstate(invalid="ignore", divide="ignore"):
         r = np.where(den > 0, (xc * yc).sum(axis=-1) / den, np.nan)
@@ -114,18 +172,18 @@ def _bootstrap_rs(x: np.ndarray, y: np.ndarray, n_resamples: int, rng: np.random
 
 
 def _jackknife_pearson(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Pearson r with each pair left out in turn, from running sums: O(n), not O(n^2)."""
-    x = x - x.mean()  # centred first: the sums below then lose little to cancellation
-    y = y - y.mean()
-    m = x.size - 1
-    sx, sy = x.sum() - x, y.sum() - y
-    sxx, syy, sxy = (x * x).sum() - x * x, (y * y).sum() - y * y, (x * y).sum() - x * y
-    cov = sxy - sx * sy / m
-    var = (sxx - sx * sx / m) * (syy - sy * sy / m)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        r = cov / np.sqrt(var)
-    r[~(var > 0)] = np.nan
-    return np.clip(r, -1.0, 1.0)
+    """Pearson r with each pair left out in turn, each computed afresh (`pearson_rows`, chunked
+    like the bootstrap): running sums lose a left-out value of 1e300's whole influence to
+    cancellation (issue 46), a direct r per row does not."""
+    n = x.size
+    keep = ~np.eye(n, dtype=bool)
+    chunk = max(1, _MAX_BOOT_ELEMENTS // max(n, 1))
+    out = []
+    for start in range(0, n, chunk):
+        rows = keep[start:start + chunk]
+        idx = np.nonzero(rows)[1].reshape(rows.shape[0], n - 1)
+        out.append(pearson_rows(x[idx], y[idx]))
+    return np.concatenate(out)
 
 
 def bootstrap_pearson_ci(x, y, *, n_resamples: int = 2000, level: float = 0.95, seed: int = 0,
@@ -195,11 +253,10 @@ def partial_pearson(x, y, z) -> tuple[float, float]:
     n = x.size
     if n < 4 or is_constant(x) or is_constant(y) or is_constant(z):
         return float("nan"), float("nan")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        rxy = np.corrcoef(x, y)[0, 1]
-        rxz = np.corrcoef(x, z)[0, 1]
-        ryz = np.corrcoef(y, z)[0, 1]
+    x, y, z = _scaled(x), _scaled(y), _scaled(z)  # scale-free: no overflow for huge scores
+    rxy, rxz, ryz = (float(pearson_rows(a[None, :], b[None, :])[0]) for a, b in ((x, y), (x, z), (y, z)))
+    if not all(math.isfinite(r) for r in (rxy, rxz, ryz)):
+        return float("nan"), float("nan")  # a variable constant once scaled (values 2**1074 apart)
     den = math.sqrt(max((1 - rxz * rxz) * (1 - ryz * ryz), 0.0))
     if den == 0:
         return float("nan"), float("nan")  # x or y is a linear function of z: nothing is left
@@ -208,7 +265,8 @@ def partial_pearson(x, y, z) -> tuple[float, float]:
     if abs(r) >= 1:
         return r, 0.0
     t = r * math.sqrt(df / (1 - r * r))
-    return r, float(2 * stats.t.sf(abs(t), df))
+    with quiet():
+        return r, float(2 * stats.t.sf(abs(t), df))
 
 
 def residual_partial_pearson(x, y, z) -> float:
@@ -222,9 +280,38 @@ def residual_partial_pearson(x, y, z) -> float:
 
 
 def linear_fit(x, y) -> tuple[float, float]:
-    """Least-squares line y = slope * x + intercept; NaN when x is constant."""
+    """Least-squares line y = slope * x + intercept; NaN when x is constant. Fitted on `_scaled`
+    values and scaled back exactly: a slope beyond float64 (losses ~1 against scores ~1e-300
+    give ~1e300; against 5e-324, ~1e323) is inf, for the caller to call out of range."""
     x, y = _vectors(x, y)
     if x.size < 2 or is_constant(x):
         return float("nan"), float("nan")
-    slope, intercept = np.polyfit(x, y, 1)
-    return float(slope), float(intercept)
+    ex, ey = _exponent(x), _exponent(y)
+    xs, ys = np.ldexp(x, -ex), np.ldexp(y, -ey)
+    xc = xs - xs.mean()
+    sxx = float((xc * xc).sum())
+    if sxx == 0.0:  # x constant once scaled (values 2**1074 apart): no line
+        return float("nan"), float("nan")
+    slope = float((xc * (ys - ys.mean())).sum()) / sxx
+    intercept = float(ys.mean()) - slope * float(xs.mean())
+    return _ldexp(slope, ey - ex), _ldexp(intercept, ey)
+
+
+def paired_greater(d) -> tuple[float, float]:
+    """One-sided p-values that paired differences `d` are > 0: (Wilcoxon signed-rank, t-test).
+    Scale-free (on `_scaled` values); 1.0 for both with fewer than two differences or all zero;
+    a t-test of differences that do not vary (relative spread below float64's resolution, where
+    scipy's moment loses all precision) is 0.0 or 1.0 by the sign of their mean."""
+    from scipy import stats
+
+    d = _scaled(np.asarray(d, dtype=np.float64).ravel())
+    if d.size < 2 or not np.any(d != 0):
+        return 1.0, 1.0
+    with quiet():  # zeros or ties: scipy switches to the normal approximation and says so
+        p_wilcoxon = float(stats.wilcoxon(d, alternative="greater").pvalue)
+        mean, std = float(d.mean()), float(d.std())
+        if std > 1e-12 * abs(mean):
+            p_ttest = float(stats.ttest_1samp(d, 0.0, alternative="greater").pvalue)
+        else:
+            p_ttest = 0.0 if mean > 0 else 1.0
+    return p_wilcoxon, p_ttest

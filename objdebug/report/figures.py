@@ -307,6 +307,20 @@ def scatter_loss_vs_score(scores: Sequence[float], losses: Sequence[float], path
     return str(Path(path))
 
 
+def _plottable(v: np.ndarray) -> tuple[np.ndarray, int]:
+    """(v, 0), or (v / 2**e, e) when v's span (or matplotlib's margins around it) is beyond
+    float64."""
+    if not v.size:
+        return v, 0
+    with np.errstate(all="ignore"):
+        span = float(v.max()) - float(v.min())
+    top = float(np.max(np.abs(v)))
+    if math.isfinite(span) and span < 1e300 and top < 1e300:
+        return v, 0
+    e = int(np.frexp(top)[1])
+    return np.ldexp(v, -e), e
+
+
 def scatter_png(scores: Sequence[float], losses: Sequence[float], *,
                 lengths: Sequence[float] | None = None, r: float | None = None,
                 ci: tuple[float, float] | None = None, fit: tuple[float, float] | None = None,
@@ -326,6 +340,9 @@ def scatter_png(scores: Sequence[float], losses: Sequence[float], *,
     keep = np.isfinite(x) & np.isfinite(y)
     c = np.asarray(lengths, dtype=np.float64)[keep] if lengths is not None else None
     x, y = x[keep], y[keep]
+    # an axis whose span is beyond float64 (scores of +-1e308): matplotlib's limits overflow;
+    # shown divided by an exact power of two, the axis label says which
+    (x, x_exp), (y, y_exp) = _plottable(x), _plottable(y)
     fig = _canvas(6.4, 4.6, dpi=_SCATTER_DPI)
     ax = fig.add_subplot(1, 1, 1)
     jitter = np.zeros_like(x)
@@ -336,10 +353,13 @@ def scatter_png(scores: Sequence[float], losses: Sequence[float], *,
     if c is not None and c.size:
         fig.colorbar(points, ax=ax, label="response tokens")
     if fit is not None and all(math.isfinite(v) for v in fit) and x.size:
-        xs = np.linspace(x.min(), x.max(), 2)
-        ax.plot(xs, fit[0] * xs + fit[1], color="tab:red", linewidth=1.5,
-                label=f"fit: loss = {fit[0]:.3g} * score + {fit[1]:.3g}")
-        ax.legend(loc="best", fontsize=8)
+        xs = np.array([x.min(), x.max()])  # the ends: no max - min (scores of +-1e308 overflow it)
+        with np.errstate(all="ignore"):
+            ys = np.ldexp(fit[0] * np.ldexp(xs, x_exp) + fit[1], -y_exp)  # in the data's units
+        if np.all(np.isfinite(ys)):  # else the line is beyond float64 (the finding says so)
+            ax.plot(xs, ys, color="tab:red", linewidth=1.5,
+                    label=f"fit: loss = {fit[0]:.3g} * score + {fit[1]:.3g}")
+            ax.legend(loc="best", fontsize=8)
     head = "\n".join(textwrap.wrap(title, 72)) or " "  # a long objective name must not be clipped
     if r is not None and math.isfinite(r):
         head += f"\nPearson r = {r:.3f}"
@@ -347,8 +367,9 @@ def scatter_png(scores: Sequence[float], losses: Sequence[float], *,
             head += f", {level:.0%} {ci_method + ' ' if ci_method else ''}CI [{ci[0]:.3f}, {ci[1]:.3f}]"
         head += f", n = {x.size}"
     ax.set_title(head, fontsize=10)
-    ax.set_xlabel("human score" + (" (jittered)" if np.any(jitter) else ""))
-    ax.set_ylabel("per-sample loss")
+    ax.set_xlabel("human score" + (f" / 2**{x_exp}" if x_exp else "")
+                  + (" (jittered)" if np.any(jitter) else ""))
+    ax.set_ylabel("per-sample loss" + (f" / 2**{y_exp}" if y_exp else ""))
     ax.grid(True, alpha=0.3)
     fig.tight_layout()
     return _png(fig, tight=False)

@@ -103,8 +103,8 @@ def measure_vectors(ids: list[str], losses, scores, lengths, aspects: list[dict[
         "fisher_ci": list(stats.fisher_ci(corr.pearson_r, corr.n, level)),
         "constant_loss": stats.is_constant(lf),
         "constant_score": stats.is_constant(sf),
-        "mean_loss": float(lf.mean()) if lf.size else float("nan"),
-        "std_loss": float(lf.std()) if lf.size else float("nan"),
+        "mean_loss": stats.mean_std(lf)[0],
+        "std_loss": stats.mean_std(lf)[1],
         "nonfinite": [i for i, ok in zip(ids, finite) if not ok],
         "length": {
             "loss_pearson_r": length_corr.pearson_r,
@@ -117,6 +117,10 @@ def measure_vectors(ids: list[str], losses, scores, lengths, aspects: list[dict[
         },
         "aspects": _aspects(aspects, losses, finite),
         "fit": {"slope": slope, "intercept": intercept},  # loss = slope * score + intercept
+        # a value of the run's own scale beyond float64 (a slope of losses ~1 over scores ~1e-300):
+        # named, and the finding says so (issue 46)
+        "out_of_range": [k for k, v in (("fit.slope", slope), ("fit.intercept", intercept))
+                         if math.isinf(v)],
         # the scatter's points: report/figures.py draws it from the report alone
         "points": [{"id": i, "loss": float(lo), "score": float(s), "length": int(n)}
                    for i, lo, s, n in zip(ids, losses, scores, lengths)],
@@ -170,6 +174,9 @@ class ScoreCorrelation(Check):
             ci = v["ci"]
             verdict = band(r, pass_if=lambda a: a <= r_pass, fail_if=lambda a: a > r_fail)
             note = ""
+            if v.get("out_of_range"):  # r is scale-free; the fitted line in the scores' units is not
+                left_out += (f"; {' and '.join(v['out_of_range'])} of the fitted line is beyond "
+                             f"float64 (the scores' scale), out of range: not drawn")
             ci_ok = math.isfinite(ci["low"]) and math.isfinite(ci["high"])
             if verdict == Verdict.PASS and (not ci_ok or ci["low"] <= 0 <= ci["high"]):
                 verdict = Verdict.WARN
