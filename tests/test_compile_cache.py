@@ -94,7 +94,7 @@ class Shape:
 
 
 def run_sequence(tmp_path, monkeypatch, graphs, *, hidden_after=None, crash_after=None, retire_before=(),
-                 named=True, eager=True):
+                 named=True, eager=True, deterministic=True):
     """One simulated process: open, compile `graphs` (name, length) through the engine, close."""
     monkeypatch.setattr(compile_cache, "_process", {"dir": None})
     monkeypatch.setattr(compile_cache, "_any_graph_compiled", lambda: False)
@@ -108,10 +108,12 @@ def run_sequence(tmp_path, monkeypatch, graphs, *, hidden_after=None, crash_afte
     cache.attach(engine)
     ran, asked = [], [None]
     # the graph's answer without the graph (PyNative in a real run): the graph asked for
+    draws = iter(range(1 << 30))
+
     def reference(fn, args):
         if not eager:
             raise RuntimeError("this Cell cannot run in PyNative mode")
-        return asked[0]
+        return asked[0] if deterministic else f"{asked[0]} (dropout draw {next(draws)})"
 
     engine.reference = reference
     try:

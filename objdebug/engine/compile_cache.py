@@ -423,28 +423,31 @@ class CompileCache:
         engine then checks its answer (`Engine._prove`) before it counts."""
         return self.active and self._unproved == (graph, signature)
 
-    def proved(self, graph: str, signature: str, seconds: float, fresh: bool = False) -> None:
-        """The hit answered like the Cell without the graph (`fresh`: like a fresh compile, after
-        `reject` turned the cache cold: the entry was right, the rest of the run compiled anyway)."""
+    def proved(self, graph: str, signature: str, seconds: float) -> None:
+        """The hit answered like the Cell without its graph: it counts."""
         self._unproved = None
-        if fresh:
-            self.unprovable.append(graph)
-            if graph in self.rejected:
-                self.rejected.remove(graph)
-            return
         self.proved_hits += 1
         self.proof_seconds += seconds
         event = self.events[-1] if self.events else {}
         if (event.get("graph"), event.get("shapes")) == (graph, signature):
             self.saved_seconds += float(event.get("seconds") or 0.0)
 
-    def reject(self, graph: str, signature: str, seconds: float, eager: bool = True) -> None:
-        """The hit answered unlike the Cell (or cannot be proved eagerly): every graph file the
-        proved prefix does not own goes, so MindSpore misses from the graph's recompile on (it
-        stops loading at its first miss), and this run leaves no manifest (the next starts cold)."""
-        self._unproved = None
+    def reject(self, graph: str, signature: str, seconds: float, how: str = "eager") -> None:
+        """The hit answered unlike the Cell (`how` "eager": another model's graph), or cannot be
+        proved ("not eager": PyNative cannot run it, a fresh compile decides; "not deterministic":
+        dropout): every graph file the proved prefix does not own goes, so MindSpore misses from
+        the graph's recompile on (it stops loading at its first miss), and this run leaves no
+        manifest (the next starts cold). Called again with "eager" once a fresh compile answered
+        otherwise."""
+        if how == "eager":
+            self.rejected.append(graph)
+            self.unprovable = [u for u in self.unprovable if u.split(" (")[0] != graph]
+        else:
+            self.unprovable.append(f"{graph} ({how})")
         self.proof_seconds += seconds
-        self.rejected.append(graph)
+        if self._unproved is None:  # the files went already (a fresh compile's verdict)
+            return
+        self._unproved = None
         try:
             i = len(self.events) - 1  # the rejected hit's event
             self.diverged_at = i if self.diverged_at is None else min(self.diverged_at, i)

@@ -256,14 +256,26 @@ class Engine:
             for p in provers:
                 p.proved(name, sig, seconds)
             return out
+        how = "eager" if eager else "not eager"
+        if eager and not self._deterministic(fn, args, want):
+            how = "not deterministic"  # dropout in training mode: no answer to compare with
         for p in provers:  # MindSpore must miss from here on: the recompile cannot load a file
-            p.reject(name, sig, seconds, eager)
+            p.reject(name, sig, seconds, how)
         self._drop_phases(name, self._cells.get(name, fn))
         fresh = self.call(name, fn, *args, signature=signature)
-        if not eager and cache_proof.same_answer(out, fresh):
-            for p in provers:
-                p.proved(name, sig, 0.0, fresh=True)
+        if how == "not eager" and not cache_proof.same_answer(out, fresh):
+            for p in provers:  # the fresh compile answered otherwise: the entry was another's
+                p.reject(name, sig, 0.0, "eager")
         return fresh
+
+    def _deterministic(self, fn: Callable, args: tuple, want: Any) -> bool:
+        """Whether the Cell answers the same twice without its graph (else a mismatch proves
+        nothing about the cached graph: it is recompiled, not called another model's)."""
+        try:
+            return cache_proof.same_answer(self.reference(fn, args), want)
+        except Exception:
+            raise_swallowed()
+            return False
 
     # ------------------------------------------------------------------ memory
     def make_room(self, compiling: str, want: int | None = None) -> None:

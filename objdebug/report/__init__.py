@@ -59,6 +59,8 @@ def compile_cache_line(report: dict, short: bool = False) -> str | None:
         line += "; compile cache entry rejected: its graph answers for another model"
         if not short:
             line += f" ({', '.join(c['rejected'])}: compiled afresh, the cache not kept)"
+    if c.get("unprovable") and not short:  # no PyNative answer to prove it by: compiled afresh
+        line += f"; not provable by its answer, compiled afresh: {', '.join(c['unprovable'])}"
     if c.get("unsafe") and not short:  # the next run starts cold again: say why (issue 22)
         line += f"; not kept for the next run: {c['unsafe']}"
     if c.get("trust") and short:  # which cache the run trusted (issue 35)
