@@ -246,24 +246,26 @@ class Engine:
         if not provers:
             return out
         start = time.perf_counter()
+        why = ""
         try:
             want, eager = self.reference(fn, args), True
-        except Exception:  # a Cell that cannot run eagerly: a fresh compile answers instead
+        except Exception as exc:  # a Cell that cannot run eagerly: a fresh compile answers instead
             raise_swallowed()
             want, eager = None, False
+            why = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:160] if str(exc).strip() else ''}"
         seconds = time.perf_counter() - start
         if eager and cache_proof.same_answer(out, want):
             for p in provers:
                 p.proved(name, sig, seconds)
             return out
-        how = "eager" if eager else "not eager"
+        how = "eager" if eager else f"not eager: {why}"
         if eager and not self._deterministic(fn, args, want):
             how = "not deterministic"  # dropout in training mode: no answer to compare with
         for p in provers:  # MindSpore must miss from here on: the recompile cannot load a file
             p.reject(name, sig, seconds, how)
         self._drop_phases(name, self._cells.get(name, fn))
         fresh = self.call(name, fn, *args, signature=signature)
-        if how == "not eager" and not cache_proof.same_answer(out, fresh):
+        if not eager and not cache_proof.same_answer(out, fresh):
             for p in provers:  # the fresh compile answered otherwise: the entry was another's
                 p.reject(name, sig, 0.0, "eager")
         return fresh
