@@ -181,7 +181,8 @@ class Engine:
         seconds)` after (also when it raised) every first call of a (graph, input signature)."""
         self._listeners.append(listener)
 
-    def call(self, name: str, fn: Callable, *args: Any, signature: str | None = None) -> Any:
+    def call(self, name: str, fn: Callable, *args: Any, signature: str | None = None,
+             probe: tuple[Callable, tuple] | None = None) -> Any:
         """Call a compiled function; the first call per (name, input shapes) is logged as a compile.
 
         `signature`: what names the compile when the argument shapes would be a long list (the
@@ -235,10 +236,10 @@ class Engine:
                                                    self._holds[name]))
         self._largest_growth = max(self._largest_growth, host_memory.rss_bytes() - rss_before)
         raise_swallowed()  # as above
-        return self._prove(name, sig, fn, args, out, signature)
+        return self._prove(name, sig, fn, args, out, signature, probe)
 
     def _prove(self, name: str, sig: str, fn: Callable, args: tuple, out: Any,
-               signature: str | None) -> Any:
+               signature: str | None, probe: tuple[Callable, tuple] | None = None) -> Any:
         """A graph loaded from the compile cache counts only once it answered like the Cell does
         without it (engine/cache_proof.py): else it is dropped, compiled afresh (the cache is off
         from there on) and the fresh output is the result."""
@@ -247,19 +248,25 @@ class Engine:
             return out
         start = time.perf_counter()
         why = ""
+        got = out
         try:
-            want, eager = self.reference(fn, args), True
+            if probe is not None:  # a batch-first dynamic graph: proved on its first row
+                got = probe[0](*probe[1])
+                reassert_signals()
+                want, eager = self.reference(probe[0], probe[1]), True
+            else:
+                want, eager = self.reference(fn, args), True
         except Exception as exc:  # a Cell that cannot run eagerly: a fresh compile answers instead
             raise_swallowed()
             want, eager = None, False
             why = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:160] if str(exc).strip() else ''}"
         seconds = time.perf_counter() - start
-        if eager and cache_proof.same_answer(out, want):
+        if eager and cache_proof.same_answer(got, want):
             for p in provers:
                 p.proved(name, sig, seconds)
             return out
         how = "eager" if eager else f"not eager: {why}"
-        if eager and not self._deterministic(fn, args, want):
+        if eager and not self._deterministic(*(probe or (fn, args)), want):
             how = "not deterministic"  # dropout in training mode: no answer to compare with
         for p in provers:  # MindSpore must miss from here on: the recompile cannot load a file
             p.reject(name, sig, seconds, how)
@@ -443,7 +450,7 @@ class Engine:
                 self._seen = {k for k in self._seen if not k[0].startswith(FORWARD)}
             self._forward_of = model
         return dynamic_graph.call(self, FORWARD, lambda: ModelForward(model),
-                                  (ms.Tensor(shape=[None, None], dtype=ms.int32),), input_ids)
+                                  (ms.Tensor(shape=[None, None], dtype=ms.int32),), input_ids, rows=True)
 
     def logits(self, input_ids: np.ndarray) -> np.ndarray:
         """The model's logits float[B, T, V] (split form only)."""

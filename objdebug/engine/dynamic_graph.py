@@ -22,10 +22,12 @@ from objdebug.core.interrupts import raise_swallowed
 STATIC_SUFFIX = ".static"
 
 
-def call(engine: Any, name: str, build: Callable[[], Any], dynamic: Sequence[Any], *tensors: Any) -> Any:
+def call(engine: Any, name: str, build: Callable[[], Any], dynamic: Sequence[Any], *tensors: Any,
+         rows: bool = False) -> Any:
     """`build()`'s Cell on `tensors` through the dynamic graph `name` (input specs `dynamic`,
     `mindspore.Tensor(shape=[None, ...], dtype=...)` each), compiled once; through one static
-    graph per shape where it cannot compile (see the module docstring)."""
+    graph per shape where it cannot compile (see the module docstring). `rows`: every input's
+    first dimension is the batch, so a compile-cache hit is proved on the first row alone."""
     if name not in engine.static_fallbacks:
         def built():
             cell = build()
@@ -36,7 +38,8 @@ def call(engine: Any, name: str, build: Callable[[], Any], dynamic: Sequence[Any
         # headroom rule before every call (measured: +3 GiB at [1, 618] on a 32000-token model)
         engine.make_room(name)
         try:  # no shape arguments: the compile log counts one compile for the dynamic graph
-            return engine.call(name, lambda: cell(*tensors))
+            probe = (cell, first_row(tensors)) if rows else None
+            return engine.call(name, lambda: cell(*tensors), probe=probe)
         except Exception:
             raise_swallowed()  # a ^C that MindSpore's compile turned into an error
             if engine.called(name):
@@ -44,6 +47,14 @@ def call(engine: Any, name: str, build: Callable[[], Any], dynamic: Sequence[Any
             engine.static_fallbacks.add(name)
             engine.release(name)
     return call_static(engine, name, build, *tensors)
+
+
+def first_row(tensors: Sequence[Any]) -> tuple:
+    """The call's own inputs cut to their first row: what a compile-cache hit of a batch-first
+    dynamic graph is proved on (engine/cache_proof.py), a batch-size times cheaper PyNative call
+    than the whole batch, and no compile (the graph takes any batch size). The first row is a
+    data row (filler rows go last), all its positions kept, so the supervised ones are in it."""
+    return tuple(t[:1] for t in tensors)
 
 
 def call_static(engine: Any, name: str, build: Callable[[], Any], *tensors: Any) -> Any:

@@ -205,7 +205,7 @@ def param_grad(engine: Any, target: Any, input_ids, labels, static: bool = False
             outputs, g = objective_logit_grad(engine, target.objective, flat, logits, labels, unit_scale())
             return (outputs[0], outputs), model_vjp(engine, target, input_ids, g)[1]
     spec = ms.Tensor(shape=[None, None], dtype=ms.int32)
-    return dynamic_graph.call(engine, PARAM_GRAD, build, (spec, spec), input_ids, labels)
+    return dynamic_graph.call(engine, PARAM_GRAD, build, (spec, spec), input_ids, labels, rows=True)
 
 
 def unit_scale():
@@ -235,7 +235,7 @@ def model_vjp(engine: Any, target: Any, input_ids, cotangent) -> tuple:
     spec = (ms.Tensor(shape=[None, None], dtype=ms.int32),
             ms.Tensor(shape=[None, None, cotangent.shape[-1]], dtype=cotangent.dtype))
     out, grads = dynamic_graph.call(engine, MODEL_VJP, lambda: ModelVJP(target.model, params), spec,
-                                    input_ids, cotangent)
+                                    input_ids, cotangent, rows=True)
     return out, tuple(grads)
 
 
