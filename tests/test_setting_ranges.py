@@ -191,6 +191,7 @@ PACKING = ROOT / "fixtures" / "targets" / "packing_position_ids" / "objdebug.tom
 PREFERENCE = ROOT / "fixtures" / "targets" / "pref_healthy" / "objdebug.toml"
 
 
+@pytest.mark.slow  # ~15-40 s (the packing model's contract probe); the profile pairs above are its CI twins
 def test_packed_rows_longer_than_the_model_positions_are_exit_2_before_any_stage():
     """Was 4 ERRORs (exit 1) after the stage's work: 3 documents of the demo's rows make 135
     tokens, the model takes 60."""
