@@ -29,7 +29,7 @@ from objdebug.core.progress import Progress, shapes_text
 from objdebug.engine.target import Target
 from objdebug.engine.cache_fallback import CacheUnusable, caused_by_cache
 from objdebug.core.interrupts import raise_swallowed, reassert as reassert_signals
-from objdebug.engine import host_memory, watchdog
+from objdebug.engine import host_memory, row_scoring, watchdog
 
 
 FORWARD = "model.forward"
@@ -147,6 +147,11 @@ class Engine:
         self._completed: set[str] = set()  # graphs that completed a first call (`called`)
         self.static_fallbacks: set[str] = set()  # dynamic graphs that could not compile (dynamic_graph.py)
         self._forward_of: Any = None  # the model object the shared forward graph was built on
+        # seconds in calls of graphs already compiled (first calls: `compiles`), read before and
+        # after each step of a run: where its time goes (pipeline/time_profile.py)
+        self.call_seconds = 0.0
+        self.static_rows = False  # rows scored through one fused static graph per bucket (row_scoring.py)
+        self._row_stash: Any = None  # (logits, labels, outputs) of the last fused call (`forward`)
 
     # ------------------------------------------------------------------ plumbing
     def cell(self, name: str, builder: Callable[[], Any]) -> Any:
@@ -192,6 +197,7 @@ class Engine:
         self._calls += 1
         self._last_used[name] = self._calls
         if key in self._seen:
+            start = time.perf_counter()
             try:
                 out = fn(*args)
             except Exception:
@@ -199,6 +205,7 @@ class Engine:
                 raise
             finally:
                 reassert_signals()  # each graph run re-installs MindSpore's SIGINT handler
+                self.call_seconds += time.perf_counter() - start
             # a ^C whose Interrupted MindSpore's own Python code caught on the way (a bare
             # `except` in its compile path) stops the run here (measured: under load, 1 in 4
             # later-stage ^C runs of tests/test_gate_signals.py went on and lost the message)
@@ -390,6 +397,8 @@ class Engine:
         model = self.target.model
         if model is None:
             raise RuntimeError("the end-to-end form does not expose logits")
+        if self.static_rows and (logits := row_scoring.forward(self, input_ids)) is not None:
+            return logits  # a run that only scores rows, on CPU: the fused static graph
         if self._forward_of is not model:
             if self._forward_of is not None:  # a graph of the previous model: never called again
                 for name in (FORWARD, FORWARD + dynamic_graph.STATIC_SUFFIX):
@@ -417,6 +426,8 @@ class Engine:
         import mindspore as ms
 
         x = ms.Tensor(input_ids, ms.int32)
+        if self.static_rows and (got := row_scoring.score(self, x, ms.Tensor(labels, ms.int32))) is not None:
+            return got[0].asnumpy().astype(np.float64)  # model + per-row objective: one static call
         if self.target.model is not None:
             x = self.forward(x)
         return self.per_sample_of(x, ms.Tensor(labels, ms.int32)).asnumpy().astype(np.float64)
@@ -433,6 +444,8 @@ class Engine:
 
         from objdebug.engine.cells import PerSampleObjective
 
+        if self.static_rows and (outs := row_scoring.stashed(self, x, labels)) is not None:
+            return outs  # the fused graph scored these logits' rows with these labels already
         if self.target.model is None:
             cell = self.cell("objective.per_sample",
                              lambda: PerSampleObjective(self.target, self.batch_size, on_logits=False))

@@ -326,3 +326,17 @@ def check_target(target, engine, per_sample: bool = False) -> None:
     if source:
         info["max_length_source"] = f"{source} = {limit}"
     target.info["contract"] = info
+
+
+def planned_buckets(target, engine) -> tuple[int, ...]:
+    """The length buckets the stages' rows will be planned into (`datasets.plan_buckets` plans
+    the same lengths), read before the probe; () when the data cannot tell."""
+    from objdebug.engine.data import choose_buckets
+
+    try:
+        every, _ = _planned_rows(target)
+    except Exception:  # the data's own errors are reported where the data is loaded
+        return ()
+    if not every:
+        return ()
+    return choose_buckets(every, engine.batch_size, cap=engine.max_length)
