@@ -44,7 +44,7 @@ class AlignmentLoss(Check):
         return _no_align_data(ctx)
 
     def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
-        from scipy import stats
+        from objdebug.core.rank_tests import ttest_greater, wilcoxon_greater
 
         rows = align_rows(ctx)
         flat = [(i, k, s) for i, r in enumerate(rows) for k, s in r["samples"].items()]
@@ -71,8 +71,10 @@ class AlignmentLoss(Check):
         n = len(rows)
         diffs = g[finite]
         if len(diffs) >= 2 and np.any(diffs != 0):
-            p_wilcoxon = float(stats.wilcoxon(diffs, alternative="greater").pvalue)
-            p_ttest = float(stats.ttest_1samp(diffs, 0.0, alternative="greater").pvalue) \
+            # scipy.stats' own tests, without importing it (core/rank_tests.py: a cold align's second
+            # largest import after MindSpore)
+            p_wilcoxon = wilcoxon_greater(diffs)
+            p_ttest = ttest_greater(diffs) \
                 if np.std(diffs) > 0 else (0.0 if diffs.mean() > 0 else 1.0)
         else:
             p_wilcoxon = p_ttest = 1.0
