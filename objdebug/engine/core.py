@@ -325,7 +325,8 @@ class Engine:
         `choose_buckets`): the cheapest set of graphs + padded work. Later calls keep the plan,
         so every stage pads to the same lengths and reuses the same graphs."""
         if self.buckets is None and len(lengths):
-            self.buckets = choose_buckets(lengths, self.batch_size, cap=self.max_length)
+            choose = row_scoring.plan if self.static_rows else choose_buckets  # static: its own lengths
+            self.buckets = choose(lengths, self.batch_size, cap=self.max_length)
         return self.buckets or ()
 
     def bucket(self, n: int) -> int:

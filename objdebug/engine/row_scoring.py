@@ -129,3 +129,39 @@ def stashed(engine: Any, logits: Any, labels: Any) -> Any:
     if not np.array_equal(labels.asnumpy(), stash[1]):
         return None
     return stash[2]
+
+
+STEP = 16  # static lengths: multiples of 16 (a bare script pads to its longest row)
+
+
+def plan(lengths: Sequence[int], batch_size: int, cap: int | None = None) -> tuple[int, ...]:
+    """The length buckets of a static-rows run: the longest row rounded up to a multiple of
+    `STEP` (capped at the model's position limit), and at most one shorter multiple of `STEP`
+    when it saves more padded work than a compile costs (`data.choose_buckets`' cost: compile
+    seconds against padded tokens). Why not the power-of-two ladder: it exists so that every
+    stage and the compile cache meet at the same few shapes of the shared dynamic graphs; a run
+    that only scores rows compiles its own static shapes, and padding 239 tokens to 256 is ~10%
+    more work in every call (attention grows with the square of the length)."""
+    from objdebug.engine.data import COMPILE_SECONDS, TOKEN_SECONDS
+
+    lengths = sorted(int(n) for n in lengths)
+    if not lengths:
+        return ()
+    longest = lengths[-1]
+    top = -(-longest // STEP) * STEP
+    if cap and longest <= cap:
+        top = min(top, int(cap))
+
+    def cost(chosen: tuple[int, ...]) -> float:
+        counts = dict.fromkeys(chosen, 0)
+        for n in lengths:
+            counts[next(b for b in chosen if b >= n)] += 1
+        tokens = sum(-(-c // batch_size) * batch_size * b for b, c in counts.items() if c)
+        return sum(1 for c in counts.values() if c) * COMPILE_SECONDS + tokens * TOKEN_SECONDS
+
+    best, best_cost = (top,), cost((top,))
+    for b in range(-(-lengths[0] // STEP) * STEP, top, STEP):
+        c = cost((b, top))
+        if c < best_cost - 1e-12:
+            best, best_cost = (b, top), c
+    return best
