@@ -274,6 +274,8 @@ class Engine:
         for victim in sorted(self._cells, key=lambda n: self._last_used.get(n, -1)):
             if victim == compiling or victim.startswith(FORWARD) or victim in working:
                 continue
+            if self.static_rows and victim == row_scoring.NAME:  # there the model's forward too
+                continue
             self.release(victim)
             gc.collect()
             avail = host_memory.available_bytes() or 0

@@ -170,8 +170,8 @@ def _run_stages(cfg, result, profile, chosen, select, ignore, options, out_dir, 
         with cache:  # writes the cache's manifest after a clean run only
             engine.check = "contract"
             # on CPU, a run that only scores rows scores them through fused static graphs
-            engine.static_rows = row_scoring.static_rows_wanted(cfg.run.device, chosen,
-                                                                contract.planned_buckets(target, engine))
+            engine.static_rows = target.model is not None and row_scoring.static_rows_wanted(
+                cfg.run.device, chosen, contract.planned_buckets(target, engine))
             # the contract on one small batch: exit 2 if broken; through the per-sample graph
             # when a stage will score rows one by one (no graph of the probe's own)
             times.start("contract", engine)
