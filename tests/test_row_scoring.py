@@ -116,13 +116,20 @@ def test_time_profile_says_where_the_time_went(align_runs):
 
 
 def test_time_profile_in_the_terminal_report(align_runs):
-    from objdebug.pipeline.time_profile import render
+    """`-v` prints it after the findings: a table, one row per step and the total."""
+    from objdebug.report.json_report import to_dict
+    from objdebug.report.terminal import render
 
     _, alone = align_runs
-    lines = render(alone.extra["time_profile"])
-    assert lines[0].split() == ["time", "(s)", "wall", "compile", "calls", "host"]
-    assert any(line.split()[0] == "contract" for line in lines[1:])
-    assert lines[-1].split()[0] == "total"
+    report = to_dict(alone)
+    assert "time (s)" not in render(report)
+    text = render(report, verbose=True)
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("time (s)"))
+    assert lines[start].split() == ["time", "(s)", "wall", "compile", "calls", "host"]
+    assert [line.split()[0] for line in lines[start + 1:start + 4]] == ["load", "contract", "align"]
+    total = next(line for line in lines[start:] if line.split()[:1] == ["total"])
+    assert float(total.split()[1]) == pytest.approx(alone.extra["time_profile"]["total"], abs=0.01)
 
 
 TUPLE_MODEL = '''from objdebug.demo.model import build_model

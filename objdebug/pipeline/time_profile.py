@@ -1,6 +1,6 @@
 """Where a run's time goes: each step (load, contract probe, every stage, the model state) split
 into compiles (first calls of a graph at a shape), calls of graphs already compiled, and the rest
-(host work: data, statistics). Kept in the JSON report as `extra.time_profile`; `-v` prints it.
+(host work: data, statistics). Kept in the JSON report as `extra.time_profile`; `-v` prints it (report/terminal.py).
 
 Why: a wall alone does not say whether a slow `objdebug align` is compiles, slow graph calls or
 host work (issue 48: a dynamic-shape forward called where a static one was), and the remedies
@@ -56,16 +56,3 @@ class TimeProfile:
             out["other"] = round(max(total - sum(e["wall"] for e in self.steps.values()), 0.0), 3)
         return out
 
-
-def render(profile: dict[str, Any]) -> list[str]:
-    """The time profile as terminal lines (a table: step, wall, compile, calls, host)."""
-    steps = profile.get("steps") or {}
-    if not steps:
-        return []
-    lines = ["time (s)      wall  compile    calls     host"]
-    for name, e in steps.items():
-        lines.append(f"  {name:<10}{e['wall']:>6.2f} {e['compile']:>8.2f} {e['calls']:>8.2f} {e['host']:>8.2f}")
-    if "total" in profile:
-        lines.append(f"  {'total':<10}{profile['total']:>6.2f} {profile['compile']:>8.2f} "
-                     f"{profile['calls']:>8.2f} {profile['host']:>8.2f}  (other {profile['other']:.2f})")
-    return lines
