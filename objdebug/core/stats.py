@@ -302,16 +302,17 @@ def paired_greater(d) -> tuple[float, float]:
     Scale-free (on `_scaled` values); 1.0 for both with fewer than two differences or all zero;
     a t-test of differences that do not vary (relative spread below float64's resolution, where
     scipy's moment loses all precision) is 0.0 or 1.0 by the sign of their mean."""
-    from scipy import stats
+    # SciPy's own tests without importing scipy.stats (a cold align's second largest import)
+    from objdebug.core.rank_tests import ttest_greater, wilcoxon_greater
 
     d = _scaled(np.asarray(d, dtype=np.float64).ravel())
     if d.size < 2 or not np.any(d != 0):
         return 1.0, 1.0
     with quiet():  # zeros or ties: scipy switches to the normal approximation and says so
-        p_wilcoxon = float(stats.wilcoxon(d, alternative="greater").pvalue)
+        p_wilcoxon = wilcoxon_greater(d)
         mean, std = float(d.mean()), float(d.std())
         if std > 1e-12 * abs(mean):
-            p_ttest = float(stats.ttest_1samp(d, 0.0, alternative="greater").pvalue)
+            p_ttest = ttest_greater(d)
         else:
             p_ttest = 0.0 if mean > 0 else 1.0
     return p_wilcoxon, p_ttest

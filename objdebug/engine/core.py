@@ -29,7 +29,7 @@ from objdebug.core.progress import Progress, shapes_text
 from objdebug.engine.target import Target
 from objdebug.engine.cache_fallback import CacheUnusable, caused_by_cache
 from objdebug.core.interrupts import raise_swallowed, reassert as reassert_signals
-from objdebug.engine import cache_proof, host_memory, watchdog
+from objdebug.engine import cache_proof, host_memory, row_scoring, watchdog
 
 
 FORWARD = "model.forward"
@@ -148,6 +148,11 @@ class Engine:
         self.static_fallbacks: set[str] = set()  # dynamic graphs that could not compile (dynamic_graph.py)
         self._forward_of: Any = None  # the model object the shared forward graph was built on
         self.reference: Callable = cache_proof.eager  # a graph's answer without the graph (cache proof)
+        # seconds in calls of graphs already compiled (first calls: `compiles`), read before and
+        # after each step of a run: where its time goes (pipeline/time_profile.py)
+        self.call_seconds = 0.0
+        self.static_rows = False  # rows scored through one fused static graph per bucket (row_scoring.py)
+        self._row_stash: Any = None  # (logits, labels, outputs) of the last fused call (`forward`)
 
     # ------------------------------------------------------------------ plumbing
     def cell(self, name: str, builder: Callable[[], Any]) -> Any:
@@ -194,6 +199,7 @@ class Engine:
         self._calls += 1
         self._last_used[name] = self._calls
         if key in self._seen:
+            start = time.perf_counter()
             try:
                 out = fn(*args)
             except Exception:
@@ -201,6 +207,7 @@ class Engine:
                 raise
             finally:
                 reassert_signals()  # each graph run re-installs MindSpore's SIGINT handler
+                self.call_seconds += time.perf_counter() - start
             # a ^C whose Interrupted MindSpore's own Python code caught on the way (a bare
             # `except` in its compile path) stops the run here (measured: under load, 1 in 4
             # later-stage ^C runs of tests/test_gate_signals.py went on and lost the message)
@@ -317,6 +324,8 @@ class Engine:
         for victim in sorted(self._cells, key=lambda n: self._last_used.get(n, -1)):
             if victim == compiling or victim.startswith(FORWARD) or victim in working:
                 continue
+            if self.static_rows and victim == row_scoring.NAME:  # there the model's forward too
+                continue
             self.release(victim)
             gc.collect()
             avail = host_memory.available_bytes() or 0
@@ -368,7 +377,8 @@ class Engine:
         `choose_buckets`): the cheapest set of graphs + padded work. Later calls keep the plan,
         so every stage pads to the same lengths and reuses the same graphs."""
         if self.buckets is None and len(lengths):
-            self.buckets = choose_buckets(lengths, self.batch_size, cap=self.max_length)
+            choose = row_scoring.plan if self.static_rows else choose_buckets  # static: its own lengths
+            self.buckets = choose(lengths, self.batch_size, cap=self.max_length)
         return self.buckets or ()
 
     def bucket(self, n: int) -> int:
@@ -440,6 +450,8 @@ class Engine:
         model = self.target.model
         if model is None:
             raise RuntimeError("the end-to-end form does not expose logits")
+        if self.static_rows and (logits := row_scoring.forward(self, input_ids)) is not None:
+            return logits  # a run that only scores rows, on CPU: the fused static graph
         if self._forward_of is not model:
             if self._forward_of is not None:  # a graph of the previous model: never called again
                 for name in (FORWARD, FORWARD + dynamic_graph.STATIC_SUFFIX):
@@ -467,6 +479,8 @@ class Engine:
         import mindspore as ms
 
         x = ms.Tensor(input_ids, ms.int32)
+        if self.static_rows and (got := row_scoring.score(self, x, ms.Tensor(labels, ms.int32))) is not None:
+            return got[0].asnumpy().astype(np.float64)  # model + per-row objective: one static call
         if self.target.model is not None:
             x = self.forward(x)
         return self.per_sample_of(x, ms.Tensor(labels, ms.int32)).asnumpy().astype(np.float64)
@@ -483,6 +497,8 @@ class Engine:
 
         from objdebug.engine.cells import PerSampleObjective
 
+        if self.static_rows and (outs := row_scoring.stashed(self, x, labels)) is not None:
+            return outs  # the fused graph scored these logits' rows with these labels already
         if self.target.model is None:
             cell = self.cell("objective.per_sample",
                              lambda: PerSampleObjective(self.target, self.batch_size, on_logits=False))

@@ -213,7 +213,12 @@ def probe_length(target, engine) -> int:
     if not first or (engine.max_length and max(every) > engine.max_length):
         return engine.bucket(1)
     longest = max(first)
-    plan = choose_buckets(every, engine.batch_size, cap=engine.max_length)
+    if getattr(engine, "static_rows", False):  # the fused static graphs' own lengths
+        from objdebug.engine.row_scoring import plan as static_plan
+
+        plan = static_plan(every, engine.batch_size, cap=engine.max_length)
+    else:
+        plan = choose_buckets(every, engine.batch_size, cap=engine.max_length)
     return next((b for b in plan if b >= longest), engine.bucket(longest))
 
 
@@ -326,3 +331,18 @@ def check_target(target, engine, per_sample: bool = False) -> None:
     if source:
         info["max_length_source"] = f"{source} = {limit}"
     target.info["contract"] = info
+
+
+def planned_buckets(target, engine) -> tuple[int, ...]:
+    """The lengths the stages' rows would be scored at through fused static graphs
+    (`row_scoring.plan`, from the lengths `datasets.plan_buckets` plans), read before the probe;
+    () when the data cannot tell."""
+    from objdebug.engine.row_scoring import plan
+
+    try:
+        every, _ = _planned_rows(target)
+    except Exception:  # the data's own errors are reported where the data is loaded
+        return ()
+    if not every:
+        return ()
+    return plan(every, engine.batch_size, cap=engine.max_length)

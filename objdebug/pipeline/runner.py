@@ -22,7 +22,7 @@ from objdebug.core.interrupts import Interrupted, swallowed
 from objdebug.core.progress import Progress, StageSummary
 from objdebug.core.settings import Settings
 from objdebug.engine import distributed, host_memory, runtime
-from objdebug.engine import watchdog
+from objdebug.engine import row_scoring, watchdog
 from objdebug.engine.compile_cache import open_cache, parameter_shapes
 from objdebug.engine.core import Engine
 from objdebug.engine.target import load_target
@@ -30,6 +30,7 @@ from objdebug.pipeline import contract, coverage, model_state
 from objdebug.pipeline.context import Context, RunOptions
 from objdebug.pipeline.pipeline_batches import adopt_conventions
 from objdebug.pipeline.profile import Profile, code_selected
+from objdebug.pipeline.time_profile import TimeProfile
 from objdebug.pipeline.registry import (OPT_IN, STAGES, opted_in, pipeline_order, scores_rows,
                                         stage_skip_reason)
 
@@ -127,9 +128,18 @@ def run_pipeline(cfg: Config, chosen: list[str], profile: Profile, options: dict
         exc.after = done[-1] if done else None
         exc.during = next((s for s in chosen if s not in result.timings), None) \
             if result.timings.get("load") is not None else "load"
+        _close_time_profile(result, time.perf_counter() - t0)
         raise exc from None
     result.timings["total"] = time.perf_counter() - t0
+    _close_time_profile(result, result.timings["total"])
     return result
+
+
+def _close_time_profile(result: RunResult, total: float) -> None:
+    """The run's TimeProfile as the plain dict the reports carry (`extra.time_profile`)."""
+    times = result.extra.get("time_profile")
+    if isinstance(times, TimeProfile):
+        result.extra["time_profile"] = times.to_dict(total)
 
 
 def _run_stages(cfg, result, profile, chosen, select, ignore, options, out_dir, debug, progress,
@@ -139,9 +149,12 @@ def _run_stages(cfg, result, profile, chosen, select, ignore, options, out_dir, 
     world = distributed.world()  # rank 0 of 1 unless started by msrun (`--workers N`)
     if world.distributed:
         result.extra["workers"] = world.size
+    times = result.extra["time_profile"] = TimeProfile()  # where the time goes (time_profile.py)
     with runtime.scratch_dir():
         t = time.perf_counter()
+        times.start("load")
         target = load_target(cfg)
+        times.stop()
         result.timings["load"] = time.perf_counter() - t
         result.target = target.describe()
         engine = Engine(target, batch_size=profile.section("engine")["batch_size"],
@@ -156,9 +169,14 @@ def _run_stages(cfg, result, profile, chosen, select, ignore, options, out_dir, 
         cache.attach(engine)
         with cache:  # writes the cache's manifest after a clean run only
             engine.check = "contract"
+            # on CPU, a run that only scores rows scores them through fused static graphs
+            engine.static_rows = target.model is not None and row_scoring.static_rows_wanted(
+                cfg.run.device, chosen, contract.planned_buckets(target, engine))
             # the contract on one small batch: exit 2 if broken; through the per-sample graph
             # when a stage will score rows one by one (no graph of the probe's own)
+            times.start("contract", engine)
             contract.check_target(target, engine, per_sample=scores_rows(chosen))
+            times.stop(engine)
             result.target = target.describe()  # again: the probe may add notes (model_inputs)
             planned = _plan(cfg, profile, chosen, checks_of)
             try:
@@ -174,6 +192,7 @@ def _run_stages(cfg, result, profile, chosen, select, ignore, options, out_dir, 
                     progress.stage_start(stage)
                     watchdog.stage(stage)
                     t = time.perf_counter()
+                    times.start(stage, engine)
                     _prepare(ctx, [(stage, skip, checks)], debug, "stage")
                     first_result, first_compile = len(result.results), engine.compiles.count
                     thresholds = profile.section(stage)
@@ -183,6 +202,7 @@ def _run_stages(cfg, result, profile, chosen, select, ignore, options, out_dir, 
                         res.findings = [f for f in res.findings if code_selected(f.code, select, ignore)]
                         result.results.append(res)
                     engine.check = ""
+                    times.stop(engine)
                     result.timings[stage] = time.perf_counter() - t
                     progress.stage_end(StageSummary.of(stage, result.results[first_result:],
                                                        result.timings[stage],
@@ -191,7 +211,9 @@ def _run_stages(cfg, result, profile, chosen, select, ignore, options, out_dir, 
                 ctx.close()  # background work no check collected goes with the run
         result.target = target.describe()  # again: a check may add notes (the label pairing)
         engine.check = "model-state"
+        times.start("model-state", engine)
         _report_model_state(ctx, result, select, ignore)  # adds target["model_state"]
+        times.stop(engine)
         _report_lost_coverage(target, result, select, ignore)
         result.extra.update(ctx.report_extra)
         # what the run held at most: this process, and the measurements run in their own

@@ -85,9 +85,26 @@ def render(report: dict[str, Any], colour: bool = False, verbose: bool = False) 
             lines += ["", table["title"], tabulate(table["rows"], headers=CONTRACT_HEADERS, tablefmt="simple")]
     if not verbose and (unlisted := _unlisted(report)):
         lines += ["", f"{unlisted} not listed; -v lists every finding (skip reasons included)"]
+    if verbose and (times := time_profile_lines((report.get("extra") or {}).get("time_profile"))):
+        lines += [""] + times  # where the run's time went (pipeline/time_profile.py)
     lines.append("")
     lines.append(final_line(report, colour))
     return "\n".join(lines) + "\n"
+
+
+def time_profile_lines(profile: dict[str, Any] | None) -> list[str]:
+    """A run's time profile (`extra.time_profile`) as a table: per step (load, contract probe,
+    each stage, model state) its wall and the compiles, graph calls and host work in it."""
+    steps = (profile or {}).get("steps") or {}
+    if not steps:
+        return []
+    lines = ["time (s)        wall  compile    calls     host"]
+    for name, e in steps.items():
+        lines.append(f"  {name:<12}{e['wall']:>6.2f} {e['compile']:>8.2f} {e['calls']:>8.2f} {e['host']:>8.2f}")
+    if "total" in profile:
+        lines.append(f"  {'total':<12}{profile['total']:>6.2f} {profile['compile']:>8.2f} "
+                     f"{profile['calls']:>8.2f} {profile['host']:>8.2f}  (outside the steps: {profile['other']:.2f})")
+    return lines
 
 
 # shown in full by default; the others are only counted per stage (`-v` shows them)
