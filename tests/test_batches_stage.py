@@ -48,7 +48,7 @@ def test_the_healthy_collator_passes_every_check_under_ci_gate():
     assert res.exit_code == 0
     assert set(found) == {f"OBJ0{i}" for i in range(10, 23)}
     assert all(v is Verdict.PASS for v, _ in _without_eos_checks(found).values()), found
-    assert "labels are pre-shifted" in found["OBJ013"][1]
+    assert "labels are the inputs 1 position ahead: shifted once (pre-shifted)" in found["OBJ013"][1]
 
 
 def test_the_mindrecord_pipeline_passes(hf):
@@ -56,9 +56,9 @@ def test_the_mindrecord_pipeline_passes(hf):
     found = _judge(hf, None, target="batches_mindrecord")
     assert found["OBJ016"][0] is Verdict.SKIP  # no mask column: padding from the pad run
     assert all(v is Verdict.PASS for c, (v, _) in _without_eos_checks(found).items() if c != "OBJ016"), found
-    assert "labels are unshifted" in found["OBJ013"][1] and "7 rows" in found["OBJ012"][1]
+    assert "labels are the inputs at the same positions: unshifted" in found["OBJ013"][1] and "7 rows" in found["OBJ012"][1]
     assert "in all 7 rows whose prompt is known" in found["OBJ017"][1]
-    assert found["OBJ019"][1].startswith("one shift in all: the labels are unshifted")
+    assert found["OBJ019"][1].startswith("one shift in all: labels are the inputs at the same positions: unshifted")
 
 
 def test_the_seed_bug_fails_with_the_believed_config(ctx):
@@ -217,7 +217,8 @@ def test_unshifted_labels_with_shift_true_fail_naming_both(ctx):
     found = _judge(ctx, [_collated(shift=False)])
     verdict, message = found["OBJ013"]
     assert verdict is Verdict.FAIL
-    assert "equal the input ids at the same positions" in message and "data.shift = true" in message
+    assert message.startswith("labels are the inputs at the same positions: unshifted") and "data.shift = true" in message
+    assert "the batches win for this run" in message and "set" not in message.lower().split("data.shift")[0]
     found = _judge(ctx, [_collated(shift=False)], shift=False)
     assert found["OBJ013"][0] is Verdict.PASS
 
@@ -439,7 +440,8 @@ def test_the_hf_collator_with_a_loss_that_shifts_inside_passes(hf):
     found = _judge(hf, None, target="batches_hf_shift")
     assert all(v is Verdict.PASS for v, _ in _without_eos_checks(found).values()), found
     verdict, message = found["OBJ019"]
-    assert message.startswith("one shift in all: the labels are unshifted (same positions 100%")
+    assert message.startswith("one shift in all: labels are the inputs at the same positions: unshifted")
+    assert "(0 100%," in message
     assert "the objective scores logits[t] against labels[t+1] (measured" in message
 
 
@@ -451,7 +453,7 @@ def test_the_hf_collator_with_a_loss_that_does_not_shift_fails_no_shift(ctx):
     verdict, message = found["OBJ019"]
     assert verdict is Verdict.FAIL
     assert message.startswith("no shift: each position trains toward its own input token")
-    assert "the labels are unshifted (same positions 100%" in message
+    assert "labels are the inputs at the same positions: unshifted" in message and "(0 100%," in message
     assert "the objective scores logits[t] against labels[t] (measured" in message
 
 
@@ -461,7 +463,7 @@ def test_a_pre_shifting_collator_with_a_loss_that_shifts_inside_fails_two_shifts
     verdict, message = found["OBJ019"]
     assert verdict is Verdict.FAIL
     assert message.startswith("2 shifts: each position trains toward the token 2 ahead")
-    assert "the labels are pre-shifted" in message and "one ahead 100%" in message
+    assert "labels are the inputs 1 position ahead: shifted once (pre-shifted) (+1 100%" in message
     assert "the objective scores logits[t] against labels[t+1] (measured" in message
 
 
@@ -550,7 +552,7 @@ def test_the_docs_pipeline_examples_pass_the_stage(ctx, tmp_path, name):
     skipped = {"OBJ016"} if name == "generator" else set()  # a GeneratorDataset: no mask column
     assert all(v is Verdict.PASS for c, (v, _) in _without_eos_checks(found).items()
                if c not in skipped), found
-    assert "labels are pre-shifted" in found["OBJ013"][1] and "7 rows" in found["OBJ012"][1]
+    assert "labels are the inputs 1 position ahead: shifted once (pre-shifted)" in found["OBJ013"][1] and "7 rows" in found["OBJ012"][1]
 
 
 def test_the_docs_mindrecord_example_passes_the_stage(hf):
@@ -565,4 +567,4 @@ def test_the_docs_mindrecord_example_passes_the_stage(hf):
                    source=str(TARGETS / "batches_mindrecord" / "healthy.mindrecord"), **keys)
     assert found.pop("OBJ016")[0] is Verdict.SKIP  # no mask column
     assert all(v is Verdict.PASS for v, _ in _without_eos_checks(found).values()), found
-    assert "labels are unshifted" in found["OBJ013"][1] and "7 rows" in found["OBJ012"][1]
+    assert "labels are the inputs at the same positions: unshifted" in found["OBJ013"][1] and "7 rows" in found["OBJ012"][1]
