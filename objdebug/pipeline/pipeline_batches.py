@@ -123,7 +123,7 @@ def offset_words(d: int | None) -> str:
     if d is None:
         return "labels are the inputs at no single offset (-2..+3)"
     if d == 0:
-        return "labels are the inputs at the same positions: unshifted (the model or objective must shift)"
+        return "labels are the inputs at the same positions: unshifted"
     n = abs(d)
     where = f"{n} position{'s' if n > 1 else ''} {'ahead' if d > 0 else 'behind'}"
     times = {1: "once", 2: "twice", 3: "three times"}[n]

@@ -54,8 +54,17 @@ class Audit:
     counted: int                     # labelled real-token positions the layout was read from
     on_pad: Counter                  # label value -> positions, on padding
     on_real: Counter                 # label value -> positions, on real tokens not following the inputs
-    probes: dict[int, Probe] = field(default_factory=dict)
     vocab: int | None = None
+    prober: Any = None               # () -> {value: Probe}: the probes, run when first read
+    _probes: dict[int, Probe] | None = None
+
+    @property
+    def probes(self) -> dict[int, Probe]:
+        """Each masking value probed on the objective (compiled once, when a check first reads
+        them: OBJ013 / OBJ019 never do)."""
+        if self._probes is None:
+            self._probes = self.prober() if self.prober is not None else {}
+        return self._probes
 
     @property
     def offset(self) -> int | None:
@@ -102,8 +111,9 @@ def _measure(ctx: Any, th: Any) -> Audit:
                    on_pad, on_real, vocab=ctx.engine.vocab_size())
     if got.batches and any(b.labels is not None for b in got.batches):
         values = [v for v, _ in (on_pad + on_real).most_common(int(th["probe_values"]))]
-        for value in dict.fromkeys(values + [d.label_pad_id, COMMON_IGNORE_INDEX]):
-            result.probes[value] = probe(ctx, value, float(th["masked_tolerance"]))
+        tolerance = float(th["masked_tolerance"])
+        result.prober = lambda: {value: probe(ctx, value, tolerance) for value in
+                                 dict.fromkeys(values + [d.label_pad_id, COMMON_IGNORE_INDEX])}
     return result
 
 

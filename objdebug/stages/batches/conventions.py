@@ -140,7 +140,7 @@ class LabelLayout(Check):
         def judge(v):
             if not v["counted"]:
                 return Verdict.SKIP, "no labelled real token in the batches read: no layout to read", None
-            d, where = v["offset"], f"{v['numbers']} of '{v['source']}'"
+            d, where = v["offset"], f"{v['numbers']} of '{_short(v['source'], 40)}'"
             declared = _declared(v["shift"])
             best = max(v["shares"].values())
             if d is None:
@@ -153,8 +153,7 @@ class LabelLayout(Check):
                                       f"counts them){_off_rows(v)}"), float(d)
             if (d == 1) != v["shift"]:
                 return Verdict.FAIL, (f"{v['words']} ({where}), but {declared}: the batches win "
-                                      f"for this run, and OBJ019 judges the total shift from "
-                                      f"them and the objective's measured pairing{_off_rows(v)}"), float(d)
+                                      f"for this run; OBJ019 counts the shifts{_off_rows(v)}"), float(d)
             if v["off_rows"]:
                 return Verdict.WARN, (f"{v['words']} ({where}), as {declared}, but "
                                       f"{_off_rows(v)[2:]}"), float(len(v["off_rows"]))
@@ -165,12 +164,10 @@ class LabelLayout(Check):
 
 def _total_words(k: int) -> str:
     if k == 0:
-        return "no shift: each position trains toward its own input token (the model learns to copy)"
+        return "no shift: each position trains toward its own input token (a copy task)"
     if k > 1:
-        return (f"{k} shifts: each position trains toward the token {k} ahead (the model learns to "
-                f"skip {'a token' if k == 2 else f'{k - 1} tokens'})")
-    return (f"{k:+d} shifts: each position trains toward the token {-k + 1} behind the next, one "
-            f"it has already read")
+        return f"{k} shifts: each position trains toward the token {k} ahead"
+    return f"{k:+d} shifts: each position trains toward a token it has already read"
 
 
 def _short(text: str, limit: int = 110) -> str:
@@ -201,7 +198,7 @@ class OneShift(Check):
             if d is None:
                 return Verdict.SKIP, (f"{v['words']} ({v['numbers']}; OBJ013): no shift to "
                                       f"count"), None
-            layout = f"{v['words']} ({v['numbers']} of '{v['source']}')"
+            layout = f"{v['words']} ({v['numbers']})"
             if v["measured"]:
                 total = d + int(v["pairing"])
                 objective = (f"the objective scores {v['pairing_words']} (measured, "
@@ -212,8 +209,8 @@ class OneShift(Check):
                 return Verdict.FAIL, f"{_total_words(total)}: {layout}, and {objective}", float(total)
             unknown = f"the objective's pairing is not measured ({_short(v['why'])})"
             if d not in (0, 1):
-                return Verdict.FAIL, (f"{_total_words(d + (1 if d < 1 else 0))}, whichever of "
-                                      f"labels[t] or labels[t+1] the objective scores: {layout}; "
+                return Verdict.FAIL, (f"{d} or {d + 1} shifts, never one, whichever of labels[t] "
+                                      f"or labels[t+1] the objective scores: {layout}; "
                                       f"{unknown}"), float(d)
             total = d + (0 if v["shift"] else 1)
             rests = (f"{unknown}: the verdict rests on the batches and "

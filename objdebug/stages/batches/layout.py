@@ -62,10 +62,13 @@ class Reading:
         return offset_words(self.offset)
 
     def numbers(self, top: int = 3) -> str:
-        """'+2 100%, +1 4%, 0 3% of 605 labelled positions' (the largest shares first)."""
+        """'+2 at 100% of 605 labelled positions' (the offset read), or the largest shares when
+        none is clear: '+1 40%, 0 30%, +2 5% of 605 labelled positions'."""
+        sign = lambda d: f"{d:+d}" if d else "0"  # noqa: E731
+        if self.offset is not None:
+            return f"{sign(self.offset)} at {self.shares[self.offset]:.0%} of {self.counted} labelled positions"
         best = sorted(self.shares.items(), key=lambda kv: -kv[1])[:top]
-        return (", ".join(f"{d:+d} {s:.0%}" if d else f"0 {s:.0%}" for d, s in best)
-                + f" of {self.counted} labelled positions")
+        return ", ".join(f"{sign(d)} {s:.0%}" for d, s in best) + f" of {self.counted} labelled positions"
 
 
 def layout_of(batch: RealBatch, pad_id: int, eos_id: int | None) -> BatchLayout:
