@@ -54,4 +54,4 @@ def test_the_seed_bug_fails_obj010_with_the_believed_config():
     assert verdict is Verdict.FAIL and res.exit_code == 1
     assert message.startswith("labels on padding are 0; the objective ignores -100")
     assert found["OBJ012"][0] is Verdict.FAIL
-    assert "label_pad_id = -100 declared, but the batches put 0 on padding" in found["OBJ012"][1]
+    assert "label_pad_id = -100 declared, the batches put 0 on padding" in found["OBJ012"][1]

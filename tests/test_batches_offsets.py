@@ -1,7 +1,8 @@
 """Issue 43: one bug, one right verdict. The labels' layout is a measured offset d
 (labels[t] == input_ids[t + d]); OBJ019 adds the objective's measured pairing p (logits[t] scored
 against labels[t + p]) and FAILs any total other than one, in the split form and in the end-to-end
-form (the library model itself, a wrapper Cell that owns it, a loss that owns the model), before
+form (the library model itself, a wrapper Cell that owns it, a loss that owns the model, a
+train-one-step Cell), before
 and after following every piece of config advice objdebug printed; and every message of the
 matrix stays one readable sentence.
 
@@ -31,7 +32,7 @@ MESSAGE_BOUND = 300   # characters: one sentence a person reads (issue 43)
 # form -> (target, the objective's pairing p it must measure)
 FORMS = {"split": ("batches_healthy", 0), "split-hf": ("batches_hf_shift", 1),
          "e2e-library": ("batches_e2e_library", 1), "e2e-wrapper": ("batches_e2e_wrapper", 1),
-         "e2e-loss": ("batches_e2e_loss", 0)}
+         "e2e-loss": ("batches_e2e_loss", 0), "e2e-train-step": ("batches_e2e_train_step", 1)}
 OFFSETS = (-1, 0, 1, 2)
 
 

@@ -274,15 +274,26 @@ class _Call(nn.Cell):
         return out[0] if isinstance(out, tuple) else out
 
 
+def _loss_cell(objective):
+    """The Cell whose loss the pairing is measured on: a train-one-step Cell's `network` (a Cell
+    that holds an optimizer would step it on every probe call), else the objective itself."""
+    inner = getattr(objective, "network", None)
+    if isinstance(inner, nn.Cell) and any(isinstance(c, nn.Optimizer)
+                                          for _, c in objective.cells_and_names()):
+        return inner
+    return objective
+
+
 def head_of_cell(target) -> tuple[Any, dict[str, Any]]:
     """(the Cell the head's path starts from, the head record) of an end-to-end target: a library
     model's from its setup probe; else found by walking the user's Cell tree (kept in the info)."""
     info = (target.info or {}).get("library_model")
     if info is not None:
         return target.objective.model, info.get("head") or {"why": "the output head was not looked for"}
+    objective = _loss_cell(target.objective)
     found = target.info.get("e2e_head")
     if found is None:
-        cfg, objective = target.config, target.objective
+        cfg = target.config
         rng = np.random.default_rng(label_pairing._SEED)
         ids = rng.integers(1, max(2, min(int(cfg.data.vocab_size or 32), 64)), label_pairing.SHAPE).astype(np.int32)
 
@@ -312,7 +323,8 @@ def measure_end_to_end(target) -> label_pairing.Pairing:
     pool = np.array([v for v in range(1, min(vocab, 64)) if v not in avoid])
     ids = rng.choice(pool, label_pairing.SHAPE).astype(np.int32)
     try:
-        grad = probe_gradient(target.objective, root, head, ids, labels)
+        grad = probe_gradient(root if "library_model" not in target.info else target.objective,
+                              root, head, ids, labels)
     except Exception as exc:  # noqa: BLE001 - the stages meet the same error and report it
         from objdebug.core.crash import first_line
 

@@ -84,10 +84,10 @@ class Conventions(Check):
         def judge(v):
             bad = v["contradictions"]
             if bad:
-                parts = [f"{c['key']} = {c['declared']!r} declared, but the batches {c['what']}"
+                parts = [f"{c['key']} = {c['declared']!r} declared, the batches {c['what']}"
                          for c in bad]
                 return Verdict.FAIL, (f"{'; '.join(parts)} (in {v['rows']} rows of "
-                                      f"'{v['source']}')"), float(len(bad))
+                                      f"'{_short(v['source'], 40)}')"), float(len(bad))
             seen = ", ".join(f"{k} {val!r}" for k, val in v["seen"].items() if val is not None)
             return Verdict.PASS, (f"the declared conventions agree with {v['rows']} rows of "
                                   f"'{v['source']}' ({seen or 'no padding, no masked label'})"), 0.0
