@@ -17,6 +17,7 @@ import sys
 import types
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from objdebug.core.config import load_config
@@ -182,3 +183,44 @@ def test_rare_label_values_are_summarised_once():
     assert verdict is Verdict.FAIL and len(message) <= MESSAGE_BOUND, (len(message), message)
     assert "1, 2, 3 and 127 more" in message and "128 rarer values not probed" in message
     assert message.count("not probed") == 1
+
+
+def test_the_offset_is_read_from_the_batch_alone():
+    """numpy only: rows of random ids, labels = input_ids[t + d] on the answer, -100 elsewhere, 0
+    padding: the reading is d (100%), per source and per row, in words; one row at another offset
+    is named."""
+    from hypothesis import given, settings, strategies as st
+
+    from objdebug.pipeline.batches_source import RealBatch
+    from objdebug.pipeline.pipeline_batches import offset_words
+    from objdebug.stages.batches.layout import layout_of, read_offset
+
+    @settings(max_examples=30, deadline=None)
+    # distinct ids within a row: repeated text is explained by several offsets (then no reading)
+    @given(st.lists(st.lists(st.integers(3, 999), min_size=12, max_size=30, unique=True),
+                    min_size=1, max_size=4),
+           st.sampled_from((-2, -1, 0, 1, 2, 3)), st.integers(0, 2**31 - 1))
+    def check(rows, d, seed):
+        rng = np.random.default_rng(seed)
+        length = max(len(r) for r in rows) + 4
+        ids = np.zeros((len(rows), length), np.int64)
+        labels = np.full((len(rows), length), -100, np.int64)
+        for i, row in enumerate(rows):
+            ids[i, :len(row)] = row
+            start = int(rng.integers(2, len(row) - 4))  # the answer's first input position
+            for j in range(start, len(row)):
+                if 0 <= j - d < length:
+                    labels[i, j - d] = row[j]
+        lay = layout_of(RealBatch(1, {"input_ids": ids, "labels": labels,
+                                      "attention_mask": (ids != 0).astype(np.int64)}), 0, None)
+        r = read_offset([lay], 0.9)
+        assert r.offset == d and r.shares[d] == 1.0 and not r.off_rows
+        assert r.words() == offset_words(d)
+
+    check()
+    ids = np.array([[5, 7, 7, 7, 7, 7, 7, 7]])  # repeated text: 0 and +1 (and +2) tie, no reading
+    labels = np.array([[-100, 7, 7, 7, 7, 7, -100, -100]])
+    lay = layout_of(RealBatch(1, {"input_ids": ids, "labels": labels}), 0, None)
+    assert read_offset([lay], 0.9).offset is None
+    assert offset_words(2) == "labels are the inputs 2 positions ahead: shifted twice"
+    assert offset_words(-1) == "labels are the inputs 1 position behind: shifted backwards once"

@@ -115,7 +115,8 @@ def best_offset(counts: dict[int, int], n: int, min_share: float) -> tuple[int |
         return None, {}
     shares = {d: counts.get(d, 0) / n for d in OFFSETS}
     top = max(OFFSETS, key=lambda d: (shares[d], -OFFSETS.index(d)))
-    return (top if shares[top] >= min_share else None), shares
+    tied = any(d != top and shares[d] >= shares[top] for d in OFFSETS)  # repeated text: ambiguous
+    return (top if shares[top] >= min_share and not tied else None), shares
 
 
 def offset_words(d: int | None) -> str:

@@ -79,8 +79,8 @@ def layout_of(batch: RealBatch, pad_id: int, eos_id: int | None) -> BatchLayout:
 
 def read_offset(layouts: list[BatchLayout], min_share: float) -> Reading:
     """The offset over all rows (per source) and each row's own (per row)."""
-    counts, n, rows, off = Counter(), 0, 0, []
-    per_row = []
+    counts, n, rows = Counter(), 0, 0
+    per_row = []  # (row, {d: positions it explains}, positions)
     for lay in layouts:
         if not lay.matches:
             continue
@@ -90,14 +90,15 @@ def read_offset(layouts: list[BatchLayout], min_share: float) -> Reading:
         n += int(counted.sum())
         for r in range(len(counted)):
             k = int(counted[r].sum())
-            if k == 0:
-                continue
-            rows += 1
-            row_d, _ = best_offset({d: int((lay.matches[d][r] & counted[r]).sum()) for d in OFFSETS},
-                                   k, min_share)
-            per_row.append((f"batch {lay.batch.number} row {r}", row_d))
+            if k:
+                rows += 1
+                per_row.append((f"batch {lay.batch.number} row {r}",
+                                {d: int((lay.matches[d][r] & counted[r]).sum()) for d in OFFSETS}, k))
     offset, shares = best_offset(counts, n, min_share)
-    off = [(name, d) for name, d in per_row if d != offset]
+    # a row is at another offset when the source's offset does not explain it (a short answer of
+    # repeated tokens that several offsets explain is not): named with its own reading
+    off = [(name, best_offset(c, k, min_share)[0]) for name, c, k in per_row
+           if offset is not None and c[offset] < min_share * k]
     return Reading(offset, shares, n, rows, off)
 
 
