@@ -32,6 +32,7 @@ HEAVY_FILES = (
     "test_ecosystem_logits.py",       # 124 s (18 tests): library models, graph-mode probe
     "test_gate_workers.py",           # ~75 s (3 tests): real msrun workers and signals
     "test_batches_other_stages.py",   # 70 s (7 tests)
+    "test_batches_offsets.py",        # ~65 s (10 tests): offsets -1..+2 on six objective forms
     "test_distributed.py",            # 44 s (7 tests): two workers vs one process
     "test_llama_fixture.py",          # 34 s (3 tests)
     "test_memory_release.py",         # 24 s (3 tests)

@@ -34,7 +34,7 @@ def test_the_healthy_collator_passes_batches_grad_and_invariants_under_ci_gate()
     batches = {c: v for c, (v, _) in found.items() if c.startswith(("OBJ01", "OBJ02"))}
     assert len(batches) == 13
     assert all(v is Verdict.PASS for c, v in batches.items() if c not in NO_EOS), found
-    assert "labels are pre-shifted" in found["OBJ013"][1]
+    assert "labels are the inputs 1 position ahead: shifted once (pre-shifted)" in found["OBJ013"][1]
     assert "in all 16 rows whose prompt is known" in found["OBJ017"][1]
     assert not [c for c, (v, _) in found.items() if v in (Verdict.WARN, Verdict.FAIL, Verdict.ERROR)]
 
@@ -44,8 +44,8 @@ def test_the_healthy_mindrecord_passes_the_batches_stage_under_ci_gate():
     assert res.exit_code == 0, found
     assert found["OBJ016"][0] is Verdict.SKIP  # no mask column: padding from the pad run
     assert all(v is Verdict.PASS for c, (v, _) in found.items() if c not in NO_EOS | {"OBJ016"}), found
-    assert "labels are unshifted" in found["OBJ013"][1]
-    assert found["OBJ019"][1].startswith("one shift in all: the labels are unshifted")
+    assert "labels are the inputs at the same positions: unshifted" in found["OBJ013"][1]
+    assert found["OBJ019"][1].startswith("one shift in all: labels are the inputs at the same positions: unshifted")
 
 
 def test_the_seed_bug_fails_obj010_with_the_believed_config():
@@ -54,4 +54,4 @@ def test_the_seed_bug_fails_obj010_with_the_believed_config():
     assert verdict is Verdict.FAIL and res.exit_code == 1
     assert message.startswith("labels on padding are 0; the objective ignores -100")
     assert found["OBJ012"][0] is Verdict.FAIL
-    assert "label_pad_id = -100 declared, but the batches put 0 on padding" in found["OBJ012"][1]
+    assert "label_pad_id = -100 declared, the batches put 0 on padding" in found["OBJ012"][1]

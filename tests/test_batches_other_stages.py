@@ -103,7 +103,7 @@ def test_the_seed_bug_fails_padding_leakage_and_the_batches_win(monkeypatch):
     found = {f.code: (f.verdict, f.message) for f in res.findings}
     # the batches stage judged the declared value; grad then measured with the batches' value
     assert found["OBJ012"][0] is Verdict.FAIL
-    assert "label_pad_id = -100 declared, but the batches put 0 on padding" in found["OBJ012"][1]
+    assert "label_pad_id = -100 declared, the batches put 0 on padding" in found["OBJ012"][1]
     verdict, message = found["OBJ205"]
     assert verdict is Verdict.FAIL
     assert message.startswith("35 of 124 masked positions (label_pad_id=0) receive gradient")

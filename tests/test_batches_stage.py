@@ -48,7 +48,7 @@ def test_the_healthy_collator_passes_every_check_under_ci_gate():
     assert res.exit_code == 0
     assert set(found) == {f"OBJ0{i}" for i in range(10, 23)}
     assert all(v is Verdict.PASS for v, _ in _without_eos_checks(found).values()), found
-    assert "labels are pre-shifted" in found["OBJ013"][1]
+    assert "labels are the inputs 1 position ahead: shifted once (pre-shifted)" in found["OBJ013"][1]
 
 
 def test_the_mindrecord_pipeline_passes(hf):
@@ -56,9 +56,9 @@ def test_the_mindrecord_pipeline_passes(hf):
     found = _judge(hf, None, target="batches_mindrecord")
     assert found["OBJ016"][0] is Verdict.SKIP  # no mask column: padding from the pad run
     assert all(v is Verdict.PASS for c, (v, _) in _without_eos_checks(found).items() if c != "OBJ016"), found
-    assert "labels are unshifted" in found["OBJ013"][1] and "7 rows" in found["OBJ012"][1]
+    assert "labels are the inputs at the same positions: unshifted" in found["OBJ013"][1] and "7 rows" in found["OBJ012"][1]
     assert "in all 7 rows whose prompt is known" in found["OBJ017"][1]
-    assert found["OBJ019"][1].startswith("one shift in all: the labels are unshifted")
+    assert found["OBJ019"][1].startswith("one shift in all: labels are the inputs at the same positions: unshifted")
 
 
 def test_the_seed_bug_fails_with_the_believed_config(ctx):
@@ -69,7 +69,7 @@ def test_the_seed_bug_fails_with_the_believed_config(ctx):
     assert message.startswith("labels on padding are 0; the objective ignores -100")
     assert "112 padding positions" in message and "instead of 0" in message
     assert found["OBJ012"] == (Verdict.FAIL, found["OBJ012"][1])
-    assert "label_pad_id = -100 declared, but the batches put 0 on padding" in found["OBJ012"][1]
+    assert "label_pad_id = -100 declared, the batches put 0 on padding" in found["OBJ012"][1]
     assert found["OBJ011"][0] is Verdict.PASS  # the prompt is masked right
 
 
@@ -217,7 +217,8 @@ def test_unshifted_labels_with_shift_true_fail_naming_both(ctx):
     found = _judge(ctx, [_collated(shift=False)])
     verdict, message = found["OBJ013"]
     assert verdict is Verdict.FAIL
-    assert "equal the input ids at the same positions" in message and "data.shift = true" in message
+    assert message.startswith("labels are the inputs at the same positions: unshifted") and "data.shift = true" in message
+    assert "the batches win for this run; OBJ019 counts the shifts" in message
     found = _judge(ctx, [_collated(shift=False)], shift=False)
     assert found["OBJ013"][0] is Verdict.PASS
 
@@ -226,11 +227,12 @@ def test_pad_id_side_bos_and_eos_contradictions_fail_naming_both(ctx):
     found = _judge(ctx, [_collated(pad=2, side="left", mask=False)], bos_id=1, eos_id=3)
     verdict, message = found["OBJ012"]
     assert verdict is Verdict.FAIL
-    for part in ("pad_id = 0 declared, but the batches pad input_ids with 2",
-                 "padding_side = 'right' declared, but the batches pad on the left",
-                 "bos_id = 1 declared, but the batches start 4 of 4 rows with another id",
-                 "eos_id = 3 declared, but the batches hold 3 in none of 4 rows"):
+    for part in ("pad_id = 0 declared, the batches pad input_ids with 2",
+                 "padding_side = 'right' declared, the batches pad on the left",
+                 "bos_id = 1 declared, the batches start 4 of 4 rows with another id",
+                 "eos_id = 3 declared, the batches hold 3 in none of 4 rows"):
         assert part in message, message
+    assert len(message) <= 300, len(message)  # one sentence a person reads (issue 43)
     found = _judge(ctx, [_collated(pad=2, side="left", mask=False)], pad_id=2, padding_side="left")
     assert found["OBJ012"][0] is Verdict.PASS, found["OBJ012"]
 
@@ -439,7 +441,8 @@ def test_the_hf_collator_with_a_loss_that_shifts_inside_passes(hf):
     found = _judge(hf, None, target="batches_hf_shift")
     assert all(v is Verdict.PASS for v, _ in _without_eos_checks(found).values()), found
     verdict, message = found["OBJ019"]
-    assert message.startswith("one shift in all: the labels are unshifted (same positions 100%")
+    assert message.startswith("one shift in all: labels are the inputs at the same positions: unshifted")
+    assert "(0 at 100%" in message
     assert "the objective scores logits[t] against labels[t+1] (measured" in message
 
 
@@ -451,7 +454,7 @@ def test_the_hf_collator_with_a_loss_that_does_not_shift_fails_no_shift(ctx):
     verdict, message = found["OBJ019"]
     assert verdict is Verdict.FAIL
     assert message.startswith("no shift: each position trains toward its own input token")
-    assert "the labels are unshifted (same positions 100%" in message
+    assert "labels are the inputs at the same positions: unshifted" in message and "(0 at 100%" in message
     assert "the objective scores logits[t] against labels[t] (measured" in message
 
 
@@ -460,8 +463,8 @@ def test_a_pre_shifting_collator_with_a_loss_that_shifts_inside_fails_two_shifts
     assert found["OBJ013"][0] is Verdict.PASS
     verdict, message = found["OBJ019"]
     assert verdict is Verdict.FAIL
-    assert message.startswith("2 shifts: each position trains toward the token 2 ahead")
-    assert "the labels are pre-shifted" in message and "one ahead 100%" in message
+    assert message.startswith("2 shifts: each position trains toward the token 2 ahead:")
+    assert "labels are the inputs 1 position ahead: shifted once (pre-shifted) (+1 at 100%" in message
     assert "the objective scores logits[t] against labels[t+1] (measured" in message
 
 
@@ -550,7 +553,7 @@ def test_the_docs_pipeline_examples_pass_the_stage(ctx, tmp_path, name):
     skipped = {"OBJ016"} if name == "generator" else set()  # a GeneratorDataset: no mask column
     assert all(v is Verdict.PASS for c, (v, _) in _without_eos_checks(found).items()
                if c not in skipped), found
-    assert "labels are pre-shifted" in found["OBJ013"][1] and "7 rows" in found["OBJ012"][1]
+    assert "labels are the inputs 1 position ahead: shifted once (pre-shifted)" in found["OBJ013"][1] and "7 rows" in found["OBJ012"][1]
 
 
 def test_the_docs_mindrecord_example_passes_the_stage(hf):
@@ -565,4 +568,4 @@ def test_the_docs_mindrecord_example_passes_the_stage(hf):
                    source=str(TARGETS / "batches_mindrecord" / "healthy.mindrecord"), **keys)
     assert found.pop("OBJ016")[0] is Verdict.SKIP  # no mask column
     assert all(v is Verdict.PASS for v, _ in _without_eos_checks(found).values()), found
-    assert "labels are unshifted" in found["OBJ013"][1] and "7 rows" in found["OBJ012"][1]
+    assert "labels are the inputs at the same positions: unshifted" in found["OBJ013"][1] and "7 rows" in found["OBJ012"][1]

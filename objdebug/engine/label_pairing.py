@@ -25,7 +25,13 @@ on real text. Where nothing is measured (no logit gradient: an argmax cuts it; n
 offset agrees) the pairing is what `[data] shift` implies for a correct objective (true: labels[t];
 false: labels[t + 1]), and the note says it was not measured.
 
-The end-to-end form is measured by the library model's own setup probe (`library_model.py`).
+The end-to-end form (`measure_end_to_end`) is measured the same way at the model's output head,
+found inside any Cell: a library model's head from its setup probe (`library_model.py`), or, for a
+plain `construct(input_ids, labels)` Cell (a wrapper that owns a model, a loss that owns it), the
+Cell tree walked for the first sub-Cell whose vocabulary-wide output the loss reads
+(`library_logits.find_head_in`: a Dense / MatMul / `lm_head`); a `HeadProbe` in its place gives
+dLoss/dlogits (`library_logits.probe_gradient`), read as above (`library_logits.of_end_to_end`). Only where no head is found is
+the pairing what `[data] shift` implies, and the note says why.
 """
 
 from __future__ import annotations
@@ -66,7 +72,10 @@ class Pairing:
         if not self.measured:
             return f"{got} (as data.shift implies; not measured: {self.why})"
         hits = dict(self.matches).get(self.offset, 0)
-        return f"{got} (measured: {hits} of {self.positions} positions with a logit gradient)"
+        if not self.positions:
+            return f"{got} (measured by {self.why or 'a probe'})"
+        where = f" {self.why}" if self.why else ""
+        return f"{got} (measured{where}: {hits} of {self.positions} positions with a logit gradient)"
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -110,7 +119,7 @@ def pairing_of_gradient(grad: np.ndarray, labels: np.ndarray) -> tuple[int, tupl
     out = []
     for d in OFFSETS:
         hit = 0
-        for pos in range(t):
+        for pos in range(min(t, g.shape[1])):  # a head may drop the last position (MindFormers)
             if 0 <= pos + d < t:
                 hit += int((live[:, pos] & (target[:, pos] == labels[:, pos + d])).sum())
         out.append((d, hit))

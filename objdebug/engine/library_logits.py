@@ -39,6 +39,7 @@ import numpy as np
 from mindspore import Parameter, nn, ops
 
 from objdebug.engine.cells import as_outputs
+from objdebug.engine import label_pairing
 from objdebug.engine.label_pairing import paired_labels
 
 LOGIT_GRAD = "library.logit_grad"
@@ -105,6 +106,9 @@ def find_head(model, call, batch: int, length: int, vocab: int | None) -> dict[s
     if not order:
         return {"why": "no sub-Cell of the model returns logits of the vocabulary's width "
                        "([B, T, V] or [B*T, V]), so there is no output head to probe"}
+    if vocab is None:  # the vocabulary unknown: the widest per-position output is the head's
+        widest = max(width for *_, width in order)
+        order = [o for o in order if o[-1] == widest]
     def perturb(c, inputs, output):  # every logit moves (see _PERTURB): the loss must follow
         direction = np.random.default_rng(_PERTURB_SEED).standard_normal(tuple(output.shape))
         return output + ms.Tensor((direction * _PERTURB).astype(np.float32), output.dtype)
@@ -217,6 +221,134 @@ def find_head_graph(model, call, batch: int, length: int, vocab: int | None) -> 
     more = f", nor of the {len(tried) - 1} after it" if len(tried) > 1 else ""
     return {"why": f"the loss does not change when the output of '{tried[0]}' (the first sub-Cell "
                    f"returning vocabulary-wide values) changes{more}: no output head the loss reads"}
+
+
+# --------------------------------------------------------------------------- the pairing at the head
+def probe_gradient(objective, root, head: dict[str, Any], input_ids: np.ndarray,
+                   labels: np.ndarray) -> np.ndarray:
+    """dLoss/dlogits [B, T', V] of `objective(input_ids, labels)` at the output head `head` (a
+    `find_head` record, its path under `root`), through a `HeadProbe` put in the head's place for
+    this call only: PyNative first (no compile), graph mode where PyNative lacks a kernel."""
+    from objdebug.engine.pynative import pynative
+
+    b, t = input_ids.shape
+    positions = t - int(head["drop"])
+    shape = (b, positions, int(head["vocab"])) if head["ndim"] == 3 else (b * positions, int(head["vocab"]))
+    probe = HeadProbe(_cell_at(root, head["path"]), shape)
+    args = (ms.Tensor(input_ids, ms.int32), ms.Tensor(labels, ms.int32))
+    with _in_place(root, {head["path"]: probe}):
+        try:
+            with pynative():
+                _, g = _ProbeGrad(objective, probe.probe)(*args)
+        except Exception:  # noqa: BLE001 - a kernel PyNative lacks: the same call compiled
+            _, g = _ProbeGrad(objective, probe.probe)(*args)
+    return g.asnumpy().reshape(b, positions, -1)
+
+
+def find_head_in(cell, call, batch: int, length: int, vocab: int | None) -> dict[str, Any]:
+    """`find_head` on any end-to-end Cell (a wrapper that owns a model, a loss that owns it): the
+    Cell tree walked, in PyNative mode, where `call()` runs it; graph mode where PyNative cannot."""
+    from objdebug.engine.pynative import pynative
+
+    try:
+        with pynative():
+            return find_head(cell, call, batch, length, vocab)
+    except Exception as exc:  # noqa: BLE001 - e.g. a kernel PyNative mode lacks
+        from objdebug.core.crash import missing_operator, summary
+
+        if missing_operator(str(exc)) is None:
+            return {"why": f"calling the Cell to find its output head failed: {summary(exc)}"}
+    return find_head_graph(cell, call, batch, length, vocab)
+
+
+class _Call(nn.Cell):
+    """objective(input_ids, labels) in a fresh Cell: a graph-mode call of a changed Cell tree
+    compiles again (find_head_graph)."""
+
+    def __init__(self, objective):
+        super().__init__(auto_prefix=False)
+        self.objective = objective
+
+    def construct(self, input_ids, labels):
+        out = self.objective(input_ids, labels)
+        return out[0] if isinstance(out, tuple) else out
+
+
+def _loss_cell(objective):
+    """The Cell whose loss the pairing is measured on: a train-one-step Cell's `network` (a Cell
+    that holds an optimizer would step it on every probe call), else the objective itself."""
+    inner = getattr(objective, "network", None)
+    if isinstance(inner, nn.Cell) and any(isinstance(c, nn.Optimizer)
+                                          for _, c in objective.cells_and_names()):
+        return inner
+    return objective
+
+
+def head_of_cell(target) -> tuple[Any, dict[str, Any]]:
+    """(the Cell the head's path starts from, the head record) of an end-to-end target: a library
+    model's from its setup probe; else found by walking the user's Cell tree (kept in the info)."""
+    info = (target.info or {}).get("library_model")
+    if info is not None:
+        return target.objective.model, info.get("head") or {"why": "the output head was not looked for"}
+    objective = _loss_cell(target.objective)
+    found = target.info.get("e2e_head")
+    if found is None:
+        cfg = target.config
+        rng = np.random.default_rng(label_pairing._SEED)
+        ids = rng.integers(1, max(2, min(int(cfg.data.vocab_size or 32), 64)), label_pairing.SHAPE).astype(np.int32)
+
+        def call():
+            ms_ids = ms.Tensor(ids, ms.int32)
+            if ms.get_context("mode") == ms.GRAPH_MODE:
+                return _Call(objective)(ms_ids, ms_ids)
+            out = objective(ms_ids, ms_ids)
+            return out[0] if isinstance(out, tuple) else out
+        found = find_head_in(objective, call, label_pairing.SHAPE[0], label_pairing.SHAPE[1], cfg.data.vocab_size)
+        target.info["e2e_head"] = found
+    return objective, found
+
+
+def measure_end_to_end(target) -> label_pairing.Pairing:
+    """The end-to-end objective's pairing, measured at its output head (module docstring)."""
+    cfg = target.config
+    root, head = head_of_cell(target)
+    if "path" not in head:
+        return label_pairing.declared(cfg.data.shift, f"no output head found in the end-to-end Cell: {head['why']}")
+    vocab = int(head["vocab"])
+    avoid = {int(cfg.data.pad_id), int(cfg.data.label_pad_id)}
+    if vocab - len(avoid & set(range(vocab))) < 4:
+        return label_pairing.declared(cfg.data.shift, f"a vocabulary of {vocab} classes is too small to tell")
+    _, labels = label_pairing.measurement_batch(vocab, avoid)
+    rng = np.random.default_rng(label_pairing._SEED + 1)
+    pool = np.array([v for v in range(1, min(vocab, 64)) if v not in avoid])
+    ids = rng.choice(pool, label_pairing.SHAPE).astype(np.int32)
+    try:
+        grad = probe_gradient(root if "library_model" not in target.info else target.objective,
+                              root, head, ids, labels)
+    except Exception as exc:  # noqa: BLE001 - the stages meet the same error and report it
+        from objdebug.core.crash import first_line
+
+        return label_pairing.declared(cfg.data.shift, f"the logit gradient at the head '{head['path']}' failed: "
+                                        f"{type(exc).__name__}: {first_line(exc)}")
+    if not np.isfinite(grad).all():
+        return label_pairing.declared(cfg.data.shift, "the logit gradient at the output head is not finite")
+    positions, matches = label_pairing.pairing_of_gradient(grad, labels)
+    found = label_pairing.decide(positions, matches, cfg.data.shift)
+    return found if not found.measured else label_pairing.Pairing(
+        found.offset, True, found.positions, found.matches,
+        f"at the output head '{head['path']}' ({head.get('class', 'a Cell')})")
+
+
+def of_end_to_end(target) -> label_pairing.Pairing:
+    """The end-to-end pairing, measured once per run (kept in the target's info, with a note)."""
+    found = target.info.get(label_pairing.INFO_KEY)
+    if found is None:
+        found = measure_end_to_end(target)
+        target.info[label_pairing.INFO_KEY] = found
+        note = label_pairing.note_of(found, target.config.data.shift)
+        if note:
+            target.info.setdefault("notes", []).append(note)
+    return found
 
 
 def _scalar(value) -> float:

@@ -7,6 +7,9 @@
   value replaces the declared one in the run's config and the engine's `Padding` for every stage
   after the batches stage, with a target note naming both values (the batches stage's OBJ012
   judges the declared values before this runs);
+- `label_offsets` / `offset_words`: the labels' layout as a measurement, the offset d with
+  labels[t] == input_ids[t + d] (d in `OFFSETS`, -2..+3), numpy, said in words ("labels are the
+  inputs 2 positions ahead: shifted twice"); `measured_offset(ctx)`: d over every batch read;
 - `first_batch(ctx)`: the first batch read, at the shape the pipeline made it (no re-padding), as
   the engine's `Batch`: the gradient batch of grad, invariants and stress (`run_data.grad_batch`).
 """
@@ -86,6 +89,73 @@ def find_padding(batch: RealBatch, pad_id: int, eos_id: int | None) -> tuple[np.
     return run_mask(ids.shape, runs, side), value, side
 
 
+OFFSETS = (0, 1, 2, -1, 3, -2)  # the offsets read, ties broken in this order (the usual first)
+OFFSET_MIN_SHARE = 0.9           # adopt_conventions: the share one offset must explain
+
+
+def offset_matches(ids: np.ndarray, labels: np.ndarray) -> dict[int, np.ndarray]:
+    """{d: bool [B, T]: labels[t] == input_ids[t + d]} for each d in OFFSETS (False where t + d is
+    outside the row)."""
+    out = {}
+    t = ids.shape[1]
+    for d in OFFSETS:
+        hit = np.zeros(ids.shape, bool)
+        if d >= 0 and d < t:
+            hit[:, :t - d] = labels[:, :t - d] == ids[:, d:]
+        elif d < 0 and -d < t:
+            hit[:, -d:] = labels[:, -d:] == ids[:, :t + d]
+        out[d] = hit
+    return out
+
+
+def best_offset(counts: dict[int, int], n: int, min_share: float) -> tuple[int | None, dict[int, float]]:
+    """(the offset that explains at least `min_share` of `n` labelled positions, or None; the share
+    of each offset) from {d: positions it explains}."""
+    if n <= 0:
+        return None, {}
+    shares = {d: counts.get(d, 0) / n for d in OFFSETS}
+    top = max(OFFSETS, key=lambda d: (shares[d], -OFFSETS.index(d)))
+    tied = any(d != top and shares[d] >= shares[top] for d in OFFSETS)  # repeated text: ambiguous
+    return (top if shares[top] >= min_share and not tied else None), shares
+
+
+def offset_words(d: int | None) -> str:
+    """The layout offset d in words: 'labels are the inputs 2 positions ahead: shifted twice'."""
+    if d is None:
+        return "labels are the inputs at no single offset (-2..+3)"
+    if d == 0:
+        return "labels are the inputs at the same positions: unshifted"
+    n = abs(d)
+    where = f"{n} position{'s' if n > 1 else ''} {'ahead' if d > 0 else 'behind'}"
+    times = {1: "once", 2: "twice", 3: "three times"}[n]
+    what = (f"shifted {times} (pre-shifted)" if d == 1 else f"shifted {times}" if d > 0
+            else f"shifted backwards {times}")
+    return f"labels are the inputs {where}: {what}"
+
+
+def batch_offsets(b: Any, pad_id: int, eos_id: int | None) -> tuple[dict[int, int], int]:
+    """({d: labelled real positions with labels[t] == input_ids[t + d]}, labelled real positions)
+    of one batch (a label >= 0 on a real token counts)."""
+    padding, _, _ = find_padding(b, pad_id, eos_id)
+    counted = ~padding & (b.labels >= 0)
+    return ({d: int((m & counted).sum()) for d, m in offset_matches(b.input_ids, b.labels).items()},
+            int(counted.sum()))
+
+
+def measured_offset(ctx: Any) -> int | None:
+    """The labels' offset over every batch read (None: no labels, or no offset explains
+    OFFSET_MIN_SHARE of them)."""
+    d = ctx.config.data
+    counts, n = Counter(), 0
+    for b in real_batches(ctx).batches:
+        if b.labels is None:
+            continue
+        c, k = batch_offsets(b, d.pad_id, d.eos_id)
+        counts.update(c)
+        n += k
+    return best_offset(counts, n, OFFSET_MIN_SHARE)[0]
+
+
 def measured_conventions(ctx: Any) -> dict[str, Any]:
     """{"pad_id", "padding_side", "label_pad_id"} as the batches show them (None: not seen): the
     id and side most batches pad with, the label most padding positions hold."""
@@ -112,6 +182,9 @@ def adopt_conventions(ctx: Any) -> list[str]:
             return []
         seen = measured_conventions(ctx)
         changed = {k: v for k, v in seen.items() if v is not None and v != getattr(d, k)}
+        offset = measured_offset(ctx)
+        if offset in (0, 1) and (offset == 1) != d.shift:  # the labels' layout: the batches win too
+            changed["shift"] = offset == 1
         notes = []
         if changed:
             cfg = replace(ctx.config, data=replace(d, **changed))

@@ -16,7 +16,7 @@ from objdebug.engine.data import Sample
 from objdebug.engine.gradients import Batch, GradientProbe, ParamGradients, reference_mean_ce_grad
 from objdebug.engine import label_pairing
 from objdebug.engine.label_pairing import Pairing
-from objdebug.engine.library_logits import LibraryLogits, model_shifts
+from objdebug.engine.library_logits import LibraryLogits, model_shifts, of_end_to_end
 from objdebug.pipeline.context import Context
 from objdebug.pipeline.datasets import text_samples
 from objdebug.pipeline.pipeline_batches import first_batch
@@ -67,12 +67,13 @@ def pairing(ctx: Context) -> Pairing:
     """Which label each logit position is scored against (engine/label_pairing.py): measured on
     the configured objective in the split form, by the library model's setup probe end to end."""
     def build() -> Pairing:
-        if ctx.target.end_to_end:
+        if ctx.target.end_to_end:  # at the output head found inside the Cell (label_pairing.py)
+            found = of_end_to_end(ctx.target)
             info = (ctx.target.info or {}).get("library_model") or {}
-            offset = 1 if model_shifts(ctx.target) else 0
-            if info.get("shifts_labels") is not None:
+            if not found.measured and info.get("shifts_labels") is not None:
+                offset = 1 if model_shifts(ctx.target) else 0
                 return Pairing(offset=offset, measured=True, why="the library model's setup probe")
-            return label_pairing.declared(ctx.config.data.shift, "no logits in the model's output")
+            return found
         return label_pairing.of(ctx.engine)
     return ctx.provide(pairing, build)
 

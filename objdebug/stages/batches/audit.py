@@ -20,8 +20,8 @@ import numpy as np
 
 from objdebug.pipeline.pipeline_batches import real_batches
 from objdebug.report.batch_rows import IGNORED, PADDING, TRAINED, WRONG  # the classes, shared with the reports
-from objdebug.stages.batches.layout import (BatchLayout, follows, label_layout, layout_of,
-                                            masking_values)
+from objdebug.stages.batches.layout import (BatchLayout, Reading, follows, layout_name, layout_of,
+                                            masking_values, read_offset)
 
 COMMON_IGNORE_INDEX = -100  # PyTorch's and MindSpore's CrossEntropyLoss default
 
@@ -48,13 +48,28 @@ class Audit:
     layouts: list[BatchLayout]
     pad_id: int | None               # the id the batches pad with (measured)
     side: str | None                 # where they pad (measured)
-    layout: str | None               # UNSHIFTED / PRE_SHIFTED / UNCLEAR, None without labels
-    shares: dict[str, float]
+    layout: str | None               # layout_name(offset): UNSHIFTED / PRE_SHIFTED / "shifted +2" /
+                                     # UNCLEAR; None without labels
+    reading: Reading                 # the measured offset d (labels[t] == input_ids[t + d]), shares
     counted: int                     # labelled real-token positions the layout was read from
     on_pad: Counter                  # label value -> positions, on padding
     on_real: Counter                 # label value -> positions, on real tokens not following the inputs
-    probes: dict[int, Probe] = field(default_factory=dict)
     vocab: int | None = None
+    prober: Any = None               # () -> {value: Probe}: the probes, run when first read
+    _probes: dict[int, Probe] | None = None
+
+    @property
+    def probes(self) -> dict[int, Probe]:
+        """Each masking value probed on the objective (compiled once, when a check first reads
+        them: OBJ013 / OBJ019 never do)."""
+        if self._probes is None:
+            self._probes = self.prober() if self.prober is not None else {}
+        return self._probes
+
+    @property
+    def offset(self) -> int | None:
+        """The measured offset d (None: none clear, or no labels)."""
+        return self.reading.offset
 
     def ignored(self) -> list[int]:
         return sorted(v for v, p in self.probes.items() if p.ignored)
@@ -71,7 +86,7 @@ class Audit:
         ign = np.isin(labels, self.ignored())
         inside = (labels >= 0) & (labels < self.vocab) if self.vocab else labels >= 0
         out[~lay.padding & ign] = IGNORED
-        out[~lay.padding & ~ign & ~(follows(lay, self.layout) & inside)] = WRONG
+        out[~lay.padding & ~ign & ~(follows(lay, self.offset) & inside)] = WRONG
         out[lay.padding & ign] = PADDING
         out[lay.padding & ~ign] = WRONG
         return out
@@ -88,15 +103,17 @@ def _measure(ctx: Any, th: Any) -> Audit:
     layouts = [layout_of(b, d.pad_id, d.eos_id) for b in got.batches]
     pads = Counter(lay.pad_id for lay in layouts if lay.pad_id is not None)
     sides = Counter(lay.side for lay in layouts if lay.side is not None)
-    layout, shares, counted = label_layout(layouts, float(th["layout_min_share"]))
-    on_pad, on_real = masking_values(layouts, layout)
+    reading = read_offset(layouts, float(th["layout_min_share"]))
+    layout = layout_name(reading.offset) if reading.counted else None
+    on_pad, on_real = masking_values(layouts, reading.offset)
     result = Audit(got.source, layouts, pads.most_common(1)[0][0] if pads else None,
-                   sides.most_common(1)[0][0] if sides else None, layout, shares, counted,
+                   sides.most_common(1)[0][0] if sides else None, layout, reading, reading.counted,
                    on_pad, on_real, vocab=ctx.engine.vocab_size())
     if got.batches and any(b.labels is not None for b in got.batches):
         values = [v for v, _ in (on_pad + on_real).most_common(int(th["probe_values"]))]
-        for value in dict.fromkeys(values + [d.label_pad_id, COMMON_IGNORE_INDEX]):
-            result.probes[value] = probe(ctx, value, float(th["masked_tolerance"]))
+        tolerance = float(th["masked_tolerance"])
+        result.prober = lambda: {value: probe(ctx, value, tolerance) for value in
+                                 dict.fromkeys(values + [d.label_pad_id, COMMON_IGNORE_INDEX])}
     return result
 
 

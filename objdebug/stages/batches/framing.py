@@ -15,25 +15,27 @@ from typing import Any
 
 import numpy as np
 
-from objdebug.core.findings import Check, Condition, Verdict, listing
+from objdebug.core.findings import Check, Condition, Verdict
+from objdebug.stages.batches.words import few
 from objdebug.stages.batches.audit import audit, has_labels, real_batches
-from objdebug.stages.batches.layout import PRE_SHIFTED, UNSHIFTED
+from objdebug.pipeline.pipeline_batches import offset_words
 
 
 def _at(lay, r: int) -> str:
     return f"batch {lay.batch.number} row {r}"
 
 
-def _label_of(layout: str, j: int) -> int:
-    """The position whose label says "predict the input token at j"."""
-    return j - 1 if layout == PRE_SHIFTED else j
+def _label_of(offset: int, j: int) -> int:
+    """The position whose label says "predict the input token at j" (labels[t] = input_ids[t + d])."""
+    return j - offset
 
 
 def _layout_skip(ctx: Any, th: Any) -> str | None:
     if not has_labels(ctx):
         return "the batches have no labels column: nothing trained to read"
-    if audit(ctx, th).layout not in (PRE_SHIFTED, UNSHIFTED):
-        return "the labels' layout is not clear (OBJ013): which label predicts a token is unknown"
+    if audit(ctx, th).offset is None:
+        return ("the labels follow the inputs at no single offset (OBJ013): which label predicts a "
+                "token is unknown")
     return None
 
 
@@ -60,14 +62,15 @@ class EosTrained(Check):
                 if not len(real):
                     continue
                 rows += 1
-                at = [int(j) for j in real if ids[r, j] == eos and j >= 1]
+                at = [int(j) for j in real if ids[r, j] == eos and 0 <= j - a.offset < ids.shape[1]
+                      and j >= 1]
                 if not at:
                     if lay.padding[r].any():  # a full-length row may be cut before its EOS
                         missing.append(_at(lay, r))
                     continue
                 eos_rows += 1
-                if any(labels[r, _label_of(a.layout, j)] != eos
-                       or labels[r, _label_of(a.layout, j)] in ignored for j in at):
+                if any(labels[r, _label_of(a.offset, j)] != eos
+                       or labels[r, _label_of(a.offset, j)] in ignored for j in at):
                     untrained.append(_at(lay, r))
         return {"source": a.source, "eos_id": eos, "rows": rows, "eos_rows": eos_rows,
                 "untrained": untrained, "missing": missing, "layout": a.layout}
@@ -77,12 +80,12 @@ class EosTrained(Check):
             eos, parts = v["eos_id"], []
             if v["untrained"]:
                 parts.append(f"the EOS ({eos}) is not a trained label in {len(v['untrained'])} of "
-                             f"{v['eos_rows']} rows holding it ({listing(v['untrained'])}): the "
+                             f"{v['eos_rows']} rows holding it ({few(v['untrained'], 3)}): the "
                              f"model never learns to stop (a collator that masks the pad id masks "
                              f"the EOS too when pad == eos)")
             if v["missing"]:
                 parts.append(f"{len(v['missing'])} rows shorter than their batch hold no EOS "
-                             f"({listing(v['missing'])})")
+                             f"({few(v['missing'], 3)})")
             if parts:
                 return Verdict.FAIL, (f"{'; '.join(parts)} (data.eos_id = {eos}, in "
                                       f"'{v['source']}')"), float(len(v["untrained"]) + len(v["missing"]))
@@ -99,7 +102,12 @@ class LastToken(Check):
     stage = "batches"
 
     def skip_reason(self, ctx: Any) -> str | None:
-        return _layout_skip(ctx, ctx.profile.section("batches"))
+        th = ctx.profile.section("batches")
+        why = _layout_skip(ctx, th)
+        if why is None and audit(ctx, th).offset not in (0, 1):
+            why = (f"{offset_words(audit(ctx, th).offset)}: no objective pairs the last token's "
+                   f"logits with one label of such rows (OBJ019 counts the shifts)")
+        return why
 
     def measure(self, ctx: Any, th: Any) -> dict[str, Any]:
         a, d = audit(ctx, th), ctx.config.data
@@ -112,7 +120,7 @@ class LastToken(Check):
                 real = np.nonzero(~lay.padding[r])[0]
                 if not len(real):
                     continue
-                q = int(real[-1]) + (1 if a.layout == UNSHIFTED else 0)  # the label its logits meet
+                q = int(real[-1]) + 1 - a.offset  # the label its logits meet (one shift in all)
                 if q >= length:
                     continue  # unshifted and full: nothing after the row is scored
                 rows += 1
@@ -127,12 +135,12 @@ class LastToken(Check):
 
     def conditions(self, th: Any) -> list[Condition]:
         def judge(v):
-            where = ("its own label (pre-shifted)" if v["layout"] == PRE_SHIFTED
+            where = ("its own label (pre-shifted)" if v["layout"] == "pre-shifted"
                      else "the label after it (unshifted)")
             if v["to_pad"]:
                 return Verdict.FAIL, (f"the last real token is trained toward the pad id "
                                       f"{v['pad_id']} in {len(v['to_pad'])} of {v['rows']} rows "
-                                      f"({listing(v['to_pad'])}; {where}): every row learns to "
+                                      f"({few(v['to_pad'], 3)}; {where}): every row learns to "
                                       f"emit padding after its end; mask that label (or make it "
                                       f"the EOS) in '{v['source']}'"), float(len(v["to_pad"]))
             return Verdict.PASS, (f"no row's last real token is trained toward the pad id "
@@ -182,7 +190,7 @@ class PositionsAcrossEos(Check):
                                       f"token: no packed documents to separate"), None
             if v["run_on"]:
                 return Verdict.FAIL, (f"position_ids run on across an EOS ({v['eos_id']}) inside "
-                                      f"the row in {len(v['run_on'])} rows ({listing(v['run_on'])});"
+                                      f"the row in {len(v['run_on'])} rows ({few(v['run_on'], 3)});"
                                       f" {v['resets']} of {v['inside']} EOS inside rows reset them: "
                                       f"documents are packed without a boundary, each one "
                                       f"positioned after the one before"), float(len(v["run_on"]))

@@ -7,13 +7,33 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from objdebug.core.findings import Check, Condition, Verdict, listing
+from objdebug.core.findings import Check, Condition, Verdict
 from objdebug.stages.batches.audit import Audit, audit, has_labels
+from objdebug.stages.batches.words import few
 
 
 def _values(counts: Counter) -> str:
-    vals = [str(v) for v, _ in counts.most_common()]
-    return vals[0] if len(vals) == 1 else listing(vals[:-1], 6) + " and " + vals[-1]
+    """The values, most frequent first: '0 and -100', '5, 7, 9 and 130 more'."""
+    return few([v for v, _ in counts.most_common()])
+
+
+def _how(scored: Counter, probes: dict) -> str:
+    """What the probes saw on the values trained, said once per kind: the first probed values'
+    losses or rejections, then '35 rarer values not probed'."""
+    said, rare = [], 0
+    for value, _ in scored.most_common():
+        p = probes.get(value)
+        if p is None:
+            rare += 1
+        elif len(said) < 2:
+            said.append(f"it rejects {value} ({p['rejected'][:80]})" if p["rejected"] else
+                        f"a row labelled only {value} gives loss {p['loss']:.4g} instead of 0")
+    probed = sum(1 for v in scored if v in probes)
+    if probed > len(said):
+        said.append(f"{probed - len(said)} more probed values trained")
+    if rare:
+        said.append(f"{rare} rarer value{'s' if rare > 1 else ''} not probed")
+    return "; ".join(said)
 
 
 class _MaskedLabels(Check):
@@ -58,22 +78,13 @@ class _MaskedLabels(Check):
                                       f"{v['rows_with']} of {v['rows']} rows); the objective "
                                       f"ignores {_values(values)}"), 0.0
             scored = Counter(v["scored"])
-            ignores = (_values(Counter(dict.fromkeys(v["ignores"], 1))) if v["ignores"]
-                       else f"none of {sorted(int(x) for x in v['probes'])}")
-            how = []
-            for value in scored:
-                p = v["probes"].get(value)
-                if p is None:
-                    how.append(f"{value} was not probed (a rarer value)")
-                elif p["rejected"]:
-                    how.append(f"it rejects {value} ({p['rejected']})")
-                else:
-                    how.append(f"a row labelled only {value} gives loss {p['loss']:.4g} instead of 0")
+            probes = {int(x): p for x, p in v["probes"].items()}
+            ignores = (few(v["ignores"]) if v["ignores"] else f"none of {few(sorted(probes))}")
             k = sum(scored.values())
             return Verdict.FAIL, (
                 f"labels on {where} are {_values(values)}; the objective ignores {ignores}: "
                 f"{k} {where} positions in '{v['source']}' are trained toward {_values(scored)} "
-                f"({'; '.join(how)})"), float(k)
+                f"({_how(scored, probes)})"), float(k)
 
         return [Condition(self.code, f"{where}_labels_ignored", judge)]
 
@@ -105,6 +116,6 @@ class PromptLabels(_MaskedLabels):
     def rows(self, a: Audit) -> tuple[int, int]:
         from objdebug.stages.batches.layout import follows
 
-        with_prompt = sum(int((~lay.padding & ~follows(lay, a.layout)).any(axis=1).sum())
+        with_prompt = sum(int((~lay.padding & ~follows(lay, a.offset)).any(axis=1).sum())
                           for lay in a.layouts if lay.batch.labels is not None)
         return with_prompt, sum(len(lay.padding) for lay in a.layouts)

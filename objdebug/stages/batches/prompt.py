@@ -20,10 +20,10 @@ from typing import Any
 
 import numpy as np
 
-from objdebug.core.findings import Check, Condition, Verdict, listing
+from objdebug.core.findings import Check, Condition, Verdict
+from objdebug.stages.batches.words import few
 from objdebug.core.config import BOUNDARY_COLUMNS
 from objdebug.stages.batches.audit import audit, has_labels, real_batches
-from objdebug.stages.batches.layout import PRE_SHIFTED, UNSHIFTED
 
 
 def _prompts(ctx: Any) -> list[list[int]]:
@@ -54,9 +54,10 @@ def _has_boundary(ctx: Any) -> bool:
     return any(set(BOUNDARY_COLUMNS) & set(b.columns) for b in real_batches(ctx).batches)
 
 
-def _first_answer(batch, r: int, real_at: np.ndarray, prompts, layout: str) -> int | None:
-    """The position whose label is the row's first answer token (None: unknown)."""
-    back = 1 if layout == PRE_SHIFTED else 0
+def _first_answer(batch, r: int, real_at: np.ndarray, prompts, offset: int) -> int | None:
+    """The position whose label is the row's first answer token (None: unknown): the labels hold
+    input_ids[t + offset] at t (the measured offset, `layout.py`)."""
+    back = offset
     cols, start = batch.columns, int(real_at[0])
     if "response_start" in cols:
         return int(cols["response_start"][r]) - back
@@ -91,7 +92,7 @@ class PromptBoundary(Check):
         positions = 0
         for lay in a.layouts:
             labels = lay.batch.labels
-            if labels is None or a.layout not in (UNSHIFTED, PRE_SHIFTED):
+            if labels is None or a.offset is None:
                 continue
             ign = np.isin(labels, ignored)
             for r in range(len(labels)):
@@ -100,7 +101,7 @@ class PromptBoundary(Check):
                 if not len(real_at):
                     continue
                 start = int(real_at[0])
-                first = _first_answer(lay.batch, r, real_at, prompts, a.layout)
+                first = _first_answer(lay.batch, r, real_at, prompts, a.offset)
                 if first is None or not start <= first < labels.shape[1]:
                     continue
                 matched += 1
@@ -111,14 +112,15 @@ class PromptBoundary(Check):
                     prompt_trained.append(f"batch {lay.batch.number} row {r}")
                 if ign[r, first]:
                     first_masked.append(f"batch {lay.batch.number} row {r}")
-        return {"source": a.source, "layout": a.layout, "rows": rows, "matched": matched,
+        return {"source": a.source, "layout": a.layout, "offset": a.offset, "rows": rows, "matched": matched,
                 "prompt_trained": prompt_trained, "positions": positions,
                 "first_masked": first_masked, "ignored": ignored}
 
     def conditions(self, th: Any) -> list[Condition]:
         def skip(v):
-            if v["layout"] not in (UNSHIFTED, PRE_SHIFTED):
-                return "the labels' layout is unclear (OBJ013): no position pairs with the answer's first token"
+            if v.get("offset") is None:
+                return ("the labels follow the inputs at no single offset (OBJ013): no position "
+                        "pairs with the answer's first token")
             if not v["matched"]:
                 return (f"no prompt boundary: the batches carry no prompt length and none of the "
                         f"{v['rows']} rows read starts with a prompt of the target's align or scores rows")
@@ -131,8 +133,8 @@ class PromptBoundary(Check):
             if k:
                 return Verdict.FAIL, (
                     f"the prompt is trained in {len(k)} of {v['matched']} rows whose prompt is known "
-                    f"({listing(k)}): {v['positions']} positions that predict a prompt token carry "
-                    f"labels the objective learns (it ignores {v['ignored']})"), float(v["positions"])
+                    f"({few(k, 3)}): {v['positions']} positions that predict a prompt token carry "
+                    f"labels the objective learns (it ignores {few(v['ignored'], 4)})"), float(v["positions"])
             return Verdict.PASS, (f"the prompt's labels are ignored in all {v['matched']} rows whose "
                                   f"prompt is known (of {v['rows']})"), 0.0
 
@@ -143,7 +145,7 @@ class PromptBoundary(Check):
             if k:
                 return Verdict.FAIL, (
                     f"the answer's first token is not trained in {len(k)} of {v['matched']} rows "
-                    f"whose prompt is known ({listing(k)}): its label is a value the objective "
+                    f"whose prompt is known ({few(k, 3)}): its label is a value the objective "
                     f"ignores (a prompt mask one token too long)"), float(len(k))
             return Verdict.PASS, (f"the answer's first token is trained in all {v['matched']} rows "
                                   f"whose prompt is known"), 0.0

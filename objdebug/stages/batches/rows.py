@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from objdebug.core.findings import Check, Condition, Verdict, listing
+from objdebug.core.findings import Check, Condition, Verdict
+from objdebug.stages.batches.words import few
 from objdebug.stages.batches.show import decoder, view
 from objdebug.stages.batches.audit import TRAINED, audit, real_batches
 from objdebug.pipeline.pipeline_batches import edge_runs, run_mask
@@ -53,9 +54,9 @@ class Supervision(Check):
                      f"{v['min_share']:.0%}")
             if v["empty"] and v["empty_share"] > v["fail_above"]:
                 return Verdict.FAIL, (f"{len(v['empty'])} of {v['rows']} rows of '{v['source']}' "
-                                      f"have nothing to learn ({listing(v['empty'])}): no position "
+                                      f"have nothing to learn ({few(v['empty'])}): no position "
                                       f"of theirs is trained; {share}"), v["empty_share"]
-            extra = f"; {len(v['empty'])} rows with nothing to learn: {listing(v['empty'])}" if v["empty"] else ""
+            extra = f"; {len(v['empty'])} rows with nothing to learn: {few(v['empty'])}" if v["empty"] else ""
             return Verdict.PASS, f"every row of {v['rows']} trains; {share}{extra}", v["empty_share"]
 
         return [Condition("OBJ014", "every_row_trains", judge)]
@@ -96,7 +97,8 @@ class Vocabulary(Check):
         def judge(v):
             c, n = v["counts"], v["counts"]["input_ids"] + v["counts"]["labels"]
             if n:
-                parts = [f"{c[k]} {k} ({listing(v['examples'][k], 3)})" for k in c if c[k]]
+                parts = [f"{c[k]} {k} ({', '.join(v['examples'][k][:3])}{', ...' if c[k] > 3 else ''})"
+                         for k in c if c[k]]
                 return Verdict.FAIL, (f"ids outside the vocabulary [0, {v['vocab']}) in "
                                       f"'{v['source']}': {'; '.join(parts)} (labels the objective "
                                       f"ignores, {v['ignored']}, are not counted)"), float(n)
@@ -150,7 +152,7 @@ class AttentionMask(Check):
             bad = {k: n for k, n in v["counts"].items() if n}
             if bad:
                 parts = [f"{words[k].format(pad=v['pad_id'], side=v['side'])}: {n} positions in "
-                         f"{listing(sorted(set(v['rows'][k])), 4)}" for k, n in bad.items()]
+                         f"{few(sorted(set(v['rows'][k])))}" for k, n in bad.items()]
                 return Verdict.FAIL, (f"the attention mask of '{v['source']}' disagrees with the "
                                       f"padding: {'; '.join(parts)}"), float(sum(bad.values()))
             return Verdict.PASS, (f"the attention mask is 0 exactly on the padding (pad id "
