@@ -17,6 +17,7 @@ import numpy as np
 
 from objdebug.core.findings import Check, Condition, Verdict, listing
 from objdebug.stages.batches.audit import audit, has_labels, real_batches
+from objdebug.stages.batches.chat_checks import eos_judged
 from objdebug.stages.batches.layout import PRE_SHIFTED, UNSHIFTED
 
 
@@ -66,6 +67,8 @@ class EosTrained(Check):
                         missing.append(_at(lay, r))
                     continue
                 eos_rows += 1
+                judged = eos_judged(ctx, th, lay, r)  # [chat]: an EOS after a user turn rightly untrained
+                at = at if judged is None else [j for j in at if judged[j]]
                 if any(labels[r, _label_of(a.layout, j)] != eos
                        or labels[r, _label_of(a.layout, j)] in ignored for j in at):
                     untrained.append(_at(lay, r))
