@@ -31,8 +31,8 @@ def _text(ctx: Any, ids: list[int]) -> str:
     from objdebug.stages.batches.show import decoder, token_text
 
     decode = decoder(ctx.config)
-    text = "".join(token_text(decode, i) for i in ids[:24])
-    return repr(text + ("…" if len(ids) > 24 else ""))
+    text = "".join(token_text(decode, i) for i in ids[:40])
+    return repr(text + ("…" if len(ids) > 40 else ""))
 
 
 def _expected(rr: RowRoles, roles: Any) -> list:
