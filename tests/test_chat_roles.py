@@ -215,7 +215,7 @@ BUGS = {  # bug -> (target, the codes that must FAIL, words each message must ho
     "last_only": ("chat_chatml", {"OBJ024": "only the last assistant turn trains in 4 rows"}),
     "header_trained": ("chat_chatml", {"OBJ027": "(assistant header): 22 tokens '<|im_start|>assistant⏎'"}),
     "think_trained": ("chat_chatml", {"OBJ027": "batch 1 row 0 turn 5 (assistant fixed): 19 tokens '<think>⏎⏎</think>⏎⏎'"}),
-    "user_trained": ("chat_chatml", {"OBJ026": "batch 1 row 0 turn 4 (user): 26 tokens 'And whose is it?<|im_end|>'"}),
+    "user_trained": ("chat_chatml", {"OBJ026": "batch 1 row 0 turn 4 (user): 33 tokens 'Reverse: pear fig peach<|im_end|>'"}),
     "no_markers": ("chat_chatml", {"OBJ023": "no role marker found in 4 of 4 rows"}),
     "glm_stop_masked": ("chat_glm", {"OBJ025": "the stop token (the next role's header: next-role) of 8 of 8 assistant turns"}),
 }

@@ -18,7 +18,10 @@ Codes OBJ01x:
 - OBJ020 EOS trained (with `eos_id`), OBJ021 the last real token not trained toward the pad id,
   OBJ022 position_ids reset after an EOS inside a row (`framing.py`);
 - OBJ023-OBJ028 with `[chat]` (`chat_roles.py`, `chat_checks.py`): each row split into turns by
-  role; the content and the stop token of each turn that trains trained, nothing else.
+  role; the content and the stop token of each turn that trains trained, nothing else;
+- OBJ030-OBJ035 on preference batches (chosen / rejected columns, `pair_checks.py`): the same
+  prompt, prompt and padding masked in both, a scored response each, one BOS, the first response
+  token scored, lens that agree.
 
 The batches are read and measured once (`audit.py`); `show.py` prints rows as the checks see them.
 """
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 from objdebug.core.findings import Check
 from objdebug.stages.batches.chat_checks import CHECKS as CHAT_CHECKS
+from objdebug.stages.batches.pair_checks import CHECKS as PAIR_CHECKS
 from objdebug.stages.batches.conventions import Conventions, LabelLayout, OneShift
 from objdebug.stages.batches.framing import EosTrained, LastToken, PositionsAcrossEos
 from objdebug.stages.batches.labels import PaddingLabels, PromptLabels
@@ -37,4 +41,4 @@ from objdebug.stages.batches.rows import AttentionMask, Supervision, Vocabulary
 def checks() -> list[Check]:
     return [PaddingLabels(), PromptLabels(), Conventions(), LabelLayout(), OneShift(), PromptBoundary(),
             Supervision(), Vocabulary(), AttentionMask(), EosTrained(), LastToken(),
-            PositionsAcrossEos()] + [c() for c in CHAT_CHECKS]
+            PositionsAcrossEos()] + [c() for c in CHAT_CHECKS + PAIR_CHECKS]
