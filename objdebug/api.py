@@ -376,8 +376,9 @@ def show_batches(req: Request, echo: Callable[[str], None], colour: bool = False
         engine = Engine(target, batch_size=p.profile.section("engine")["batch_size"])
         ctx = Context(config=p.config, target=target, engine=engine, profile=p.profile)
         measured = audit.audit(ctx, p.profile.section("batches"))
+        roles = show.chat_rows(ctx, p.profile.section("batches"))  # [chat]: each token's turn and role
     echo(show.render(measured, req.show, show.decoder(p.config),
-                     shutil.get_terminal_size().columns, colour))
+                     shutil.get_terminal_size().columns, colour, roles=roles))
     return 0
 
 

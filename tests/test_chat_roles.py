@@ -229,3 +229,39 @@ def test_each_bug_twin_fails_with_a_code_its_healthy_twin_lacks(ctx, bug):
         verdict, message = found[code]
         assert verdict is Verdict.FAIL, (code, found[code])
         assert words in message, message
+
+
+def test_show_marks_each_turn_by_role(ctx):
+    """`objdebug batches --show`: each turn's role where it starts, coloured by role in a terminal."""
+    from objdebug.stages.batches import audit, show
+    from objdebug.stages.batches.chat_roles import row_roles
+
+    _judge(ctx, "chat_glm")
+    th = ctx.profile.section("batches")
+    roles = show.chat_rows(ctx, th)
+    assert roles is row_roles(ctx, th)
+    text = show.render(audit.audit(ctx, th), 1, show.decoder(ctx.config), 400, roles=roles)
+    assert "turns: system user assistant user assistant" in text
+    assert "⟦system⟧<|system|>⏎You answer briefly.⟦user⟧<|user|>⏎Ivo has a black eel.⟦assistant⟧" in text
+    painted = show.render(audit.audit(ctx, th), 1, show.decoder(ctx.config), 400, colour=True, roles=roles)
+    assert "\x1b[0;1;36m⟦assistant⟧" in painted and "\x1b[0;1;34m⟦user⟧" in painted
+
+
+def test_init_batches_proposes_a_chat_section_for_conversation_rows(tmp_path):
+    """`objdebug init --batches SRC`: rows with several trained spans, each after the same header
+    and ending on the same stop, get a [chat] proposal that loads and finds every turn."""
+    from typer.testing import CliRunner
+
+    from objdebug.cli import app
+
+    out = tmp_path / "objdebug.toml"
+    res = CliRunner().invoke(app, ["init", "--model", "objdebug.demo.model:build_model", "--objective",
+                                   "objdebug.losses:MaskedCrossEntropy", "--checkpoint",
+                                   str(ROOT / "objdebug" / "demo" / "demo.ckpt"), "--max-probe-length",
+                                   "64", "--batches", "fixtures.chat_pipelines:pipeline_ids", "--output",
+                                   str(out)])
+    assert res.exit_code == 0, res.output
+    chat = load_config(out).chat
+    assert chat.markers == {"assistant": [10, 1, 97, 115, 115, 105, 115, 116, 97, 110, 116, 10]}
+    assert chat.end_of_turn == 2  # <|im_end|>, the id every assistant turn's trained span ends on
+    assert "8 trained spans in 4 rows" in out.read_text()

@@ -15,15 +15,18 @@ Two ways, as the config says:
   and `end_of_turn` (an id, a string, an id list, or "next-role").
 
 Texts become ids through `[data] tokenizer`. A template that does not render, jinja2 missing, a
-marker id outside the vocabulary: InputError (exit 2, one line). numpy-free, MindSpore-free.
+marker id outside the vocabulary: InputError (exit 2, one line). MindSpore-free.
 """
 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from objdebug.core.config import CHAT_ROLES, NEXT_ROLE
 from objdebug.core.errors import InputError
@@ -265,3 +268,60 @@ def _renders_empty(render) -> bool:
         return True
     except Exception:  # noqa: BLE001
         return False
+
+
+# --------------------------------------------------------------------------- objdebug init --batches
+def propose(batch: Any, label_pad_id: int, tokenizer_path: str | None) -> dict[str, Any] | None:
+    """A `[chat]` section for `objdebug init --batches` when one batch looks like conversations:
+    {"template": path} when a tokenizer_config.json with a chat_template sits beside the
+    tokenizer, else {"markers": {"assistant": ids}, "end_of_turn": id} from recurring sequences:
+    the tokens every trained span of the batch follows (the assistant header) and the id every
+    trained span ends on (the stop), when rows hold two or more trained spans on average. None
+    when the rows do not look like conversations. The proposal says why (key "why")."""
+    if tokenizer_path:
+        conf = Path(tokenizer_path).parent / "tokenizer_config.json"
+        if conf.is_file():
+            try:
+                load_template(str(conf))
+                return {"template": str(conf), "why": f"the chat_template of '{conf.name}' beside the tokenizer"}
+            except InputError:
+                pass
+    labels, ids = batch.labels, batch.input_ids
+    if labels is None:
+        return None
+    heads, stops, spans = [], [], 0
+    for r in range(len(ids)):
+        trained = (labels[r] != label_pad_id) & (labels[r] != -100)
+        edges = np.flatnonzero(np.diff(trained.astype(int)))
+        starts = [int(e) + 1 for e in edges if trained[e + 1]]
+        ends = [int(e) for e in edges if trained[e]]
+        spans += len(starts)
+        heads += [ids[r, max(0, s - 24):s + 1].tolist() for s in starts]
+        stops += [labels[r, max(0, e - 15):e + 1].tolist() for e in ends]  # each span's last labels
+    if len(ids) == 0 or spans < 2 * len(ids):
+        return None  # one answer per row: a prompt and a response, not a conversation
+    stop = _common_suffix(stops) if stops else []  # the stop the trained spans end on: an id or a few
+    if not stop:
+        return None
+    # pre-shifted labels: the span starts on the header's last token; unshifted: on the content
+    header = _common_suffix(heads) or _common_suffix([h[:-1] for h in heads])
+    for k in range(len(header) - len(stop), -1, -1):  # what follows the previous turn's stop
+        if header[k:k + len(stop)] == stop:
+            header = header[k + len(stop):]
+            break
+    if len(header) < 2:  # one shared token ("\n") is no header
+        return None
+    end = int(stop[0]) if len(stop) == 1 else [int(i) for i in stop]
+    return {"markers": {"assistant": [int(i) for i in header]}, "end_of_turn": end,
+            "why": f"{spans} trained spans in {len(ids)} rows, each after {header} and ending on "
+                   f"{end}: add the user / system headers"}
+
+
+def _common_suffix(seqs: list[list[int]]) -> list[int]:
+    common = seqs[0]
+    for h in seqs[1:]:
+        k = 0
+        while k < min(len(common), len(h)) and common[-1 - k] == h[-1 - k]:
+            k += 1
+        common = common[len(common) - k:] if k else []
+    return common

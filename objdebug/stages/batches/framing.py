@@ -156,6 +156,8 @@ class PositionsAcrossEos(Check):
             return "data.eos_id is not set: no document end to read inside a row"
         if all("position_ids" not in b.columns for b in real_batches(ctx).batches):
             return "the batches have no position_ids column: no positions to read"
+        if getattr(ctx.config, "chat", None) is not None:
+            return "[chat]: an EOS inside a row closes a turn of one conversation, not a packed document"
         return None
 
     def measure(self, ctx: Any, th: Any) -> dict[str, Any]:
