@@ -265,3 +265,27 @@ def test_init_batches_proposes_a_chat_section_for_conversation_rows(tmp_path):
     assert chat.markers == {"assistant": [10, 1, 97, 115, 115, 105, 115, 116, 97, 110, 116, 10]}
     assert chat.end_of_turn == 2  # <|im_end|>, the id every assistant turn's trained span ends on
     assert "8 trained spans in 4 rows" in out.read_text()
+
+
+@pytest.mark.parametrize("block,fmt", [(0, "chatml"), (1, "chatml_ids")])
+def test_the_docs_chat_examples_find_every_turn(tmp_path, block, fmt):
+    """docs/config.md's [chat] examples (template; markers) load and split the fixture rows into
+    every turn of every conversation."""
+    from fixtures.chat_pipelines import CONVERSATIONS, rows
+    from objdebug.pipeline.chat_template import chat_roles
+    from objdebug.stages.batches.chat_roles import split_row
+
+    from .doc_snippets import section_blocks
+
+    blocks = section_blocks("### Conversations: `[chat]`")
+    assert len(blocks) == 2
+    base = (TARGETS / "chat_ids" / "objdebug.toml").read_text()
+    base = base[:base.index("[chat]")] + blocks[block] + "\n[run]\ndevice = \"CPU\"\n"
+    cfg_path = tmp_path / "objdebug.toml"
+    cfg_path.write_text(base.replace("../../../", f"{ROOT}/").replace('"fixtures/', f'"{ROOT}/fixtures/'))
+    roles = chat_roles(load_config(cfg_path), 256)
+    got = rows(fmt)
+    for r, conv in enumerate(CONVERSATIONS):
+        n = int(got["attention_mask"][r].sum())
+        turns = split_row(got["input_ids"][r, :n], roles, None)[0]
+        assert [t.role for t in turns] == [role for role, _ in conv]

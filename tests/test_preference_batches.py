@@ -114,3 +114,30 @@ def test_the_preference_stage_scores_the_pipelines_own_pairs(ctx):
     assert bytes(s.pairs[0]["rejected"]) == b"kiwi hens is see fig PEAR."
     ctx.config = replace(ctx.config, data=replace(ctx.config.data, preference=None))
     assert no_preference_reason(ctx) is None  # the batches' pairs are enough
+
+
+@pytest.mark.parametrize("block", range(3))
+def test_the_docs_preference_batch_examples_read_as_pairs(tmp_path, block):
+    """docs/config.md's preference-batch examples (TRL, MindFormers DPO, packed), each read as
+    the batches stage reads it: every pair found, both answers scored after one shared prompt."""
+    from objdebug.pipeline.batches_source import read_batches
+    from objdebug.pipeline.preference_batches import pair_facts
+
+    from .conftest import ROOT
+    from .doc_snippets import section_blocks
+
+    blocks = section_blocks("### Preference batches: chosen and rejected columns")
+    assert len(blocks) == 3
+    keys = blocks[block].split("[data]\n", 1)[1]
+    base = (TARGETS / "pref_mindformers" / "objdebug.toml").read_text()
+    base = "\n".join(line for line in base.splitlines()
+                     if not line.startswith(("batches =", "shift =")))
+    cfg_path = tmp_path / "objdebug.toml"
+    cfg_path.write_text(base.replace("[data]\n", "[data]\n" + keys).replace("../../../", f"{ROOT}/"))
+    cfg = load_config(cfg_path)
+    got = read_batches(cfg.data, str(ROOT), str(ROOT))
+    pairs = pair_facts(got.batches, {-100}, 0)
+    assert len(pairs) == (8 if block == 1 else 16)
+    for f in pairs:
+        assert f.chosen.scored.sum() and f.rejected.scored.sum()
+        assert f.common >= f.start("chosen") == f.start("rejected") or f.common == f.start("chosen")

@@ -20,7 +20,8 @@ import numpy as np
 
 from objdebug.core.findings import Check, Condition, Verdict, listing
 from objdebug.pipeline.pipeline_batches import real_batches
-from objdebug.pipeline.preference_batches import SIDES, PairFacts, is_pair_batch, pair_facts
+from objdebug.pipeline.preference_batches import PairFacts, is_pair_batch, pair_facts
+from objdebug.pipeline.preference_columns import SIDES
 
 EXAMPLES = 4
 
