@@ -36,3 +36,33 @@ def test_mindformers_alpaca_handler_trains_its_assistant_header():
     for code in ("OBJ023", "OBJ024", "OBJ025", "OBJ026", "OBJ028"):
         assert f"PASS {code}" in out
     assert "(trained tokens by role: assistant 88, assistant header 44, assistant stop 16)" in out
+
+
+@pytest.mark.skipif(not ECO.exists(), reason="the ecosystem venv (MindFormers 2.0.0) is not installed")
+@pytest.mark.skipif(not Path("/work/.mirror/mindspore-lab+mindformers/repo").exists()
+                    and "OBJDEBUG_MINDFORMERS_MIRROR" not in os.environ,
+                    reason="no local mirror of the MindFormers repository (its DPO script is on r1.5.0)")
+def test_mindformers_dpo_preprocess_pairs_as_objdebug_reads_them():
+    """MindFormers r1.5.0 `dpo_preprocess.py` (input_sliced_sig = true): the pairs pass OBJ030-OBJ034
+    (one prompt, prompt and padding masked in both, answers scored, one BOS); measured, and
+    recorded: each answer it scores opens with the "<|assistant|>\\n" header it puts in the
+    answer, and the sliced loss mask starts one token late (the header's "<" unscored)."""
+    proc = subprocess.run([str(ECO), "-c", "from objdebug.cli import main; main()", "batches",
+                           "--config", str(TARGETS / "mf_dpo" / "objdebug.toml"), "-v"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=900,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    out = proc.stdout
+    assert proc.returncode == 0, out + proc.stderr[-2000:]
+    for code in ("OBJ030", "OBJ031", "OBJ032", "OBJ033", "OBJ034"):
+        assert f"PASS {code}" in out
+    probe = ("from fixtures.ecosystem.mindformers_dpo import dpo_batches\n"
+             "from objdebug.pipeline.batches_source import _batch\n"
+             "from objdebug.pipeline.preference_batches import pair_facts\n"
+             "from objdebug.core.config import DataSpec\n"
+             "b = [_batch(e, 1, DataSpec(), 'mf') for e in dpo_batches(True)]\n"
+             "f = pair_facts(b, {-100}, 0)[0]\n"
+             "s = f.start('chosen')\n"
+             "print(repr(bytes(f.chosen.ids[s - 1:s + 13].tolist())), int(f.chosen.scored[s - 1]))\n")
+    got = subprocess.run([str(ECO), "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=600,
+                         env=dict(os.environ, PYTHONPATH=str(ROOT))).stdout.strip().splitlines()[-1]
+    assert got == "b'<|assistant|>\\n' 0", got  # the header's 14 tokens from its unscored '<' on
