@@ -54,6 +54,15 @@ def chat_roles(cfg: Any, vocab: int | None = None) -> ChatRoles | None:
     c = getattr(cfg, "chat", None)
     if c is None:
         return None
+    try:
+        return _resolve(cfg, c, vocab)
+    except InputError as exc:  # name the config the [chat] section is in, as every config error does
+        if exc.source is not None or getattr(cfg, "source", "<memory>") == "<memory>":
+            raise
+        raise InputError(str(exc), source=cfg.source) from None
+
+
+def _resolve(cfg: Any, c: Any, vocab: int | None) -> ChatRoles:
     from objdebug.engine.data import make_tokenizer
 
     tok = make_tokenizer(cfg.data.tokenizer, cfg.base_dir)
