@@ -266,6 +266,10 @@ def prepare(req: Request) -> Prepared:
     fmt = output_format(req.output_format_)
     cfg = load(req.config, req.demo, req.set_, req.device, req.mode, req.seed, req.checkpoint)
     prof = load_profile(req.profile or cfg.run.profile)
+    if cfg.chat is not None:  # a template that does not render, markers outside the tokenizer: exit 2 now
+        from objdebug.pipeline.chat_template import chat_roles
+
+        chat_roles(cfg)
     # a named cache directory is checked like any output; the default one never stops a run
     named_cache = None if req.no_cache else (req.compile_cache or cfg.run.compile_cache)
     outputs.check(outputs.outputs(json=req.json_path, junit=req.junit, html=req.html,
@@ -376,8 +380,9 @@ def show_batches(req: Request, echo: Callable[[str], None], colour: bool = False
         engine = Engine(target, batch_size=p.profile.section("engine")["batch_size"])
         ctx = Context(config=p.config, target=target, engine=engine, profile=p.profile)
         measured = audit.audit(ctx, p.profile.section("batches"))
+        roles = show.chat_rows(ctx, p.profile.section("batches"))  # [chat]: each token's turn and role
     echo(show.render(measured, req.show, show.decoder(p.config),
-                     shutil.get_terminal_size().columns, colour))
+                     shutil.get_terminal_size().columns, colour, roles=roles))
     return 0
 
 

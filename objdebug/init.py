@@ -257,6 +257,7 @@ def render(found: Findings) -> str:
              "objective": ["factory", "kwargs", "call"],
              "data": ["tokenizer", "bos_id", "eos_id", "pad_id", "label_pad_id", "shift", "vocab_size",
                       "max_length", "align", "scores", "preference", "text"],
+             "chat": ["template", "markers", "end_of_turn"],
              "run": ["device", "mode", "seed"]}
     out = [_HEADER]
     for section, keys in order.items():
@@ -318,6 +319,25 @@ def batches_keys(found: Findings, source: str, base: Path, out_dir: Path) -> Non
         found.set("data", "shift", layout == PRE_SHIFTED, f"{why}: its labels are {layout}")
         found.detected_shift = f"{str(layout == PRE_SHIFTED).lower()} ({why}: its labels are {layout})"
         found.undecided = [u for u in found.undecided if not u.startswith("data.shift")]
+
+
+def chat_keys(found: Findings, source: str, base: Path, out_dir: Path, tokenizer: str | None) -> None:
+    """`--batches SRC`: a `[chat]` section proposed when the batch looks like conversations (a
+    tokenizer_config.json with a chat_template beside the tokenizer, or recurring header and
+    stop sequences around the trained spans: pipeline/chat_template.propose)."""
+    from objdebug.core.config import DataSpec, batches_file
+    from objdebug.pipeline.batches_source import read_batches
+    from objdebug.pipeline.chat_template import propose
+
+    got = read_batches(DataSpec(batches=str(Path(source).resolve()) if batches_file(source)
+                                else source, max_batches=1), str(base), str(base))
+    tok = str((base / tokenizer).resolve()) if tokenizer and tokenizer != "bytes" else None
+    chat = propose(got.batches[0], int(found.get("data", "label_pad_id", -100)), tok)
+    if chat is None:
+        return
+    why = chat.pop("why")
+    for key, value in chat.items():
+        found.set("chat", key, _rel(Path(value), out_dir) if key == "template" else value, why)
 
 
 def init_config(model: str, objective: str, checkpoint: str | None = None, data: list[str] | None = None,
@@ -472,6 +492,7 @@ def init_config(model: str, objective: str, checkpoint: str | None = None, data:
             model, found.get("model", "checkpoint")))
     if batches is not None:
         batches_keys(found, batches, base, out.parent)
+        chat_keys(found, batches, base, out.parent, tokenizer)
     found.set("run", "device", device)
     found.set("run", "mode", "graph")
     found.set("run", "seed", 0)

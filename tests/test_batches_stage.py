@@ -34,10 +34,19 @@ def _findings(result):
 NO_EOS = ("OBJ020", "OBJ022")
 
 
+# single-prompt rows: the conversation checks (no [chat]) and the pair checks skip, saying why
+NOT_CHAT = {**{f"OBJ0{i}": "no [chat] section" for i in range(23, 29)},
+            **{f"OBJ03{i}": "no chosen / rejected columns" for i in range(6)}}
+
+
 def _without_eos_checks(found):
     for code in NO_EOS:
         verdict, message = found.pop(code)
         assert verdict is Verdict.SKIP and "data.eos_id is not set" in message
+    for code, why in NOT_CHAT.items():
+        if code in found:
+            verdict, message = found.pop(code)
+            assert verdict is Verdict.SKIP and why in message, (code, message)
     return found
 
 
@@ -46,7 +55,7 @@ def test_the_healthy_collator_passes_every_check_under_ci_gate():
     res = api.run(cfg, stages=["batches"], profile="ci-gate", compile_cache=False)
     found = _findings(res)
     assert res.exit_code == 0
-    assert set(found) == {f"OBJ0{i}" for i in range(10, 23)}
+    assert set(found) == {f"OBJ0{i}" for i in range(10, 29)}
     assert all(v is Verdict.PASS for v, _ in _without_eos_checks(found).values()), found
     assert "labels are the inputs 1 position ahead: shifted once (pre-shifted)" in found["OBJ013"][1]
 

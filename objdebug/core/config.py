@@ -102,6 +102,18 @@ class PackingSpec:
 
 
 @dataclass
+class ChatSpec:
+    """[chat]: how a row's tokens split into turns (objdebug/pipeline/chat_template.py; the batches
+    stage's role audit, objdebug/stages/batches/chat_checks.py): an HF `chat_template` or the markers."""
+
+    template: str | None = None        # a tokenizer_config.json (or .jinja) whose chat_template is rendered
+    markers: dict[str, Any] | None = None  # role -> its header: an id list or a string ([data] tokenizer)
+    end_of_turn: int | str | list | None = None  # an id, a string, an id list, or "next-role" (GLM)
+    train_on: list[str] = field(default_factory=lambda: ["assistant"])  # roles whose turns train
+    last_turn_only: bool = False       # only the last turn of a train_on role trains
+
+
+@dataclass
 class RunSpec:
     device: str = "CPU"
     mode: str = "graph"
@@ -129,6 +141,7 @@ class Config:
     preference: ObjectiveSpec | None = None  # [preference]: a preference objective beside a CE one
     reference: ReferenceSpec | None = None
     packing: PackingSpec | None = None  # [packing]: the packing stage runs only when it is set
+    chat: ChatSpec | None = None  # [chat]: the rows are conversations (the batches stage's role audit)
 
     @property
     def end_to_end(self) -> bool:
@@ -146,7 +159,7 @@ class Config:
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         # preference keys appear only when set, so reports of other targets keep their shape
-        for key in ("preference", "reference", "packing"):
+        for key in ("preference", "reference", "packing", "chat"):
             if out[key] is None:
                 del out[key]
         for section, key in (("objective", "logps"), ("objective", "loss_type"), ("data", "preference")):
@@ -175,10 +188,11 @@ AMP_LEVELS = ("O0", "O1", "O2", "O3")
 AMP_DTYPES = ("float16", "bfloat16")
 
 _SECTIONS = {"model": ModelSpec, "objective": ObjectiveSpec, "data": DataSpec, "run": RunSpec,
-             "preference": ObjectiveSpec, "reference": ReferenceSpec, "packing": PackingSpec}
+             "preference": ObjectiveSpec, "reference": ReferenceSpec, "packing": PackingSpec,
+             "chat": ChatSpec}
 _PATH_KEYS = {("model", "checkpoint"), ("objective", "checkpoint"), ("data", "align"), ("data", "scores"),
               ("run", "compile_cache"), ("data", "preference"), ("reference", "checkpoint"),
-              ("data", "text")}
+              ("data", "text"), ("chat", "template")}
 
 
 def find_config(start: Path | None = None) -> Path | None:
@@ -309,7 +323,8 @@ def _build(raw: dict, path: Path, origins: dict[str, str] | None = None) -> Conf
     cfg = Config(objective=sections["objective"], model=sections.get("model"),
                  data=sections.get("data", DataSpec()), run=sections.get("run", RunSpec()),
                  source=str(path), base_dir=str(path.parent), preference=sections.get("preference"),
-                 reference=sections.get("reference"), packing=sections.get("packing"))
+                 reference=sections.get("reference"), packing=sections.get("packing"),
+                 chat=sections.get("chat"))
     _validate(cfg, src)
     for section, key in _PATH_KEYS:
         spec = getattr(cfg, section)
@@ -452,6 +467,8 @@ def _validate(cfg: Config, src: _Sources) -> None:
     _validate_precision(r, src)
     if cfg.packing is not None:
         validate_packing(cfg, src)
+    if cfg.chat is not None:
+        validate_chat(cfg.chat, src)
 
 
 BATCH_COLUMNS = ("input_ids", "labels", "attention_mask", "position_ids")  # read from a batch by name
@@ -656,3 +673,45 @@ def validate_packing(cfg, src) -> None:
         raise InputError(f"For 'packing.inputs', 'actual_seq_len' is only given with boundary = "
                          f"\"actual_seq_len\", but boundary is {p.boundary!r}.",
                          source=src.of("packing.inputs"))
+
+
+CHAT_ROLES = ("system", "user", "assistant", "tool")
+NEXT_ROLE = "next-role"  # [chat] end_of_turn: a turn closes with the next role's header (GLM)
+
+
+def validate_chat(c: ChatSpec, src) -> None:
+    """`[chat]` keys' shapes (exit 2, one line); whether the template renders and the markers are in
+    the vocabulary is judged where the tokenizer is (pipeline/chat_template.py)."""
+    def bad(key: str, expected: str, got) -> InputError:
+        return InputError(f"For 'chat.{key}', the value must be {expected}, but got {got!r}.",
+                          source=src.of(f"chat.{key}"))
+
+    def marker_ok(v) -> bool:
+        return (isinstance(v, str) and v != "") or (isinstance(v, int) and not isinstance(v, bool) and v >= 0) \
+            or (isinstance(v, list) and bool(v) and all(isinstance(x, int) and not isinstance(x, bool)
+                                                          and 0 <= x <= INT32_MAX for x in v))
+
+    if (c.template is None) == (c.markers is None):
+        raise InputError("For '[chat]', exactly one of 'template' (a tokenizer_config.json with a "
+                         "chat_template) and 'markers' (each role's header) must be set, but got "
+                         f"{'both' if c.template is not None else 'neither'}.", source=str(src))
+    if c.template is not None:
+        _check_type(c.template, str, "chat.template", src)
+        _check_path_text(c.template, "chat.template", src)
+    if c.markers is not None:
+        if (not isinstance(c.markers, dict) or not c.markers or set(c.markers) - set(CHAT_ROLES)
+                or not all(marker_ok(v) for v in c.markers.values())):
+            raise bad("markers", f"a table from {list(CHAT_ROLES)} to each role's header (a string "
+                      "or a list of token ids), e.g. {user = \"<|im_start|>user\\n\"}", c.markers)
+        if "assistant" not in c.markers:
+            raise bad("markers", "a table with an 'assistant' header", c.markers)
+        if c.end_of_turn is None:
+            raise InputError("For 'chat.end_of_turn', the value must be set with 'markers' (an id, "
+                             f"a string, an id list or \"{NEXT_ROLE}\"), but it is not.",
+                             source=src.of("chat.markers"))
+    if c.end_of_turn is not None and c.end_of_turn != NEXT_ROLE and not marker_ok(c.end_of_turn):
+        raise bad("end_of_turn", f"a token id, a string, a list of ids or \"{NEXT_ROLE}\"", c.end_of_turn)
+    if (not isinstance(c.train_on, list) or not c.train_on
+            or not all(isinstance(r, str) and r in CHAT_ROLES for r in c.train_on)):
+        raise bad("train_on", f"a non-empty list of roles from {list(CHAT_ROLES)}", c.train_on)
+    _check_type(c.last_turn_only, bool, "chat.last_turn_only", src)

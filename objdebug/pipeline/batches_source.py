@@ -215,6 +215,10 @@ def _batch(element: Any, k: int, data: DataSpec, source: str) -> RealBatch:
     if not isinstance(element, Mapping):  # a dict, or an HF BatchEncoding (a UserDict)
         raise InputError(f"For '{_KEY}', each batch must be a dict of columns or a tuple, but "
                          f"{where} is {type(element).__name__}.")
+    from objdebug.pipeline.preference_columns import is_preference, preference_columns
+
+    if is_preference(element):  # chosen_* / rejected_* columns: a preference batch (TRL, MindFormers DPO)
+        return RealBatch(k, preference_columns(element, k, data, source, _column))
     columns = {}
     for ours in BATCH_COLUMNS:
         theirs = data.columns.get(ours, ours)

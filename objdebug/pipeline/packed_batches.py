@@ -150,7 +150,9 @@ def pipeline_packing(ctx: Any, most_rows: int) -> PipelinePacking:
             padding, _, _ = find_padding(b, d.pad_id, d.eos_id)
             for r in range(len(b.input_ids)):
                 read += 1
-                row, found, why = _row(b, r, padding, d.eos_id, d.label_pad_id)
+                # [chat]: an EOS closes a turn inside one conversation, not a packed document
+                eos = None if getattr(ctx.config, "chat", None) is not None else d.eos_id
+                row, found, why = _row(b, r, padding, eos, d.label_pad_id)
                 if why:
                     skipped.append(f"batch {b.number} row {r}: {why}")
                 if row is None:

@@ -200,6 +200,9 @@ def adopt_conventions(ctx: Any) -> list[str]:
                                          source=source) if first.labels is not None else
                      f"[data] batches: '{source}' has no labels column: grad, invariants and "
                      f"stress use rows objdebug builds from the JSONL, as every other stage")
+        if "rejected_input_ids" in first.columns:  # preference batches: their pairs are the preference stage's
+            notes[-1] = (notes[-1].replace("correlate, preference,", "correlate,")
+                         + "; the preference stage scores the batches' own chosen / rejected pairs")
         ctx.target.info.setdefault("notes", []).extend(notes)
         return notes
     return ctx.provide(adopt_conventions, build)

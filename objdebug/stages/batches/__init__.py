@@ -16,7 +16,12 @@ Codes OBJ01x:
 - OBJ017 / OBJ018 prompt boundary (rows matched to the align / scores prompts): the prompt's
   labels ignored, the answer's first token trained;
 - OBJ020 EOS trained (with `eos_id`), OBJ021 the last real token not trained toward the pad id,
-  OBJ022 position_ids reset after an EOS inside a row (`framing.py`).
+  OBJ022 position_ids reset after an EOS inside a row (`framing.py`);
+- OBJ023-OBJ028 with `[chat]` (`chat_roles.py`, `chat_checks.py`): each row split into turns by
+  role; the content and the stop token of each turn that trains trained, nothing else;
+- OBJ030-OBJ035 on preference batches (chosen / rejected columns, `pair_checks.py`): the same
+  prompt, prompt and padding masked in both, a scored response each, one BOS, the first response
+  token scored, lens that agree.
 
 The batches are read and measured once (`audit.py`); `show.py` prints rows as the checks see them.
 """
@@ -24,6 +29,8 @@ The batches are read and measured once (`audit.py`); `show.py` prints rows as th
 from __future__ import annotations
 
 from objdebug.core.findings import Check
+from objdebug.stages.batches.chat_checks import CHECKS as CHAT_CHECKS
+from objdebug.stages.batches.pair_checks import CHECKS as PAIR_CHECKS
 from objdebug.stages.batches.conventions import Conventions, LabelLayout, OneShift
 from objdebug.stages.batches.framing import EosTrained, LastToken, PositionsAcrossEos
 from objdebug.stages.batches.labels import PaddingLabels, PromptLabels
@@ -34,4 +41,4 @@ from objdebug.stages.batches.rows import AttentionMask, Supervision, Vocabulary
 def checks() -> list[Check]:
     return [PaddingLabels(), PromptLabels(), Conventions(), LabelLayout(), OneShift(), PromptBoundary(),
             Supervision(), Vocabulary(), AttentionMask(), EosTrained(), LastToken(),
-            PositionsAcrossEos()]
+            PositionsAcrossEos()] + [c() for c in CHAT_CHECKS + PAIR_CHECKS]

@@ -18,6 +18,7 @@ import numpy as np
 from objdebug.core.findings import Check, Condition, Verdict
 from objdebug.stages.batches.words import few
 from objdebug.stages.batches.audit import audit, has_labels, real_batches
+from objdebug.stages.batches.chat_checks import eos_judged
 from objdebug.pipeline.pipeline_batches import offset_words
 
 
@@ -69,6 +70,8 @@ class EosTrained(Check):
                         missing.append(_at(lay, r))
                     continue
                 eos_rows += 1
+                judged = eos_judged(ctx, th, lay, r)  # [chat]: an EOS after a user turn rightly untrained
+                at = at if judged is None else [j for j in at if judged[j]]
                 if any(labels[r, _label_of(a.offset, j)] != eos
                        or labels[r, _label_of(a.offset, j)] in ignored for j in at):
                     untrained.append(_at(lay, r))
@@ -161,6 +164,8 @@ class PositionsAcrossEos(Check):
             return "data.eos_id is not set: no document end to read inside a row"
         if all("position_ids" not in b.columns for b in real_batches(ctx).batches):
             return "the batches have no position_ids column: no positions to read"
+        if getattr(ctx.config, "chat", None) is not None:
+            return "[chat]: an EOS inside a row closes a turn of one conversation, not a packed document"
         return None
 
     def measure(self, ctx: Any, th: Any) -> dict[str, Any]:

@@ -15,7 +15,7 @@ import numpy as np
 
 from objdebug.core.findings import Check, Condition, Verdict
 from objdebug.stages.batches.words import few
-from objdebug.stages.batches.show import decoder, view
+from objdebug.stages.batches.show import chat_rows, decoder, view
 from objdebug.stages.batches.audit import TRAINED, audit, real_batches
 from objdebug.pipeline.pipeline_batches import edge_runs, run_mask
 
@@ -42,7 +42,8 @@ class Supervision(Check):
                     empty.append(_at(lay, r))
         low = int(np.argmin(shares))
         # the same rows `objdebug batches --show` prints, for the HTML report (report/batch_rows.py)
-        shown = view(a, int(th["report_rows"]), decoder(ctx.config)) if int(th["report_rows"]) else None
+        shown = (view(a, int(th["report_rows"]), decoder(ctx.config), chat_rows(ctx, th))
+                 if int(th["report_rows"]) else None)
         return {"source": a.source, "rows": len(shares), "mean_share": float(np.mean(shares)),
                 "min_share": shares[low], "empty": empty,
                 "empty_share": len(empty) / len(shares), "fail_above": float(th["empty_rows_fail"]),

@@ -9,6 +9,7 @@ four or more identical tokens is written once with its count. Rows are wrapped t
 
 from __future__ import annotations
 
+import re
 import textwrap
 from typing import Any, Callable
 
@@ -19,6 +20,9 @@ from objdebug.stages.batches.audit import IGNORED, PADDING, TRAINED, WRONG, Audi
 from objdebug.stages.batches.layout import PRE_SHIFTED, UNSHIFTED
 
 COLOURS = {TRAINED: "32", IGNORED: "2", PADDING: "90", WRONG: "1;31"}  # ANSI SGR
+# [chat]: a turn's role label (⟦user⟧) where each turn starts, coloured by role
+ROLE_COLOURS = {"system": "1;35", "user": "1;34", "assistant": "1;36", "tool": "1;33"}
+ROLE_LABEL = re.compile(r"⟦(\w+)⟧")
 RUN = 4  # identical tokens in a row written once with their count from this many on
 
 
@@ -35,13 +39,16 @@ def token_text(decode: Callable[[list[int]], str] | None, token: int) -> str:
     return f"⟨{int(token)}⟩"
 
 
-def _segments(lay, r: int, classes: np.ndarray, decode) -> list[list]:
+def _segments(lay, r: int, classes: np.ndarray, decode, starts: dict[int, str] | None = None) -> list[list]:
     """[class, [token text, ...]] runs of one row: a new segment where the class changes; a run
-    of RUN or more identical tokens written once with its count."""
+    of RUN or more identical tokens written once with its count; `starts` ([chat]): column ->
+    the role of the turn starting there, written ⟦role⟧ before its first token."""
     ids, labels = lay.batch.input_ids[r], lay.batch.labels
     tokens = []
     for t in range(len(ids)):
         text = token_text(decode, ids[t])
+        if starts and t in starts:
+            text = f"⟦{starts[t]}⟧{text}"
         if classes[t] == WRONG and labels is not None:
             text += f"→{int(labels[r, t])}"
         tokens.append((text, str(classes[t])))
@@ -80,13 +87,19 @@ def _wrap(pieces: list[tuple[str, str]], width: int, colour: bool) -> list[str]:
             used += len(part)
     if not colour:
         return ["  " + "".join(text for text, _ in line) for line in lines]
-    return ["  " + "".join(f"\x1b[{COLOURS[cls]}m{text}" for text, cls in line) + "\x1b[0m"
-            for line in lines]
+    def paint(text: str, cls: str) -> str:
+        text = ROLE_LABEL.sub(lambda m: f"\x1b[0;{ROLE_COLOURS.get(m.group(1), '1')}m{m.group(0)}"
+                                        f"\x1b[0;{COLOURS[cls]}m", text)
+        return f"\x1b[{COLOURS[cls]}m{text}"
+    return ["  " + "".join(paint(text, cls) for text, cls in line) + "\x1b[0m" for line in lines]
 
 
-def view(a: Audit, n: int, decode: Callable[[list[int]], str] | None) -> dict[str, Any]:
+def view(a: Audit, n: int, decode: Callable[[list[int]], str] | None,
+         roles: list | None = None) -> dict[str, Any]:
     """The first `n` rows of the batches read, as data (report/batch_rows.py): what `--show`
-    prints and the HTML report colours (stored in OBJ014's measured value)."""
+    prints and the HTML report colours (stored in OBJ014's measured value). `roles` ([chat],
+    `chat_roles.row_roles`): each turn's role written where it starts, the turns in the title."""
+    by_row = {(rr.batch, rr.row): rr for rr in roles or []}
     pairing = {PRE_SHIFTED: "labels are pre-shifted: each token is marked by its label, the token "
                             "after it (the last prompt token trains toward the answer's first)",
                UNSHIFTED: "labels are unshifted: each token is marked by its own label (the model "
@@ -98,17 +111,23 @@ def view(a: Audit, n: int, decode: Callable[[list[int]], str] | None) -> dict[st
             if len(rows) == n:
                 break
             count = {cls: int((classes[r] == cls).sum()) for cls in TAGS}
+            rr = by_row.get((lay.batch.number, r))
+            starts, turns = {}, ""
+            if rr is not None:
+                real = np.nonzero(~lay.padding[r])[0]
+                starts = {int(real[t.start]): t.role for t in rr.turns}
+                turns = f"; turns: {' '.join(t.role for t in rr.turns) or 'none found'}"
             rows.append({"title": f"batch {lay.batch.number} row {r}: {len(classes[r])} positions — "
-                                  + ", ".join(f"{v} {k}" for k, v in count.items()),
-                         "segments": _segments(lay, r, classes[r], decode)})
+                                  + ", ".join(f"{v} {k}" for k, v in count.items()) + turns,
+                         "segments": _segments(lay, r, classes[r], decode, starts)})
     return {"source": a.source, "ignored": a.ignored(), "pairing": pairing, "rows": rows,
             "total": sum(len(lay.padding) for lay in a.layouts)}
 
 
 def render(a: Audit, n: int, decode: Callable[[list[int]], str] | None, width: int = 100,
-           colour: bool = False) -> str:
+           colour: bool = False, roles: list | None = None) -> str:
     """The first `n` rows of the batches read, marked, with a legend, wrapped to `width`."""
-    shown = view(a, n, decode)
+    shown = view(a, n, decode, roles)
     width = max(int(width) - 2, 20)
     lines = textwrap.wrap(header(shown), width + 2, subsequent_indent="  ")
     for entry in legend_lines(shown):
@@ -129,3 +148,12 @@ def decoder(cfg: Any) -> Callable[[list[int]], str] | None:
         return make_tokenizer(cfg.data.tokenizer, cfg.base_dir).decode
     except Exception:  # noqa: BLE001 - a tokenizer that cannot load: ids are shown
         return None
+
+
+def chat_rows(ctx: Any, th: Any) -> list | None:
+    """[chat]: every row's turns (`chat_roles.row_roles`), else None."""
+    if getattr(ctx.config, "chat", None) is None:
+        return None
+    from objdebug.stages.batches.chat_roles import row_roles
+
+    return row_roles(ctx, th)

@@ -27,6 +27,7 @@ from objdebug.engine.data import Sample
 from objdebug.engine.data import pack_for
 from objdebug.engine.cells import wrap_like
 from objdebug.pipeline.datasets import encoder, preference_rows
+from objdebug.pipeline.preference_batches import real_pairs
 from objdebug.core.errors import InputError
 
 # the closed-form loss at a zero margin (policy == reference; SimPO: chosen == rejected)
@@ -394,7 +395,7 @@ def no_preference_reason(ctx: Context) -> str | None:
     if cfg.preference_objective is None:
         return ("the target has no preference objective ([objective] call = \"preference\" or "
                 "\"preference-pairs\", or a [preference] section)")
-    if not cfg.data.preference:
+    if not cfg.data.preference and real_pairs(ctx) is None:
         return "no preference pairs: set [data] preference = \"pairs.jsonl\""
     return None
 
@@ -450,7 +451,8 @@ def _build(ctx: Context) -> Session:
     settings = ctx.profile.section("preference")
     batch = ctx.engine.batch_size
     max_length = int(settings["max_length"])
-    pairs = [_truncate(r, max_length) for r in preference_rows(ctx)]
+    real = real_pairs(ctx)  # [data] batches with chosen / rejected columns: the pipeline's own pairs
+    pairs = [_truncate(r, max_length) for r in (real if real is not None else preference_rows(ctx))]
     length = ctx.engine.bucket(max(len(p["prompt"]) + max(len(p["chosen"]), len(p["rejected"]), 1)
                                    for p in pairs))
     batches = []
