@@ -111,6 +111,9 @@ ROW_FIELDS = {
     "preference": ("id", "prompt", "prompt_ids", "chosen", "chosen_ids", "rejected", "rejected_ids",
                    "strength", "meta"),
     "text": ("id", "text", "text_ids", "meta"),
+    # the policy stage's groups: one prompt, its sampled completions and their rewards
+    "rollouts": ("id", "prompt", "prompt_ids", "completions", "completion_ids", "rewards", "old_logps",
+                 "meta"),
 }
 
 

@@ -1,0 +1,63 @@
+"""The Cells through which objdebug calls a policy-gradient objective (the `policy` stage).
+
+Form "policy" (split): the user's loss Cell takes the logits and the rollout arrays, bound by
+construct's parameter NAMES (core/policy_config.py NAMES: our names and their aliases). objdebug
+calls `PolicyLossGrad`, an objective-only graph (`policy.objective`: it holds no model): the loss,
+its derivative w.r.t. the logits (from which the stage reads each token's weight, and which the
+model's shared VJP turns into the parameter gradient) and the losses of the setting variants (the
+objective rebuilt with one setting changed) on the same inputs.
+"""
+
+from __future__ import annotations
+
+import mindspore as ms
+from mindspore import nn, ops
+
+# the order in which objdebug hands the arrays to BoundLoss (our names)
+ORDER = ("logits", "input_ids", "completion_mask", "advantages", "old_per_token_logps",
+         "ref_per_token_logps")
+
+
+def as_loss(r):
+    """The objective's result (a loss, or a tuple whose first element is the loss) -> float32 scalar."""
+    if isinstance(r, (tuple, list)):
+        r = r[0]
+    return ops.cast(ops.reshape(r, ()), ms.float32)
+
+
+class BoundLoss(nn.Cell):
+    """The user's loss with its parameters bound by name: (the six arrays in ORDER) -> loss.
+
+    `picks`: for each of construct's parameters, in its order, the index into ORDER of the array
+    it takes (read from its signature by the session)."""
+
+    def __init__(self, loss, picks):
+        super().__init__(auto_prefix=False)
+        self.loss = loss
+        self.picks = tuple(int(i) for i in picks)
+
+    def construct(self, logits, input_ids, completion_mask, advantages, old, ref):
+        pool = (logits, input_ids, completion_mask, advantages, old, ref)
+        args = ()
+        for i in self.picks:
+            args = args + (pool[i],)
+        return as_loss(self.loss(*args))
+
+
+class PolicyLossGrad(nn.Cell):
+    """`policy.objective`: (the six arrays) -> (loss, d loss / d logits, the variants' losses [n])."""
+
+    def __init__(self, bound, variants=()):
+        super().__init__(auto_prefix=False)
+        self.bound = bound
+        self.variants = nn.CellList(list(variants))
+        self.n_variants = len(variants)
+        self.grad_fn = ms.value_and_grad(self.bound, 0, None)
+
+    def construct(self, logits, input_ids, completion_mask, advantages, old, ref):
+        loss, dlogits = self.grad_fn(logits, input_ids, completion_mask, advantages, old, ref)
+        outs = ()
+        for v in self.variants:
+            outs = outs + (ops.reshape(v(logits, input_ids, completion_mask, advantages, old, ref), (1,)),)
+        others = ops.concat(outs) if self.n_variants else ops.zeros((1,), ms.float32)
+        return loss, dlogits, others
