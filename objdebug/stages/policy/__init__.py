@@ -84,6 +84,12 @@ class ZeroPoint(PolicyCheck):
 
     name = "policy-zero-point"
 
+    def prepare(self, ctx: Context, th: Settings) -> None:
+        """The rollouts read and the objective bound before any stage: a bad rollout file or a
+        construct parameter that nothing binds ends the run with exit 2 here."""
+        if self.skip_reason(ctx) is None:
+            session(ctx)
+
     def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         s = session(ctx)
         losses, g0 = [], []
