@@ -490,15 +490,16 @@ class Settings_(PolicyCheck):
         b = s.batches[0]
         logits = _base(s, b)["logits"]
         ratio = np.where(np.arange(b.ids.size).reshape(b.ids.shape) % 2 == 0, 0.6, 1.5)
-        out = s.point(b, logits, delta=0.5, ratio=ratio)
-        keys = s.cache.get("variant_keys", [])
+        lp = s.logps(b, logits)
+        loss, changed = s.variants(b, logits, b.advantages, np.where(b.mask, lp - np.log(ratio), 0.0),
+                                   np.where(b.mask, lp - 0.5, 0.0))
         rows = []
-        for k, key in enumerate(keys):
+        for k, key in enumerate(s.cache["variant_keys"]):
             old, new, _ = s.changed_kwargs(key)
-            rows.append({"setting": key, "value": old, "changed_to": new, "loss": out["loss"],
-                         "loss_changed": float(out["variants"][k])})
+            rows.append({"setting": key, "value": old, "changed_to": new, "loss": loss,
+                         "loss_changed": float(changed[k])})
         errors = {k: f"{type(e).__name__}: {e}" for k, e in s.cache.get("variant_errors", {}).items()}
-        return {"settings": rows, "errors": errors, "loss": out["loss"]}
+        return {"settings": rows, "errors": errors, "loss": loss}
 
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
         rtol = float(th["setting_rtol"])

@@ -2,10 +2,10 @@
 
 Form "policy" (split): the user's loss Cell takes the logits and the rollout arrays, bound by
 construct's parameter NAMES (core/policy_config.py NAMES: our names and their aliases). objdebug
-calls `PolicyLossGrad`, an objective-only graph (`policy.objective`: it holds no model): the loss,
+calls `PolicyLossGrad`, an objective-only graph (`policy.objective`: it holds no model): the loss and
 its derivative w.r.t. the logits (from which the stage reads each token's weight, and which the
-model's shared VJP turns into the parameter gradient) and the losses of the setting variants (the
-objective rebuilt with one setting changed) on the same inputs.
+model's shared VJP turns into the parameter gradient); `PolicyLossVariants` (`policy.settings`)
+the loss with its setting variants, forward only, for the settings check.
 """
 
 from __future__ import annotations
@@ -45,19 +45,32 @@ class BoundLoss(nn.Cell):
 
 
 class PolicyLossGrad(nn.Cell):
-    """`policy.objective`: (the six arrays) -> (loss, d loss / d logits, the variants' losses [n])."""
+    """`policy.objective`: (the six arrays) -> (loss, d loss / d logits)."""
+
+    def __init__(self, bound):
+        super().__init__(auto_prefix=False)
+        self.bound = bound
+        self.grad_fn = ms.value_and_grad(self.bound, 0, None)
+
+    def construct(self, logits, input_ids, completion_mask, advantages, old, ref):
+        return self.grad_fn(logits, input_ids, completion_mask, advantages, old, ref)
+
+
+class PolicyLossVariants(nn.Cell):
+    """`policy.settings`: the loss and its setting variants (the objective rebuilt with one setting
+    changed) on the same arrays, forward only -> (loss, the variants' losses [n]). Its own small
+    graph, compiled only when the settings check (OBJ831) runs."""
 
     def __init__(self, bound, variants=()):
         super().__init__(auto_prefix=False)
         self.bound = bound
         self.variants = nn.CellList(list(variants))
         self.n_variants = len(variants)
-        self.grad_fn = ms.value_and_grad(self.bound, 0, None)
 
     def construct(self, logits, input_ids, completion_mask, advantages, old, ref):
-        loss, dlogits = self.grad_fn(logits, input_ids, completion_mask, advantages, old, ref)
+        loss = self.bound(logits, input_ids, completion_mask, advantages, old, ref)
         outs = ()
         for v in self.variants:
             outs = outs + (ops.reshape(v(logits, input_ids, completion_mask, advantages, old, ref), (1,)),)
         others = ops.concat(outs) if self.n_variants else ops.zeros((1,), ms.float32)
-        return loss, dlogits, others
+        return loss, others

@@ -185,31 +185,54 @@ class Session:
             return adv
         return self.layout(np.where(batch.mask, adv[:, None], 0.0))
 
-    def evaluate(self, batch: RolloutBatch, logits: np.ndarray, adv: np.ndarray, old: np.ndarray,
-                 ref: np.ndarray, mask: np.ndarray | None = None) -> dict[str, Any]:
-        """The objective on one batch: `adv` [B] (sequence advantages; per token under "token"),
-        `old` / `ref` [B, T] in the "inputs" layout (converted to the declared one here)
-        -> {loss, dlogits float32[B, T, V], variants float64[n]}."""
+    def arrays(self, batch: RolloutBatch, logits: np.ndarray, adv: np.ndarray, old: np.ndarray,
+               ref: np.ndarray, mask: np.ndarray | None = None) -> list:
+        """The six Tensors the bound objective takes: `adv` [B] (sequence advantages; per token
+        under "token"), `old` / `ref` [B, T] in the "inputs" layout (converted to the declared one)."""
         import mindspore as ms
 
         mask = batch.mask if mask is None else mask
         arrays = (logits.astype(np.float32), batch.ids.astype(np.int32),
                   self.layout(mask).astype(np.float32), self.token_advantages(batch, adv).astype(np.float32),
                   self.layout(old).astype(np.float32), self.layout(ref).astype(np.float32))
-        cell = self.loss_cell()
-        loss, dlogits, others = self.ctx.engine.call("policy.objective", cell, *(ms.Tensor(a) for a in arrays))
-        return {"loss": float(loss.asnumpy()), "dlogits": dlogits.asnumpy(),
-                "variants": others.asnumpy().astype(np.float64)[:len(self.cache.get("variant_keys", []))]}
+        return [ms.Tensor(a) for a in arrays]
+
+    def evaluate(self, batch: RolloutBatch, logits: np.ndarray, adv: np.ndarray, old: np.ndarray,
+                 ref: np.ndarray, mask: np.ndarray | None = None) -> dict[str, Any]:
+        """The objective on one batch (`arrays`) -> {loss, dlogits float32[B, T, V]}."""
+        loss, dlogits = self.ctx.engine.call("policy.objective", self.loss_cell(),
+                                             *self.arrays(batch, logits, adv, old, ref, mask))
+        return {"loss": float(loss.asnumpy()), "dlogits": dlogits.asnumpy()}
+
+    def variants(self, batch: RolloutBatch, logits: np.ndarray, adv: np.ndarray, old: np.ndarray,
+                 ref: np.ndarray) -> tuple[float, np.ndarray]:
+        """(the loss, float64[n]: its setting variants' losses) on one batch (`policy.settings`)."""
+        loss, others = self.ctx.engine.call("policy.settings", self.variants_cell(),
+                                            *self.arrays(batch, logits, adv, old, ref))
+        return float(loss.asnumpy()), others.asnumpy().astype(np.float64)[:len(self.cache["variant_keys"])]
+
+    def bound_loss(self) -> Any:
+        from objdebug.stages.policy.cells import BoundLoss
+
+        if "bound" not in self.cache:
+            self.cache["bound"] = BoundLoss(self.loss, self.picks)
+        return self.cache["bound"]
 
     def loss_cell(self) -> Any:
-        """`policy.objective`: the bound loss, its logit gradient and every setting variant."""
+        """`policy.objective`: the bound loss and its logit gradient."""
+        from objdebug.stages.policy.cells import PolicyLossGrad
+
+        return self.ctx.engine.cell("policy.objective", lambda: PolicyLossGrad(self.bound_loss()))
+
+    def variants_cell(self) -> Any:
+        """`policy.settings`: the bound loss and every setting variant, forward only."""
         from objdebug.engine.target import _call_factory
-        from objdebug.stages.policy.cells import BoundLoss, PolicyLossGrad
+        from objdebug.stages.policy.cells import BoundLoss, PolicyLossVariants
 
         def build():
             variants, keys, errors = [], [], {}
             for key in self.setting_keys():
-                try:  # a variant the factory refuses fails the settings check only (ERROR there)
+                try:  # a variant the factory refuses fails the settings check only
                     v = _call_factory(self.spec.factory, self.changed_kwargs(key)[2], "objective",
                                       self.ctx.config.base_dir)
                 except Exception as exc:  # noqa: BLE001
@@ -219,8 +242,8 @@ class Session:
                 variants.append(BoundLoss(v, self.picks))
                 keys.append(key)
             self.cache["variant_keys"], self.cache["variant_errors"] = keys, errors
-            return PolicyLossGrad(BoundLoss(self.loss, self.picks), variants)
-        return self.ctx.engine.cell("policy.objective", build)
+            return PolicyLossVariants(self.bound_loss(), variants)
+        return self.ctx.engine.cell("policy.settings", build)
 
     def point(self, batch: RolloutBatch, logits: np.ndarray | None = None, *, adv: np.ndarray | None = None,
               delta: float = 0.0, ratio: np.ndarray | float = 1.0, outside: float | None = None
