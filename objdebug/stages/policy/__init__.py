@@ -485,6 +485,13 @@ class Settings_(PolicyCheck):
 
     name = "policy-settings"
 
+    def skip_reason(self, ctx: Context) -> str | None:
+        reason = super().skip_reason(ctx)
+        if reason is None and ctx.config.objective.call == "policy-model":
+            return ("not judged in the \"policy-model\" form: each variant would own the model and "
+                    "compile a graph that holds it (the split form checks the settings)")
+        return reason
+
     def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         s = session(ctx)
         b = s.batches[0]
@@ -538,15 +545,16 @@ class Step(PolicyCheck):
         params = list(model.trainable_params())
         total = [np.zeros(p.shape, np.float64) for p in params]
         before, losses = [], []
+        temperature = float(th["probe_temperature"])
         for b in s.batches:
-            logits = s.logits(b)
+            logits = s.probe_logits(b)  # the objective sees the logits / T: d/d raw logits is d/d them / T
             lp = s.logps(b, logits)
             ref = s.reference_logps(b) if s.reference_model is not None else lp
             out = s.evaluate(b, logits, b.advantages, np.where(b.mask, lp, 0.0), np.where(b.mask, ref, 0.0))
             losses.append(out["loss"])
             before.append(lp)
             _, grads = model_vjp(ctx.engine, ctx.target, ms.Tensor(b.model_ids, ms.int32),
-                                 ms.Tensor(out["dlogits"].astype(logits.dtype, copy=False)))
+                                 ms.Tensor((out["dlogits"] / np.float32(temperature)).astype(np.float32)))
             for k, gr in enumerate(grads):
                 total[k] += gr.asnumpy().astype(np.float64)
         gnorm = math.sqrt(sum(float((g * g).sum()) for g in total))
@@ -560,7 +568,7 @@ class Step(PolicyCheck):
                 for p, x, g in zip(params, saved, total):
                     p.set_data(ms.Tensor((x.astype(np.float64) - lr * g).astype(x.dtype)))
             for b in s.batches:
-                after.append(s.logps(b))
+                after.append(s.logps(b, s.probe_logits(b)))
         finally:
             for p, x in zip(params, saved):
                 p.set_data(ms.Tensor(x))

@@ -11,7 +11,10 @@ the loss with its setting variants, forward only, for the settings check.
 from __future__ import annotations
 
 import mindspore as ms
+import numpy as np
 from mindspore import nn, ops
+
+PROBE_NAME = "objdebug_policy_logit_probe"
 
 # the order in which objdebug hands the arrays to BoundLoss (our names)
 ORDER = ("logits", "input_ids", "completion_mask", "advantages", "old_per_token_logps",
@@ -74,3 +77,35 @@ class PolicyLossVariants(nn.Cell):
             outs = outs + (ops.reshape(v(logits, input_ids, completion_mask, advantages, old, ref), (1,)),)
         others = ops.concat(outs) if self.n_variants else ops.zeros((1,), ms.float32)
         return loss, others
+
+
+class ProbedLogits(nn.Cell):
+    """Form "policy-model": the policy the user's Cell owns, its logits at the probe temperature
+    plus a zero Parameter `probe` [B, T, V]: the gradient w.r.t. the probe is d loss / d logits
+    exactly, read from the Cell's one graph (the Cell may call the policy on input_ids[:, :-1], as
+    MindRLHF's GRPOModel does: the probe is cut to the logits' length)."""
+
+    def __init__(self, model, batch: int, length: int, vocab: int, temperature: float):
+        super().__init__(auto_prefix=False)  # keep the model's parameter names
+        self.model = model
+        self.inv_temperature = 1.0 / float(temperature)
+        self.probe = ms.Parameter(ms.Tensor(np.zeros((batch, length, vocab), np.float32)), name=PROBE_NAME)
+
+    def construct(self, input_ids, *args):
+        logits = self.model(input_ids).astype(ms.float32) * self.inv_temperature
+        return logits + self.probe[:, :logits.shape[1]]
+
+
+class PolicyModelGrad(nn.Cell):
+    """`policy.model_objective`: the user's Cell (which owns the probed policy) bound by name ->
+    (loss, d loss / d probe = d loss / d logits [B, T, V]). The one graph of this form that holds
+    the model."""
+
+    def __init__(self, bound, probe):
+        super().__init__(auto_prefix=False)
+        self.bound = bound
+        self.grad_fn = ms.value_and_grad(self.bound, None, ms.ParameterTuple([probe]))
+
+    def construct(self, input_ids, completion_mask, advantages, old, ref):
+        loss, grads = self.grad_fn(input_ids, input_ids, completion_mask, advantages, old, ref)
+        return loss, grads[0]

@@ -192,6 +192,8 @@ class Session:
         import mindspore as ms
 
         mask = batch.mask if mask is None else mask
+        if self.form == "policy-model":  # the Cell computes its own logits from the ids
+            logits = np.zeros((1,), np.float32)
         arrays = (logits.astype(np.float32), batch.ids.astype(np.int32),
                   self.layout(mask).astype(np.float32), self.token_advantages(batch, adv).astype(np.float32),
                   self.layout(old).astype(np.float32), self.layout(ref).astype(np.float32))
@@ -199,9 +201,21 @@ class Session:
 
     def evaluate(self, batch: RolloutBatch, logits: np.ndarray, adv: np.ndarray, old: np.ndarray,
                  ref: np.ndarray, mask: np.ndarray | None = None) -> dict[str, Any]:
-        """The objective on one batch (`arrays`) -> {loss, dlogits float32[B, T, V]}."""
-        loss, dlogits = self.ctx.engine.call("policy.objective", self.loss_cell(),
-                                             *self.arrays(batch, logits, adv, old, ref, mask))
+        """The objective on one batch (`arrays`) -> {loss, dlogits float32[B, T, V]}.
+
+        Form "policy-model": the user's Cell runs the policy itself (`policy.model_objective`, the
+        form's one graph that holds the model); d loss / d logits is its probe's gradient, at the
+        probe temperature (the logits the host log-probs are computed from: `probe_logits`)."""
+        if self.form == "policy-model":
+            from objdebug.stages.policy.cells import PolicyModelGrad
+
+            cell = self.ctx.engine.cell("policy.model_objective",
+                                        lambda: PolicyModelGrad(self.bound_loss(), self.cache["probe"].probe))
+            loss, dlogits = self.ctx.engine.call("policy.model_objective", cell,
+                                                 *self.arrays(batch, logits, adv, old, ref, mask)[1:])
+        else:
+            loss, dlogits = self.ctx.engine.call("policy.objective", self.loss_cell(),
+                                                 *self.arrays(batch, logits, adv, old, ref, mask))
         return {"loss": float(loss.asnumpy()), "dlogits": dlogits.asnumpy()}
 
     def variants(self, batch: RolloutBatch, logits: np.ndarray, adv: np.ndarray, old: np.ndarray,
@@ -267,9 +281,9 @@ class Session:
         """float64[B, T]: the reference model's token log-probs (its weights loaded into the model
         for the shared forward graph; none configured: the policy's own)."""
         if self.reference_model is None:
-            return self.logps(batch)
+            return self.logps(batch, self.probe_logits(batch))
         with holding(list(self.ctx.target.model.get_parameters()), list(self.reference_model.get_parameters())):
-            return self.logps(batch)
+            return self.logps(batch, self.probe_logits(batch))
 
 
 @contextmanager
@@ -388,17 +402,41 @@ def _build(ctx: Context) -> Session:
     if spec.call == "policy":
         loss = _call_factory(spec.factory, spec.kwargs, "objective", cfg.base_dir)
         loss.set_train(False)
-    else:  # "policy-model": the Cell owns the policy
-        loss = build_policy_model(ctx, ctx.target.model)
+    else:  # "policy-model": the Cell owns the policy (a copy: its attribute renames parameters)
+        from objdebug.stages.policy.cells import ProbedLogits
+
+        temperature = float(ctx.profile.section("policy")["probe_temperature"])
+        probed = ProbedLogits(_copy_model(ctx, ctx.target.model), bsz, length, int(ctx.engine.vocab_size()),
+                              temperature)
+        loss = build_policy_model(ctx, probed)
     picks, names = bind(loss, spec.call, cfg.policy.inputs, cfg.source)
     reference = None
     ref_ckpt = cfg.reference.checkpoint if cfg.reference is not None else None
     if ref_ckpt and ref_ckpt != cfg.model.checkpoint:
         reference = _call_factory(cfg.model.factory, cfg.model.kwargs, "model", cfg.base_dir)
         load_checkpoint_strict(reference, ref_ckpt, "reference")
+    cache = {"reference_checkpoint": ref_ckpt}
+    if spec.call == "policy-model":
+        cache["probe"] = probed
     return Session(ctx=ctx, spec=spec, policy=cfg.policy, groups=groups, rows=rows, advantages=advantages,
                    batches=batches, length=length, picks=picks, bound_names=names, loss=loss,
-                   reference_model=reference, cache={"reference_checkpoint": ref_ckpt})
+                   reference_model=reference, cache=cache)
+
+
+def _copy_model(ctx: Context, model: Any) -> Any:
+    """A second instance of the model with the same parameter values, called as the target's is."""
+    import mindspore as ms
+
+    from objdebug.engine import precision
+    from objdebug.engine.cells import wrap_like
+    from objdebug.engine.target import _call_factory
+
+    cfg = ctx.config
+    copy = _call_factory(cfg.model.factory, cfg.model.kwargs, "model", cfg.base_dir)
+    for d, src in zip(copy.get_parameters(), model.get_parameters()):
+        d.set_data(ms.Tensor(src.data.asnumpy()))
+    copy.set_train(False)
+    return precision.as_trained(wrap_like(ctx.target, copy), cfg, "model")
 
 
 def build_policy_model(ctx: Context, model: Any) -> Any:
