@@ -307,9 +307,9 @@ def test_the_split_form_adds_no_graph_that_holds_the_model(shared):
     """Every graph the policy checks compiled that holds the model is one of the engine's shared two."""
     ctx = ctx_for(shared)
     findings(ctx, "policy-zero-point", "policy-step")
-    holding = {r.name for r in ctx.engine.compiles.records if r.holds_model}
+    holding = {r.graph for r in ctx.engine.compiles.records if r.holds_model}
     assert holding <= {"model.forward", "model.vjp"}, holding
-    assert "policy.objective" in {r.name for r in ctx.engine.compiles.records}
+    assert "policy.objective" in {r.graph for r in ctx.engine.compiles.records}
 
 
 # --------------------------------------------------------------------------- "policy-model" (MindRLHF's shape)
@@ -317,13 +317,13 @@ def test_the_split_form_adds_no_graph_that_holds_the_model(shared):
 def test_policy_model_form_in_mindrlhf_shape(shared):
     """The Cell owns the policy ("targets" layout, token advantages, MindRLHF's argument names): the
     healthy one passes, the off-by-one twin fails OBJ826; one extra graph holds the model."""
-    before = {r.name for r in shared[1].compiles.records if r.holds_model}
+    before = {r.graph for r in shared[1].compiles.records if r.holds_model}
     ctx = ctx_for(shared, "policy_mindrlhf")
     activate(ctx).engine._cells.pop("policy.model_objective", None)
     got = findings(ctx, *[n for n in CHECKS if n != "policy-step"])
     bad = {c: f.message for c, f in got.items() if f.verdict in (Verdict.FAIL, Verdict.WARN, Verdict.ERROR)}
     assert not bad
-    added = {r.name for r in shared[1].compiles.records if r.holds_model} - before - {"model.forward", "model.vjp"}
+    added = {r.graph for r in shared[1].compiles.records if r.holds_model} - before - {"model.forward", "model.vjp"}
     assert added == {"policy.model_objective"}
     shared[1]._cells.pop("policy.model_objective", None)
     twin = findings(ctx_for(shared, "policy_mindrlhf",
