@@ -150,6 +150,8 @@ class Config:
     def policy_objective(self) -> ObjectiveSpec | None:
         """The policy-gradient objective the `policy` stage checks (`[objective] call` = "policy"
         or "policy-model"), else None: the key that switches the opt-in policy stage on."""
+        if self.policy is not None and self.policy.factory is not None:  # beside a CE [objective]
+            return ObjectiveSpec(factory=self.policy.factory, kwargs=self.policy.kwargs, call=self.policy.call)
         return self.objective if self.objective.call in POLICY_CALLS else None
 
     def to_dict(self) -> dict[str, Any]:

@@ -40,6 +40,11 @@ class PolicySpec:
     layout: str = "inputs"             # per-token arrays: "inputs" [B, T] or "targets" [B, T-1]
     aggregation: str | None = None     # declared: "token-mean", "sequence-mean", "constant:N", "sum"
     inputs: dict[str, str] = field(default_factory=dict)  # our name -> construct's parameter
+    # a policy-gradient objective beside a cross-entropy [objective] (as [preference] is): the
+    # other stages check the [objective], the policy stage this one (the demo does this)
+    factory: str | None = None
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    call: str = "policy"
 
 
 def constant_divisor(aggregation: str | None) -> float | None:
@@ -52,7 +57,21 @@ def constant_divisor(aggregation: str | None) -> float | None:
 def validate_policy(cfg: Any, src: Any) -> None:
     """`[policy]`, `[data] rollouts` and the policy calls (exit 2 naming the key)."""
     policy = getattr(cfg, "policy", None)
-    if cfg.objective.call not in POLICY_CALLS:
+    beside = policy is not None and policy.factory is not None
+    if beside:
+        if cfg.objective.call in POLICY_CALLS:
+            raise InputError("[policy] factory is for a policy-gradient objective beside a cross-entropy "
+                             "[objective]; this [objective] is already a policy call", source=str(src))
+        if not isinstance(policy.factory, str) or ":" not in policy.factory:
+            raise InputError(f"For 'policy.factory', the value must be 'module:callable', but got "
+                             f"{policy.factory!r}.", source=src.of("policy.factory"))
+        if not isinstance(policy.kwargs, dict):
+            raise InputError(f"For 'policy.kwargs', the value must be dict, but got {policy.kwargs!r}.",
+                             source=src.of("policy.kwargs"))
+        if policy.call not in POLICY_CALLS:
+            raise InputError(f"For 'policy.call', the value must be in {list(POLICY_CALLS)}, but got "
+                             f"{policy.call!r}.", source=src.of("policy.call"))
+    if cfg.objective.call not in POLICY_CALLS and not beside:
         if policy is not None:
             raise InputError(f"[policy] is for a policy-gradient objective ([objective] call in "
                              f"{list(POLICY_CALLS)}), but objective.call is '{cfg.objective.call}'.",

@@ -77,3 +77,18 @@ def make(path: str | Path, model=None, groups: int = 4, g: int = 4, max_new: int
     path = Path(path)
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
+
+
+def main(argv=None) -> None:
+    """`python -m objdebug.demo.rollouts [OUT]`: the demo's rollouts (objdebug/demo/rollouts.jsonl)."""
+    import sys
+
+    import mindspore as ms
+
+    ms.set_context(mode=ms.PYNATIVE_MODE, device_target="CPU")
+    args = sys.argv[1:] if argv is None else argv
+    print(make(args[0] if args else DEMO / "rollouts.jsonl", seed=1, max_new=12))
+
+
+if __name__ == "__main__":
+    main()

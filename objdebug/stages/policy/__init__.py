@@ -487,7 +487,7 @@ class Settings_(PolicyCheck):
 
     def skip_reason(self, ctx: Context) -> str | None:
         reason = super().skip_reason(ctx)
-        if reason is None and ctx.config.objective.call == "policy-model":
+        if reason is None and ctx.config.policy_objective.call == "policy-model":
             return ("not judged in the \"policy-model\" form: each variant would own the model and "
                     "compile a graph that holds it (the split form checks the settings)")
         return reason

@@ -443,7 +443,7 @@ def build_policy_model(ctx: Context, model: Any) -> Any:
     """The "policy-model" factory called with policy= (the model) and the declared kwargs."""
     from objdebug.engine.target import import_factory
 
-    spec = ctx.config.objective
+    spec = ctx.config.policy_objective
     factory = import_factory(spec.factory, "objective", ctx.config.base_dir)
     try:
         cell = factory(policy=model, **spec.kwargs)
