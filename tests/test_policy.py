@@ -329,3 +329,50 @@ def test_policy_model_form_in_mindrlhf_shape(shared):
     twin = findings(ctx_for(shared, "policy_mindrlhf",
                             **{"objective.factory": "fixtures.policy_losses:MindRLHFStyleOffByOne"}), "policy-weights")
     assert twin["OBJ826"].verdict is Verdict.FAIL, twin["OBJ826"].message
+
+
+# --------------------------------------------------------------------------- the Llama fixture
+@pytest.mark.slow
+def test_llama_fixture_healthy_passes_and_twins_fail():
+    """The same fixtures on the Llama fixture (its own target and engine): GRPO passes the gate,
+    a twin per check family fails with a code the healthy one passes."""
+    cfg = load_config(TARGETS / "policy_llama_grpo" / "objdebug.toml")
+    runtime.setup(cfg.run.device, cfg.run.mode, cfg.run.seed)
+    target = load_target(cfg)
+    engine = Engine(target, batch_size=GATE.section("engine")["batch_size"])
+    engine.stage = "policy"
+    llama = (target, engine)
+    healthy = findings(ctx_for(llama, "policy_llama_grpo"), *CHECKS)
+    bad = {c: f.message for c, f in healthy.items() if f.verdict in (Verdict.FAIL, Verdict.WARN, Verdict.ERROR)}
+    assert not bad
+    for factory, code, check in (("TokenMeanDeclaredSequence", "OBJ823", "policy-weights"),
+                                 ("OffByOne", "OBJ826", "policy-weights"),
+                                 ("MaxForMin", "OBJ828", "policy-clip"),
+                                 ("KLSignReversed", "OBJ821", "policy-kl-estimator"),
+                                 ("KLOverAllPositions", "OBJ830", "policy-kl-mask"),
+                                 ("DeadBeta", "OBJ831", "policy-settings")):
+        twin = findings(ctx_for(llama, "policy_llama_grpo",
+                                **{"objective.factory": f"fixtures.policy_losses:{factory}"}), check)
+        assert twin[code].verdict is Verdict.FAIL, (factory, twin[code].message)
+
+
+def test_bad_rollouts_exit_2_with_one_line_in_a_real_process(tmp_path):
+    """The CLI: a group of one completion is exit 2, one line naming file and line, before any model loads."""
+    import shutil
+    import subprocess
+
+    target = tmp_path / "t"
+    shutil.copytree(TARGETS / "policy_grpo", target)
+    text = (target / "objdebug.toml").read_text()
+    text = text.replace('"../../../objdebug/demo/demo.ckpt"', f'"{ROOT / "objdebug" / "demo" / "demo.ckpt"}"')
+    text = text.replace('"../policy_data/rollouts.jsonl"', '"bad.jsonl"')
+    (target / "objdebug.toml").write_text(text)
+    (target / "bad.jsonl").write_text(json.dumps(GOOD) + "\n" + json.dumps(
+        dict(GOOD, id="one", completion_ids=GOOD["completion_ids"][:1], rewards=[1.0])) + "\n")
+    env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    proc = subprocess.run([sys.executable, "-m", "objdebug.cli", "policy", "-c", str(target / "objdebug.toml")],
+                          capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    lines = [x for x in proc.stderr.splitlines() if "bad.jsonl:2" in x]
+    assert len(lines) == 1 and "at least 2 completions" in lines[0], proc.stderr
