@@ -376,3 +376,18 @@ def test_bad_rollouts_exit_2_with_one_line_in_a_real_process(tmp_path):
     assert "Traceback" not in proc.stderr
     lines = [x for x in proc.stderr.splitlines() if "bad.jsonl:2" in x]
     assert len(lines) == 1 and "at least 2 completions" in lines[0], proc.stderr
+
+
+@pytest.mark.slow
+def test_stress_and_micro_batches(shared):
+    """OBJ835: an unguarded sequence mean is NaN on an empty completion, the healthy one finite;
+    OBJ836: accumulation matches the whole batch for the sequence mean, and contradicts a declared
+    sequence mean for a token-mean loss."""
+    healthy = findings(ctx_for(shared), "policy-stress", "policy-micro-batches")
+    assert healthy["OBJ835"].verdict is Verdict.PASS and healthy["OBJ836"].verdict is Verdict.PASS
+    nan = findings(ctx_for(shared, **{"objective.factory": "fixtures.policy_losses:UnguardedSequenceMean"}),
+                   "policy-stress")
+    assert nan["OBJ835"].verdict is Verdict.FAIL, nan["OBJ835"].message
+    token = findings(ctx_for(shared, **{"objective.factory": "fixtures.policy_losses:TokenMeanDeclaredSequence"}),
+                     "policy-micro-batches")
+    assert token["OBJ836"].verdict is Verdict.FAIL, token["OBJ836"].message

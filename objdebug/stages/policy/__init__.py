@@ -652,5 +652,107 @@ class Advantages(PolicyCheck):
                 Condition("OBJ834", "groups_normalised_apart", apart)]
 
 
+# --------------------------------------------------------------------------- stress
+class Stress(PolicyCheck):
+    """A completion truncated to nothing, ratios far outside the clip, float16 logits: finite, or a clear error."""
+
+    name = "policy-stress"
+
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
+        s = session(ctx)
+        b = s.batches[0]
+        logits = _base(s, b)["logits"]
+        lp = s.logps(b, logits)
+        cases = {}
+
+        def run(name, fn):
+            try:
+                out = fn()
+                cases[name] = {"loss": out["loss"], "finite": bool(math.isfinite(out["loss"])
+                                                                   and np.all(np.isfinite(out["dlogits"])))}
+            except Exception as exc:  # noqa: BLE001  (a clear error is an accepted outcome)
+                cases[name] = {"error": f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ''}"}
+
+        def empty():
+            ids, mask = b.ids.copy(), b.mask.copy()
+            ids[0][mask[0]] = ctx.config.data.pad_id  # row 0's completion truncated to nothing
+            mask[0] = False
+            return s.evaluate(b, logits, b.advantages, np.where(mask, lp, 0.0), np.where(mask, lp, 0.0), mask=mask, ids=ids)
+
+        def far():
+            ratio = np.where(np.arange(b.ids.size).reshape(b.ids.shape) % 2 == 0, 1e-6, 1e6)
+            return s.point(b, logits, ratio=ratio, delta=5.0)
+
+        def half():
+            return s.evaluate(b, logits.astype(np.float16), b.advantages, np.where(b.mask, lp, 0.0),
+                              np.where(b.mask, lp, 0.0))
+
+        run("a completion truncated to nothing", empty)
+        run("ratios 1e-6 / 1e6, reference 5 nats off", far)
+        run("float16 logits", half)
+        return {"cases": cases}
+
+    def conditions(self, th: dict[str, Any]) -> list[Condition]:
+        def judge(v):
+            bad = [k for k, c in v["cases"].items() if "error" not in c and not c["finite"]]
+            shown = "; ".join(f"{k}: " + (f"raises {c['error']}" if "error" in c else
+                                          f"loss {c['loss']:.4g}" + ("" if c["finite"] else " (NaN/inf in loss or gradient)"))
+                              for k, c in v["cases"].items())
+            if bad:
+                return Verdict.FAIL, f"non-finite results: {shown}", float(len(bad))
+            return Verdict.PASS, f"finite or a clear error: {shown}", 0.0
+
+        return [Condition("OBJ835", "finite_under_stress", judge)]
+
+
+# --------------------------------------------------------------------------- micro-batches
+class MicroBatches(PolicyCheck):
+    """The gradient accumulated over two micro-batches of different completion lengths vs the whole batch."""
+
+    name = "policy-micro-batches"
+
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
+        from objdebug.stages.policy.session import RolloutBatch
+
+        s = session(ctx)
+        b = s.batches[0]
+        base = _base(s, b)
+        logits, whole = base["logits"], base["real"]
+        lp = s.logps(b, logits)
+        order = np.argsort(b.mask.sum(1), kind="stable")  # short rows in one micro-batch, long in the other
+        half = len(order) // 2
+        acc = np.zeros(whole["dlogits"].shape, np.float64)
+        tokens = []
+        for part in (order[:half], order[half:]):
+            sub = RolloutBatch([], 0, b.ids[part], b.model_ids[part], b.mask[part], b.advantages[part], [])
+            out = s.evaluate(sub, logits[part], sub.advantages, np.where(sub.mask, lp[part], 0.0),
+                             np.where(sub.mask, lp[part], 0.0))
+            acc[part] += out["dlogits"].astype(np.float64) / 2.0  # loss / accumulation steps, as a trainer does
+            tokens.append(int(sub.mask.sum()))
+        w = whole["dlogits"].astype(np.float64)
+        err = float(np.linalg.norm(acc - w) / max(np.linalg.norm(w), 1e-30))
+        return {"relative_difference": err, "micro_batch_tokens": tokens, "declared": s.policy.aggregation}
+
+    def conditions(self, th: dict[str, Any]) -> list[Condition]:
+        rtol = float(th["aggregation_rtol"])
+
+        def judge(v):
+            e, (t1, t2) = v["relative_difference"], v["micro_batch_tokens"]
+            what = (f"gradient accumulated over 2 micro-batches ({t1} and {t2} completion tokens; each loss / 2) "
+                    f"vs the whole batch: relative difference {e:.3g}")
+            if e <= rtol:
+                return Verdict.PASS, what + ": accumulation gives the whole batch's gradient", e
+            declared = v["declared"]
+            if declared in ("sequence-mean", "sum") or (declared or "").startswith("constant:"):
+                return Verdict.FAIL, (what + f": with '{declared}' declared, accumulation should not change the "
+                                      "gradient"), e
+            return Verdict.INFO, (what + ": each micro-batch normalises by its own token count (a token mean "
+                                  "under accumulation weights tokens of short micro-batches more: normalise by "
+                                  "the global token count)"), e
+
+        return [Condition("OBJ836", "micro_batch_accumulation", judge)]
+
+
 def checks() -> list[Check]:
-    return [ZeroPoint(), KLEstimator(), Weights(), Clip(), OutsideEntries(), Settings_(), Step(), Advantages()]
+    return [ZeroPoint(), KLEstimator(), Weights(), Clip(), OutsideEntries(), Settings_(), Step(), Advantages(),
+            MicroBatches(), Stress()]

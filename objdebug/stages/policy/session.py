@@ -186,7 +186,7 @@ class Session:
         return self.layout(np.where(batch.mask, adv[:, None], 0.0))
 
     def arrays(self, batch: RolloutBatch, logits: np.ndarray, adv: np.ndarray, old: np.ndarray,
-               ref: np.ndarray, mask: np.ndarray | None = None) -> list:
+               ref: np.ndarray, mask: np.ndarray | None = None, ids: np.ndarray | None = None) -> list:
         """The six Tensors the bound objective takes: `adv` [B] (sequence advantages; per token
         under "token"), `old` / `ref` [B, T] in the "inputs" layout (converted to the declared one)."""
         import mindspore as ms
@@ -194,13 +194,16 @@ class Session:
         mask = batch.mask if mask is None else mask
         if self.form == "policy-model":  # the Cell computes its own logits from the ids
             logits = np.zeros((1,), np.float32)
-        arrays = (logits.astype(np.float32), batch.ids.astype(np.int32),
+        ids = batch.ids if ids is None else ids
+        logits = logits if logits.dtype == np.float16 else logits.astype(np.float32)
+        arrays = (logits, ids.astype(np.int32),
                   self.layout(mask).astype(np.float32), self.token_advantages(batch, adv).astype(np.float32),
                   self.layout(old).astype(np.float32), self.layout(ref).astype(np.float32))
         return [ms.Tensor(a) for a in arrays]
 
     def evaluate(self, batch: RolloutBatch, logits: np.ndarray, adv: np.ndarray, old: np.ndarray,
-                 ref: np.ndarray, mask: np.ndarray | None = None) -> dict[str, Any]:
+                 ref: np.ndarray, mask: np.ndarray | None = None, ids: np.ndarray | None = None
+                 ) -> dict[str, Any]:
         """The objective on one batch (`arrays`) -> {loss, dlogits float32[B, T, V]}.
 
         Form "policy-model": the user's Cell runs the policy itself (`policy.model_objective`, the
@@ -212,11 +215,11 @@ class Session:
             cell = self.ctx.engine.cell("policy.model_objective",
                                         lambda: PolicyModelGrad(self.bound_loss(), self.cache["probe"].probe))
             loss, dlogits = self.ctx.engine.call("policy.model_objective", cell,
-                                                 *self.arrays(batch, logits, adv, old, ref, mask)[1:])
+                                                 *self.arrays(batch, logits, adv, old, ref, mask, ids)[1:])
         else:
             loss, dlogits = self.ctx.engine.call("policy.objective", self.loss_cell(),
-                                                 *self.arrays(batch, logits, adv, old, ref, mask))
-        return {"loss": float(loss.asnumpy()), "dlogits": dlogits.asnumpy()}
+                                                 *self.arrays(batch, logits, adv, old, ref, mask, ids))
+        return {"loss": float(loss.asnumpy()), "dlogits": dlogits.asnumpy().astype(np.float32, copy=False)}
 
     def variants(self, batch: RolloutBatch, logits: np.ndarray, adv: np.ndarray, old: np.ndarray,
                  ref: np.ndarray) -> tuple[float, np.ndarray]:
