@@ -83,7 +83,7 @@ class ProbedLogits(nn.Cell):
     """Form "policy-model": the policy the user's Cell owns, its logits at the probe temperature
     plus a zero Parameter `probe` [B, T, V]: the gradient w.r.t. the probe is d loss / d logits
     exactly, read from the Cell's one graph (the Cell may call the policy on input_ids[:, :-1], as
-    MindRLHF's GRPOModel does: the probe is cut to the logits' length)."""
+    MindRLHF's GRPOModel does: the probe is cut to the logits' rows and length)."""
 
     def __init__(self, model, batch: int, length: int, vocab: int, temperature: float):
         super().__init__(auto_prefix=False)  # keep the model's parameter names
@@ -93,7 +93,7 @@ class ProbedLogits(nn.Cell):
 
     def construct(self, input_ids, *args):
         logits = self.model(input_ids).astype(ms.float32) * self.inv_temperature
-        return logits + self.probe[:, :logits.shape[1]]
+        return logits + self.probe[:logits.shape[0], :logits.shape[1]]
 
 
 class PolicyModelGrad(nn.Cell):

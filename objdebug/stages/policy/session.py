@@ -216,6 +216,7 @@ class Session:
                                         lambda: PolicyModelGrad(self.bound_loss(), self.cache["probe"].probe))
             loss, dlogits = self.ctx.engine.call("policy.model_objective", cell,
                                                  *self.arrays(batch, logits, adv, old, ref, mask, ids)[1:])
+            dlogits = dlogits[:len(batch.ids)]  # a smaller batch (micro-batches) uses the probe's first rows
         else:
             loss, dlogits = self.ctx.engine.call("policy.objective", self.loss_cell(),
                                                  *self.arrays(batch, logits, adv, old, ref, mask, ids))
