@@ -14,7 +14,9 @@ Codes OBJ820-OBJ849:
 - OBJ830 prompt and padding entries of old / reference log-probs change nothing;
 - OBJ831 every numeric setting (beta, epsilon, ...) changes the loss;
 - OBJ832 one SGD step on the real model raises positive-advantage completions over negative ones;
-- OBJ833 / OBJ834 the user's group_advantages: equal rewards give finite zeros, groups apart.
+- OBJ833 / OBJ834 the user's group_advantages: equal rewards give finite zeros, groups apart;
+- OBJ835 a completion truncated to nothing, ratios far outside the clip, float16 logits: finite;
+- OBJ836 the gradient accumulated over two micro-batches vs the whole batch (a note for a token mean).
 
 Every number comes from the user's objective run through MindSpore (session.py); objdebug's own
 log-probs and the closed forms of the estimators are references, reported as such.
