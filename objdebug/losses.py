@@ -3,6 +3,8 @@
 The preference losses (:class:`SigmoidDPOLoss`, :class:`IPOLoss`, :class:`SimPOLoss`,
 :class:`HingeDPOLoss`) take the four sequence log-prob vectors of a batch of preference pairs, as
 `[objective] call = "preference"` does, and return ``(loss, chosen_rewards, rejected_rewards)``.
+:class:`GRPOLoss` is GRPO's clipped policy-gradient loss with its k3 KL term in the split form of
+`call = "policy"` (the policy stage; the demo checks it on rollouts the demo model sampled).
 
 :class:`MaskedCrossEntropy` is the objective the bundled demo is trained with and the reference
 the diagnostics compare a user's objective against. It differs from ``nn.CrossEntropyLoss`` in
@@ -16,7 +18,7 @@ from __future__ import annotations
 import mindspore as ms
 from mindspore import nn, ops
 
-__all__ = ["MaskedCrossEntropy", "SigmoidDPOLoss", "IPOLoss", "SimPOLoss", "HingeDPOLoss"]
+__all__ = ["MaskedCrossEntropy", "SigmoidDPOLoss", "IPOLoss", "SimPOLoss", "HingeDPOLoss", "GRPOLoss"]
 
 _REDUCTIONS = ("mean", "sum", "none")
 
@@ -442,3 +444,46 @@ class HingeDPOLoss(_PreferenceLoss):
         losses = ops.relu(1.0 - self.beta * (chosen - rejected))
         return (self.reduce(losses), ops.stop_gradient(self.beta * chosen),
                 ops.stop_gradient(self.beta * rejected))
+
+
+class GRPOLoss(nn.Cell):
+    r"""
+    GRPO's loss (TRL's GRPOTrainer): per completion token
+    :math:`-\min(r A, \mathrm{clip}(r, 1 - \epsilon, 1 + \epsilon) A) + \beta\,k_3`, with
+    :math:`r = e^{\log\pi - \log\pi_{old}}` and :math:`k_3 = e^{d} - d - 1`,
+    :math:`d = \log\pi_{ref} - \log\pi`, averaged over each completion's tokens and then over
+    the completions ("sequence-mean").
+
+    Args:
+        beta (float): the KL coefficient. Default: ``0.04``.
+        epsilon (float): the clip range. Default: ``0.2``.
+
+    Inputs ("inputs" layout: per-token arrays aligned with ``input_ids``, entry t for token t):
+        - **logits** (Tensor) - ``[B, T, V]``, logits[t] predicts input_ids[t + 1].
+        - **input_ids** (Tensor) - ``[B, T]`` int.
+        - **completion_mask** (Tensor) - ``[B, T]`` float, 1 at completion tokens.
+        - **advantages** (Tensor) - ``[B]``.
+        - **old_per_token_logps**, **ref_per_token_logps** (Tensor) - ``[B, T]``.
+
+    Outputs:
+        Tensor, the scalar loss (float32).
+    """
+
+    def __init__(self, beta=0.04, epsilon=0.2):
+        super().__init__()
+        _check_float("GRPOLoss", "beta", beta)
+        _check_float("GRPOLoss", "epsilon", epsilon, positive=True)
+        self.beta = float(beta)
+        self.epsilon = float(epsilon)
+
+    def construct(self, logits, input_ids, completion_mask, advantages, old_per_token_logps,
+                  ref_per_token_logps):
+        logp = ops.log_softmax(logits[:, :-1].astype(ms.float32), -1)
+        lp = ops.gather_d(logp, 2, ops.expand_dims(input_ids[:, 1:], -1)).squeeze(-1)
+        m = completion_mask[:, 1:].astype(ms.float32)
+        ratio = ops.exp(lp - old_per_token_logps[:, 1:])
+        a = ops.expand_dims(advantages.astype(ms.float32), 1)
+        pg = -ops.minimum(ratio * a, ops.clip_by_value(ratio, 1.0 - self.epsilon, 1.0 + self.epsilon) * a)
+        d = ref_per_token_logps[:, 1:] - lp
+        tokens = (pg + self.beta * (ops.exp(d) - d - 1.0)) * m
+        return (tokens.sum(-1) / ops.maximum(m.sum(-1), 1.0)).mean()

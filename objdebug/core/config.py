@@ -32,6 +32,7 @@ CALLS = ("flat", "sequence")
 # vectors, "preference-pairs" owns policy and reference (see docs/config.md).
 PREFERENCE_CALLS = ("preference", "preference-pairs")
 LOGPS = ("sum", "mean")
+from objdebug.core.policy_config import POLICY_CALLS, PolicySpec, validate_policy  # noqa: E402  (the policy stage's forms)
 LOSS_TYPES = ("sigmoid", "ipo", "simpo", "hinge")
 
 
@@ -73,6 +74,7 @@ class DataSpec:
     align: str | None = None
     scores: str | None = None
     preference: str | None = None  # JSONL of {"id", "prompt", "chosen", "rejected", "strength"?}
+    rollouts: str | None = None    # JSONL of {"id", "prompt", "completions", "rewards"}: the policy stage
     text: str | None = None        # a plain corpus: JSONL {id, text} rows or a text file, one document a line
     text_max_tokens: int = 256     # a longer document is cut into pieces of at most this many tokens
     padding_side: str = "right"    # where objdebug pads a row: "right" or "left"
@@ -142,6 +144,7 @@ class Config:
     reference: ReferenceSpec | None = None
     packing: PackingSpec | None = None  # [packing]: the packing stage runs only when it is set
     chat: ChatSpec | None = None  # [chat]: the rows are conversations (the batches stage's role audit)
+    policy: PolicySpec | None = None    # [policy]: how the policy stage builds its inputs (call = "policy...")
 
     @property
     def end_to_end(self) -> bool:
@@ -156,13 +159,22 @@ class Config:
             return self.preference
         return self.objective if self.objective.call in PREFERENCE_CALLS else None
 
+    @property
+    def policy_objective(self) -> ObjectiveSpec | None:
+        """The policy-gradient objective the `policy` stage checks (`[objective] call` = "policy"
+        or "policy-model"), else None: the key that switches the opt-in policy stage on."""
+        if self.policy is not None and self.policy.factory is not None:  # beside a CE [objective]
+            return ObjectiveSpec(factory=self.policy.factory, kwargs=self.policy.kwargs, call=self.policy.call)
+        return self.objective if self.objective.call in POLICY_CALLS else None
+
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         # preference keys appear only when set, so reports of other targets keep their shape
-        for key in ("preference", "reference", "packing", "chat"):
+        for key in ("preference", "reference", "packing", "chat", "policy"):
             if out[key] is None:
                 del out[key]
-        for section, key in (("objective", "logps"), ("objective", "loss_type"), ("data", "preference")):
+        for section, key in (("objective", "logps"), ("objective", "loss_type"), ("data", "preference"),
+                             ("data", "rollouts")):
             if out[section].get(key) is None:
                 del out[section][key]
         # model inputs/output keys appear only when set (not at their defaults), likewise
@@ -189,10 +201,10 @@ AMP_DTYPES = ("float16", "bfloat16")
 
 _SECTIONS = {"model": ModelSpec, "objective": ObjectiveSpec, "data": DataSpec, "run": RunSpec,
              "preference": ObjectiveSpec, "reference": ReferenceSpec, "packing": PackingSpec,
-             "chat": ChatSpec}
+             "chat": ChatSpec, "policy": PolicySpec}
 _PATH_KEYS = {("model", "checkpoint"), ("objective", "checkpoint"), ("data", "align"), ("data", "scores"),
               ("run", "compile_cache"), ("data", "preference"), ("reference", "checkpoint"),
-              ("data", "text"), ("chat", "template")}
+              ("data", "text"), ("chat", "template"), ("data", "rollouts")}
 
 
 def find_config(start: Path | None = None) -> Path | None:
@@ -324,7 +336,7 @@ def _build(raw: dict, path: Path, origins: dict[str, str] | None = None) -> Conf
                  data=sections.get("data", DataSpec()), run=sections.get("run", RunSpec()),
                  source=str(path), base_dir=str(path.parent), preference=sections.get("preference"),
                  reference=sections.get("reference"), packing=sections.get("packing"),
-                 chat=sections.get("chat"))
+                 chat=sections.get("chat"), policy=sections.get("policy"))
     _validate(cfg, src)
     for section, key in _PATH_KEYS:
         spec = getattr(cfg, section)
@@ -395,10 +407,12 @@ def _validate(cfg: Config, src: _Sources) -> None:
             raise InputError(f"For '{where}.factory', the value must be 'module:callable', "
                              f"but got '{spec.factory}'.", source=src.of(f"{where}.factory"))
         _check_type(spec.kwargs, dict, f"{where}.kwargs", src)
-    if cfg.objective.call not in CALLS + PREFERENCE_CALLS:
-        raise InputError(f"For 'objective.call', the value must be in {list(CALLS + PREFERENCE_CALLS)}, "
+    if cfg.objective.call not in CALLS + PREFERENCE_CALLS + POLICY_CALLS:
+        raise InputError(f"For 'objective.call', the value must be in "
+                         f"{list(CALLS + PREFERENCE_CALLS + POLICY_CALLS)}, "
                          f"but got '{cfg.objective.call}'.", source=src.of("objective.call"))
     _validate_preference(cfg, src)
+    validate_policy(cfg, src)
     _check_type(cfg.objective.components, list, "objective.components", src)
     if not all(isinstance(c, str) for c in cfg.objective.components):
         raise InputError(f"For 'objective.components', the value must be a list of strings, but got "

@@ -111,6 +111,9 @@ ROW_FIELDS = {
     "preference": ("id", "prompt", "prompt_ids", "chosen", "chosen_ids", "rejected", "rejected_ids",
                    "strength", "meta"),
     "text": ("id", "text", "text_ids", "meta"),
+    # the policy stage's groups: one prompt, its sampled completions and their rewards
+    "rollouts": ("id", "prompt", "prompt_ids", "completions", "completion_ids", "rewards", "old_logps",
+                 "meta"),
 }
 
 
@@ -167,6 +170,31 @@ def check_row(row: dict, what: str, source: str, lineno: int) -> None:
         if not isinstance(aspects, dict) or not all(_finite_number(v) for v in aspects.values()):
             raise InputError("field 'scores' must be an object of finite numbers", source=source,
                              line=lineno)
+    if what == "rollouts":
+        check_rollout_group(row, source, lineno)
+
+
+def check_rollout_group(row: dict, source: str, lineno: int) -> None:
+    """A `[data] rollouts` group's shape, before any model loads: at least 2 completions (the group
+    baseline of their advantages), one finite reward each."""
+    if "completion_ids" in row and "completions" in row:
+        raise InputError("the row has both 'completions' and 'completion_ids'; keep one (text or token "
+                         "ids)", source=source, line=lineno)
+    comps = row.get("completion_ids", row.get("completions"))
+    if not isinstance(comps, list):
+        raise InputError("missing field 'completions' (or 'completion_ids'): a list, one per completion",
+                         source=source, line=lineno)
+    if len(comps) < 2:
+        raise InputError(f"a group needs at least 2 completions of its prompt (the group baseline of "
+                         f"its advantages), but got {len(comps)}", source=source, line=lineno)
+    rewards = row.get("rewards")
+    if not isinstance(rewards, list) or not all(_finite_number(r) for r in rewards):
+        shown = rewards if not isinstance(rewards, list) else next(r for r in rewards if not _finite_number(r))
+        raise InputError(f"field 'rewards' must be a list of finite numbers, one per completion, but got "
+                         f"{shown!r}", source=source, line=lineno)
+    if len(rewards) != len(comps):
+        raise InputError(f"field 'rewards' has {len(rewards)} values for {len(comps)} completions",
+                         source=source, line=lineno)
 
 
 def _finite_number(x: Any) -> bool:
@@ -225,8 +253,8 @@ def read_jsonl(path: str | None, what: str) -> list[tuple[int, dict[str, Any]]]:
 def preflight(cfg) -> None:
     """Read the configured data files before MindSpore starts: encoding, JSON and field errors
     cost no model load. (A missing file is reported by the stage that needs it.)"""
-    for what in ("align", "scores", "preference", "text"):
-        path = getattr(cfg.data, what)
+    for what in ("align", "scores", "preference", "text", "rollouts"):
+        path = getattr(cfg.data, what, None)
         if what == "text" and path and Path(path).suffix.lower() not in (".jsonl", ".json", ".ndjson"):
             continue  # a plain corpus: one document a line, no fields
         if path and Path(path).is_file():

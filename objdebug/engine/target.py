@@ -179,8 +179,8 @@ def load_target(cfg: Config) -> Target:
             from objdebug.engine.packed_call import check_names_of
 
             check_names_of(model, cfg)
-    if cfg.objective.call == "preference-pairs":
-        # its factory takes the policy and the reference: the preference stage builds it
+    if cfg.objective.call in ("preference-pairs", "policy-model"):
+        # its factory takes the policy (and the reference): the preference / policy stage builds it
         target = Target(config=cfg, objective=None, model=model, checkpoint_params=n_loaded)
         precision.apply(target)  # [run] amp_level: the model at the trained precision
         return target

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from objdebug.core.config import PREFERENCE_CALLS
+from objdebug.core.config import POLICY_CALLS, PREFERENCE_CALLS
 from objdebug.core.errors import InputError
 from objdebug.engine.compile_errors import ContractError, compile_error, first_line as _first_line
 
@@ -257,8 +257,8 @@ def probe(target, engine, length: int | None = None, per_sample: bool = False) -
             _check_logits(logits, batch, length)
             info["vocab"] = int(logits.shape[-1])
             info["logits_dtype"] = str(logits.dtype)
-            if cfg.objective.call in PREFERENCE_CALLS:  # no loss(logits, labels): the preference
-                return info                              # stage probes its own contract
+            if cfg.objective.call in PREFERENCE_CALLS + POLICY_CALLS:  # no loss(logits, labels): the
+                return info          # preference / policy stage probes its own contract
             form = f"call = '{cfg.objective.call}'"
             k, per_sample_error = (_per_sample_outputs(engine, logits, ms.Tensor(labels, ms.int32))
                                    if per_sample else (None, ""))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from objdebug.core.config import PREFERENCE_CALLS
+from objdebug.core.config import POLICY_CALLS, PREFERENCE_CALLS
 from objdebug.core.errors import InputError
 
 
@@ -42,6 +42,7 @@ REGISTRY: tuple[Stage, ...] = (
     Stage("correlate", "Per-sample loss against human quality scores (Pearson with CI, Spearman, Kendall).",
           scores_rows=True),
     Stage("preference", "Preference objectives (DPO, IPO, SimPO, hinge) on real pairs: zero point, symmetry, direction, masking, length, settings, agreement."),
+    Stage("policy", "Policy-gradient objectives (PPO, GRPO, DAPO, Dr. GRPO) with their KL term on real rollouts (only with [objective] call = \"policy\" or \"policy-model\"): zero point, KL estimator, token weights and aggregation, masks and positions, clip, settings, one step."),
     Stage("stress", "Long inputs, all-padding, garbage ids, fp16, padding invariance.", scores_rows=True),
     Stage("packing", "Packed sequences (only with a packing section in the config, or on the packed rows of data.batches): document isolation, same loss as unpacked, boundary labels, token weighting.",
           scores_rows=True),
@@ -52,7 +53,8 @@ STAGES = tuple(s.name for s in REGISTRY)  # pipeline order
 # (the config key that switches a stage on: a section, or a dotted section.key)
 # (packing also runs on the pipeline's own batches: their packed rows, found from the batches'
 # boundaries, measured as the pipeline packs them; it skips, saying why, where they hold none)
-OPT_IN = {"batches": ("data.batches",), "packing": ("packing", "data.batches")}
+OPT_IN = {"batches": ("data.batches",), "packing": ("packing", "data.batches"),
+          "policy": ("policy_objective",)}
 
 
 def opted_in(config, name: str) -> bool:
@@ -91,6 +93,14 @@ def stage_skip_reason(config, name: str) -> str | None:
     if name == "batches" and not opted_in(config, name):
         return ("no [data] batches: the batches stage audits the pipeline's real batches and runs "
                 "only when the target names them (docs/config.md)")
+    if name == "policy" and not opted_in(config, name):
+        return ("[objective] call is not \"policy\" or \"policy-model\": the policy stage checks a "
+                "policy-gradient objective and runs only on one (docs/config.md)")
+    if name == "policy":
+        return None
+    if config.objective.call in POLICY_CALLS:
+        return (f"[objective] call = \"{config.objective.call}\": the objective takes policy rollouts, "
+                f"not (logits, labels); the {name} stage needs a cross-entropy-style objective")
     if name in OPT_IN and not opted_in(config, name):
         return (f"no [{name}] section and no [data] batches: the {name} stage checks how the "
                 f"pipeline packs documents and runs only when the target describes it or names "

@@ -70,6 +70,14 @@ RANGES: dict[str, str | tuple[str, ...]] = {
     "preference.sum_for_mean_loss": VERDICT, "preference.mean_for_summed_loss": VERDICT,
     "preference.setting_rtol": TOLERANCE, "preference.ci_level": LEVEL,
     "preference.low_agreement": VERDICT, "preference.strength_alpha": LEVEL,
+    # [policy]
+    "policy.zero_loss_tolerance": TOLERANCE, "policy.kl_ratio_tolerance": TOLERANCE,
+    "policy.advantage_epsilon": TOLERANCE, "policy.probe_temperature": "(0, inf)",
+    "policy.certainty_floor": "[0, 1)", "policy.gradient_floor": "[0, 1)",
+    "policy.leak_tolerance": TOLERANCE, "policy.aggregation_rtol": TOLERANCE,
+    "policy.pairing_min_share": SHARE, "policy.clip_bisections": "[1, 60]",
+    "policy.epsilon_atol": TOLERANCE, "policy.outside_value": REAL,
+    "policy.setting_rtol": TOLERANCE, "policy.step_rel": "(0, inf)",
     # [stress]
     "stress.seed": SEED, "stress.short_length": LENGTH, "stress.long_lengths": LENGTH,
     "stress.long_ratio_warn": RATIO, "stress.long_ratio_fail": RATIO,

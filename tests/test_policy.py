@@ -1,0 +1,393 @@
+"""The policy stage (OBJ820-OBJ834) on the demo model: healthy GRPO-family losses and a buggy twin
+per bug class (fixtures/policy_losses.py), numbers against a numpy float64 reference.
+
+Compiles are shared: every fixture runs on one target and engine (the same model, checkpoint and
+rollouts; only the objective differs), so the model's forward and VJP graphs compile once and each
+loss compiles its objective-only graph `policy.objective` alone (popped from the engine's cells
+between fixtures). Each twin runs only the check that owns the code it must fail.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # fixtures.policy_losses is referenced by the fixture configs
+    sys.path.insert(0, str(ROOT))
+
+from objdebug.core.config import load_config  # noqa: E402
+from objdebug.core.errors import InputError  # noqa: E402
+from objdebug.core.findings import Verdict  # noqa: E402
+from objdebug.engine import runtime  # noqa: E402
+from objdebug.engine.core import Engine  # noqa: E402
+from objdebug.engine.target import load_target  # noqa: E402
+from objdebug.pipeline.context import Context  # noqa: E402
+from objdebug.pipeline.profile import load_profile  # noqa: E402
+from objdebug.pipeline.runner import run_check  # noqa: E402
+from objdebug.stages import policy as P  # noqa: E402
+from objdebug.stages.policy.session import session  # noqa: E402
+
+TARGETS = ROOT / "fixtures" / "targets"
+ROLLOUTS = TARGETS / "policy_data" / "rollouts.jsonl"
+GATE = load_profile("ci-gate")
+TH = GATE.section("policy")
+CHECKS = {c.name: c for c in P.checks()}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def scratch_cwd():
+    old = os.getcwd()
+    tmp = tempfile.mkdtemp(prefix="objdebug-test-policy-")
+    os.chdir(tmp)
+    yield
+    os.chdir(old)
+
+
+@pytest.fixture(scope="module")
+def shared():
+    """(target, engine) of the healthy GRPO target: every fixture below runs on them."""
+    cfg = load_config(TARGETS / "policy_grpo" / "objdebug.toml")
+    runtime.setup(cfg.run.device, cfg.run.mode, cfg.run.seed)
+    target = load_target(cfg)
+    engine = Engine(target, batch_size=GATE.section("engine")["batch_size"])
+    engine.stage = "policy"
+    return target, engine
+
+
+GRAPHS = ("policy.objective", "policy.settings")  # each fixture's own objective-only graphs
+_CONTEXTS: dict = {}
+_ACTIVE: list = [None, {}]  # the context whose graphs the engine holds now; the others' graphs
+
+
+def ctx_for(shared, name: str = "policy_grpo", **overrides) -> Context:
+    """One Context per fixture and overrides, kept for the module: its session and graphs are built once."""
+    key = (name, repr(sorted(overrides.items())))
+    if key not in _CONTEXTS:
+        cfg = load_config(TARGETS / name / "objdebug.toml", overrides=overrides or None)
+        target, engine = shared
+        _CONTEXTS[key] = Context(config=cfg, target=target, engine=engine, profile=GATE)
+    return activate(_CONTEXTS[key])
+
+
+def activate(ctx: Context) -> Context:
+    """The engine holds `ctx`'s objective graphs (the engine caches Cells by name; fixtures differ)."""
+    cells, saved = ctx.engine._cells, _ACTIVE[1]
+    if _ACTIVE[0] is not ctx:
+        if _ACTIVE[0] is not None:
+            saved[id(_ACTIVE[0])] = {k: cells.pop(k) for k in GRAPHS if k in cells}
+        for k in GRAPHS:
+            cells.pop(k, None)
+        cells.update(saved.get(id(ctx), {}))
+        _ACTIVE[0] = ctx
+    return ctx
+
+
+_RESULTS: dict = {}
+
+
+def findings(ctx, *names) -> dict:
+    """code -> Finding of the given checks (each run once per context; none may crash)."""
+    out = {}
+    for name in names:
+        if (id(ctx), name) not in _RESULTS:
+            activate(ctx)
+            res = run_check(CHECKS[name], ctx, TH)
+            assert res.error is None, res.error
+            _RESULTS[(id(ctx), name)] = res
+        out.update({f.code: f for f in _RESULTS[(id(ctx), name)].findings})
+    return out
+
+
+# --------------------------------------------------------------------------- numpy reference
+def _log_softmax(x):
+    x = np.asarray(x, np.float64)
+    return x - x.max(-1, keepdims=True) - np.log(np.exp(x - x.max(-1, keepdims=True)).sum(-1, keepdims=True))
+
+
+def reference_loss(logits, ids, mask, adv, old, ref, beta, eps_low, eps_high, aggregation, kl="k3", n_const=16):
+    """float64 reference of fixtures.policy_losses.PolicyLoss ("inputs" layout)."""
+    lp = np.take_along_axis(_log_softmax(logits[:, :-1]), ids[:, 1:, None].astype(np.int64), -1)[..., 0]
+    m = mask[:, 1:].astype(np.float64)
+    o, r = old[:, 1:], ref[:, 1:]
+    a = adv[:, None]
+    ratio = np.exp(lp - o)
+    pg = -np.minimum(ratio * a, np.clip(ratio, 1 - eps_low, 1 + eps_high) * a)
+    d = r - lp
+    k = {"k1": lp - r, "k2": 0.5 * d * d, "k3": np.exp(d) - d - 1}[kl]
+    tok = (pg + beta * k) * m
+    if aggregation == "sequence-mean":
+        return float((tok.sum(-1) / np.maximum(m.sum(-1), 1)).mean())
+    if aggregation == "token-mean":
+        return float(tok.sum() / max(m.sum(), 1))
+    if aggregation == "constant":
+        return float(tok.sum() / (len(ids) * n_const))
+    return float(tok.sum())
+
+
+HEALTHY = {  # fixture -> (aggregation for the reference, kl, beta, eps_low, eps_high)
+    "policy_grpo": ("sequence-mean", "k3", 0.04, 0.2, 0.2),
+    "policy_dapo": ("token-mean", "k3", 0.0, 0.2, 0.28),
+    "policy_drgrpo": ("constant", "k3", 0.04, 0.2, 0.2),
+    "policy_ppo_k1": ("token-mean", "k1", 0.05, 0.2, 0.2),
+    "policy_ppo_k3": ("token-mean", "k3", 0.05, 0.2, 0.2),
+}
+
+
+SLOW = pytest.mark.slow
+
+
+def _slow_unless(keep, values):
+    return [v if v in keep else pytest.param(v, marks=SLOW) for v in values]
+
+
+@pytest.mark.parametrize("name", _slow_unless({"policy_grpo"}, sorted(HEALTHY)))
+def test_loss_and_weights_equal_the_float64_reference(shared, name):
+    agg, kl, beta, lo, hi = HEALTHY[name]
+    ctx = ctx_for(shared, name)
+    s = session(ctx)
+    b = s.batches[0]
+    logits = s.probe_logits(b)
+    lp = s.logps(b, logits)
+    old = np.where(b.mask, lp - np.log(np.where(np.arange(lp.size).reshape(lp.shape) % 2, 0.7, 1.4)), 0.0)
+    ref = np.where(b.mask, lp - 0.3, 0.0)
+    got = s.evaluate(b, logits, b.advantages, old, ref)["loss"]
+    want = reference_loss(logits, b.ids, b.mask, b.advantages, old, ref, beta, lo, hi, agg, kl)
+    assert got == pytest.approx(want, rel=1e-5, abs=1e-7)
+    # the token weights (OBJ823's measurement) against the aggregation's closed form
+    findings(ctx, "policy-weights")
+    v = _RESULTS[(id(ctx), "policy-weights")].value
+    n = b.mask.sum(1)
+    for row, w in v["batches"][0]["weights"].items():
+        r = next(k for k, c in enumerate(b.rows) if f"{c.group_id}/{c.index}" == row)
+        expected = {"sequence-mean": 1 / (len(b.ids) * n[r]), "token-mean": 1 / b.mask.sum(),
+                    "constant": 1 / (len(b.ids) * 16)}[agg]
+        assert w == pytest.approx(expected, rel=2e-3), row
+
+
+def test_clip_bounds_and_kl_equal_the_reference(shared):
+    """GRPO: the clip's measured bounds are its epsilon; the KL losses are the k3 reference's."""
+    ctx = ctx_for(shared)
+    findings(ctx, "policy-clip", "policy-kl-estimator")
+    res = _RESULTS[(id(ctx), "policy-clip")]
+    assert res.value["epsilon_low"] == pytest.approx(0.2, abs=1e-4)
+    assert res.value["epsilon_high"] == pytest.approx(0.2, abs=1e-4)
+    kl = _RESULTS[(id(ctx), "policy-kl-estimator")].value
+    assert kl["estimator"] == "k3"
+    s = session(activate(ctx))
+    b = s.batches[0]
+    logits = s.probe_logits(b)
+    lp = s.logps(b, logits)
+    for d in (1.0, -0.5):
+        want = reference_loss(logits, b.ids, b.mask, np.zeros(8), np.where(b.mask, lp, 0),
+                              np.where(b.mask, lp - d, 0), 0.04, 0.2, 0.2, "sequence-mean")
+        assert kl["losses"][str(d)] == pytest.approx(want, rel=1e-4)
+
+
+@pytest.mark.parametrize("name", _slow_unless({"policy_grpo"}, sorted(HEALTHY) + ["on_policy", "targets"]))
+def test_healthy_fixture_passes_the_gate(shared, name):
+    over = {}
+    if name == "on_policy":  # reads no old log-probs, declares no epsilon: "no clip" passes
+        name, over = "policy_grpo", {"objective.factory": "fixtures.policy_losses:OnPolicyNoClip",
+                                     "objective.kwargs": {"beta": 0.04}}
+    elif name == "targets":  # the "targets" layout, MindRLHF's argument names
+        name, over = "policy_grpo", {"objective.factory": "fixtures.policy_losses:TargetsLayoutLoss",
+                                     "policy.layout": "targets"}
+    ctx = ctx_for(shared, name, **over)
+    got = findings(ctx, *[n for n in CHECKS if n != "policy-step"])
+    bad = {c: f.message for c, f in got.items() if f.verdict in (Verdict.FAIL, Verdict.WARN, Verdict.ERROR)}
+    assert not bad
+
+
+TWINS = [  # factory, overrides, the code it must fail, the check that owns it
+    ("TokenMeanDeclaredSequence", {}, "OBJ823", "policy-weights"),
+    ("FlippedAdvantage", {}, "OBJ822", "policy-weights"),
+    ("RatioOldOverNew", {}, "OBJ822", "policy-weights"),
+    ("MaxForMin", {}, "OBJ828", "policy-clip"),
+    ("DeadEpsilon", {}, "OBJ831", "policy-settings"),
+    ("OldNotDetached", {}, "OBJ825", "policy-weights"),
+    ("KLSignReversed", {}, "OBJ821", "policy-kl-estimator"),
+    ("KLSignReversed", {}, "OBJ829", "policy-kl-estimator"),
+    ("KLDirectionSwapped", {}, "OBJ821", "policy-kl-estimator"),
+    ("KLOverAllPositions", {}, "OBJ830", "policy-kl-mask"),
+    ("DeadBeta", {}, "OBJ831", "policy-settings"),
+    ("MaskFromPadding", {}, "OBJ824", "policy-weights"),
+    ("EOSNotScored", {}, "OBJ825", "policy-weights"),
+    ("OffByOne", {}, "OBJ826", "policy-weights"),
+    ("GRPOLoss", {"policy.group_advantages": "fixtures.policy_losses:unguarded_advantages"}, "OBJ833",
+     "policy-advantages"),
+    ("GRPOLoss", {"policy.group_advantages": "fixtures.policy_losses:batch_advantages"}, "OBJ834",
+     "policy-advantages"),
+]
+
+
+# the same check caught by another twin in the default suite: these run with the slow tests
+SLOW_TWINS = {"RatioOldOverNew", "DeadEpsilon", "OldNotDetached", "KLDirectionSwapped"}
+
+
+@pytest.mark.parametrize("factory,over,code,check", [
+    pytest.param(*t, marks=SLOW) if t[0] in SLOW_TWINS else t for t in TWINS], ids=[f"{t[0]}-{t[2]}" for t in TWINS])
+def test_buggy_twin_fails_where_the_healthy_one_passes(shared, factory, over, code, check):
+    twin = findings(ctx_for(shared, **{"objective.factory": f"fixtures.policy_losses:{factory}", **over}), check)
+    assert twin[code].verdict is Verdict.FAIL, twin[code].message
+    if code in ("OBJ833", "OBJ834"):
+        healthy = findings(ctx_for(shared, **{"policy.group_advantages": "fixtures.policy_losses:grpo_advantages"}),
+                           check)
+    else:
+        healthy = findings(ctx_for(shared), check)
+    assert healthy[code].verdict is Verdict.PASS, healthy[code].message
+
+
+def test_one_step_raises_positive_advantage_completions(shared):
+    ctx = ctx_for(shared)
+    f = findings(ctx, "policy-step")["OBJ832"]
+    assert f.verdict is Verdict.PASS, f.message
+
+
+@pytest.mark.slow
+def test_one_step_of_a_flipped_advantage_fails(shared):
+    flipped = findings(ctx_for(shared, **{"objective.factory": "fixtures.policy_losses:FlippedAdvantage"}),
+                       "policy-step")["OBJ832"]
+    assert flipped.verdict is Verdict.FAIL, flipped.message
+
+
+# --------------------------------------------------------------------------- bad input: one line, file:line
+def _rows(tmp_path, rows) -> str:
+    path = tmp_path / "rollouts.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+GOOD = json.loads(ROLLOUTS.read_text().splitlines()[0])
+
+
+@pytest.mark.parametrize("row,overrides,words", [
+    (dict(GOOD, id="bad", completion_ids=GOOD["completion_ids"][:1], rewards=[1.0]), {}, "at least 2 completions"),
+    (dict(GOOD, id="bad", rewards=[1.0, "good", 0.0, 1.0]), {}, "finite numbers"),
+    (GOOD, {"data.max_length": 24}, "positions"),
+])
+def test_bad_rollouts_are_one_input_error_naming_file_and_line(shared, tmp_path, row, overrides, words):
+    path = _rows(tmp_path, [GOOD, row])
+    ctx = ctx_for(shared, **{"data.rollouts": path, **overrides})
+    if "data.max_length" in overrides:
+        shared[1].max_length = overrides["data.max_length"]
+    try:
+        with pytest.raises(InputError) as err:
+            session(ctx)
+    finally:
+        shared[1].max_length = None
+    text = str(err.value)
+    assert words in text and "\n" not in text
+    assert err.value.line in (1, 2) and "rollouts.jsonl" in str(err.value.source)
+
+
+def test_a_parameter_nothing_binds_is_an_input_error(shared, tmp_path):
+    mod = tmp_path / "odd_policy_loss.py"
+    mod.write_text("from mindspore import nn\n"
+                   "class Odd(nn.Cell):\n"
+                   "    def construct(self, logits, input_ids, completion_mask, rewards_to_go):\n"
+                   "        return logits.sum()\n")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        ctx = ctx_for(shared, **{"objective.factory": "odd_policy_loss:Odd", "objective.kwargs": {}})
+        with pytest.raises(InputError, match="rewards_to_go"):
+            session(ctx)
+    finally:
+        sys.path.remove(str(tmp_path))
+
+
+def test_the_split_form_adds_no_graph_that_holds_the_model(shared):
+    """Every graph the policy checks compiled that holds the model is one of the engine's shared two."""
+    ctx = ctx_for(shared)
+    findings(ctx, "policy-zero-point", "policy-step")
+    holding = {r.graph for r in ctx.engine.compiles.records if r.holds_model}
+    assert holding <= {"model.forward", "model.vjp"}, holding
+    assert "policy.objective" in {r.graph for r in ctx.engine.compiles.records}
+
+
+# --------------------------------------------------------------------------- "policy-model" (MindRLHF's shape)
+@pytest.mark.slow
+def test_policy_model_form_in_mindrlhf_shape(shared):
+    """The Cell owns the policy ("targets" layout, token advantages, MindRLHF's argument names): the
+    healthy one passes, the off-by-one twin fails OBJ826; one extra graph holds the model."""
+    before = {r.graph for r in shared[1].compiles.records if r.holds_model}
+    ctx = ctx_for(shared, "policy_mindrlhf")
+    activate(ctx).engine._cells.pop("policy.model_objective", None)
+    got = findings(ctx, *[n for n in CHECKS if n != "policy-step"])
+    bad = {c: f.message for c, f in got.items() if f.verdict in (Verdict.FAIL, Verdict.WARN, Verdict.ERROR)}
+    assert not bad
+    added = {r.graph for r in shared[1].compiles.records if r.holds_model} - before - {"model.forward", "model.vjp"}
+    assert added == {"policy.model_objective"}
+    shared[1]._cells.pop("policy.model_objective", None)
+    twin = findings(ctx_for(shared, "policy_mindrlhf",
+                            **{"objective.factory": "fixtures.policy_losses:MindRLHFStyleOffByOne"}), "policy-weights")
+    assert twin["OBJ826"].verdict is Verdict.FAIL, twin["OBJ826"].message
+
+
+# --------------------------------------------------------------------------- the Llama fixture
+@pytest.mark.slow
+def test_llama_fixture_healthy_passes_and_twins_fail():
+    """The same fixtures on the Llama fixture (its own target and engine): GRPO passes the gate,
+    a twin per check family fails with a code the healthy one passes."""
+    cfg = load_config(TARGETS / "policy_llama_grpo" / "objdebug.toml")
+    runtime.setup(cfg.run.device, cfg.run.mode, cfg.run.seed)
+    target = load_target(cfg)
+    engine = Engine(target, batch_size=GATE.section("engine")["batch_size"])
+    engine.stage = "policy"
+    llama = (target, engine)
+    healthy = findings(ctx_for(llama, "policy_llama_grpo"), *CHECKS)
+    bad = {c: f.message for c, f in healthy.items() if f.verdict in (Verdict.FAIL, Verdict.WARN, Verdict.ERROR)}
+    assert not bad
+    for factory, code, check in (("TokenMeanDeclaredSequence", "OBJ823", "policy-weights"),
+                                 ("OffByOne", "OBJ826", "policy-weights"),
+                                 ("MaxForMin", "OBJ828", "policy-clip"),
+                                 ("KLSignReversed", "OBJ821", "policy-kl-estimator"),
+                                 ("KLOverAllPositions", "OBJ830", "policy-kl-mask"),
+                                 ("DeadBeta", "OBJ831", "policy-settings")):
+        twin = findings(ctx_for(llama, "policy_llama_grpo",
+                                **{"objective.factory": f"fixtures.policy_losses:{factory}"}), check)
+        assert twin[code].verdict is Verdict.FAIL, (factory, twin[code].message)
+
+
+def test_bad_rollouts_exit_2_with_one_line_in_a_real_process(tmp_path):
+    """The CLI: a group of one completion is exit 2, one line naming file and line, before any model loads."""
+    import shutil
+    import subprocess
+
+    target = tmp_path / "t"
+    shutil.copytree(TARGETS / "policy_grpo", target)
+    text = (target / "objdebug.toml").read_text()
+    text = text.replace('"../../../objdebug/demo/demo.ckpt"', f'"{ROOT / "objdebug" / "demo" / "demo.ckpt"}"')
+    text = text.replace('"../policy_data/rollouts.jsonl"', '"bad.jsonl"')
+    (target / "objdebug.toml").write_text(text)
+    (target / "bad.jsonl").write_text(json.dumps(GOOD) + "\n" + json.dumps(
+        dict(GOOD, id="one", completion_ids=GOOD["completion_ids"][:1], rewards=[1.0])) + "\n")
+    env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    proc = subprocess.run([sys.executable, "-m", "objdebug.cli", "policy", "-c", str(target / "objdebug.toml")],
+                          capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    lines = [x for x in proc.stderr.splitlines() if "bad.jsonl:2" in x]
+    assert len(lines) == 1 and "at least 2 completions" in lines[0], proc.stderr
+
+
+@pytest.mark.slow
+def test_stress_and_micro_batches(shared):
+    """OBJ835: an unguarded sequence mean is NaN on an empty completion, the healthy one finite;
+    OBJ836: accumulation matches the whole batch for the sequence mean, and contradicts a declared
+    sequence mean for a token-mean loss."""
+    healthy = findings(ctx_for(shared), "policy-stress", "policy-micro-batches")
+    assert healthy["OBJ835"].verdict is Verdict.PASS and healthy["OBJ836"].verdict is Verdict.PASS
+    nan = findings(ctx_for(shared, **{"objective.factory": "fixtures.policy_losses:UnguardedSequenceMean"}),
+                   "policy-stress")
+    assert nan["OBJ835"].verdict is Verdict.FAIL, nan["OBJ835"].message
+    token = findings(ctx_for(shared, **{"objective.factory": "fixtures.policy_losses:TokenMeanDeclaredSequence"}),
+                     "policy-micro-batches")
+    assert token["OBJ836"].verdict is Verdict.FAIL, token["OBJ836"].message
