@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from objdebug.core.config import PREFERENCE_CALLS
+from objdebug.core.config import PREFERENCE_CALLS, REWARD_CALL
 from objdebug.core.errors import InputError
 
 
@@ -42,6 +42,7 @@ REGISTRY: tuple[Stage, ...] = (
     Stage("correlate", "Per-sample loss against human quality scores (Pearson with CI, Spearman, Kendall).",
           scores_rows=True),
     Stage("preference", "Preference objectives (DPO, IPO, SimPO, hinge) on real pairs: zero point, symmetry, direction, masking, length, settings, agreement."),
+    Stage("reward", "A reward model's loss ([objective] call = \"reward\") on its real rewards: the zero point, swapping chosen and rejected, one step, the reward read at the last real token and not at padding, the settings, agreement with human scores."),
     Stage("stress", "Long inputs, all-padding, garbage ids, fp16, padding invariance.", scores_rows=True),
     Stage("packing", "Packed sequences (only with a packing section in the config, or on the packed rows of data.batches): document isolation, same loss as unpacked, boundary labels, token weighting.",
           scores_rows=True),
@@ -52,16 +53,18 @@ STAGES = tuple(s.name for s in REGISTRY)  # pipeline order
 # (the config key that switches a stage on: a section, or a dotted section.key)
 # (packing also runs on the pipeline's own batches: their packed rows, found from the batches'
 # boundaries, measured as the pipeline packs them; it skips, saying why, where they hold none)
-OPT_IN = {"batches": ("data.batches",), "packing": ("packing", "data.batches")}
+OPT_IN = {"batches": ("data.batches",), "packing": ("packing", "data.batches"),
+          "reward": (f"objective.call={REWARD_CALL}",)}
 
 
 def opted_in(config, name: str) -> bool:
     """Whether the target sets a key that switches the opt-in stage `name` on."""
     for key in OPT_IN[name]:
+        key, _, wanted = key.partition("=")  # "section.key=value": on when the key has that value
         value = config
         for part in key.split("."):
             value = getattr(value, part, None)
-        if value is not None:
+        if value is not None and (not wanted or value == wanted):
             return True
     return False
 
@@ -91,6 +94,12 @@ def stage_skip_reason(config, name: str) -> str | None:
     if name == "batches" and not opted_in(config, name):
         return ("no [data] batches: the batches stage audits the pipeline's real batches and runs "
                 "only when the target names them (docs/config.md)")
+    if name == "reward" and not opted_in(config, name):
+        return (f"[objective] call is not \"{REWARD_CALL}\": the reward stage checks a reward model's "
+                "loss and runs only for that call (docs/config.md)")
+    if name != "reward" and config.objective.call == REWARD_CALL:
+        return (f"[objective] call = \"{REWARD_CALL}\": the objective takes the reward model's scalar "
+                f"rewards, not (logits, labels); the {name} stage needs a cross-entropy-style objective")
     if name in OPT_IN and not opted_in(config, name):
         return (f"no [{name}] section and no [data] batches: the {name} stage checks how the "
                 f"pipeline packs documents and runs only when the target describes it or names "

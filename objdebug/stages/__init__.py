@@ -12,6 +12,10 @@ import importlib
 from objdebug.pipeline.registry import pipeline_order
 
 
+# a stage whose checks live in another stage's package (the reward checks join the policy stage)
+_PACKAGE = {"reward": "policy"}
+
+
 def stage_checks(name: str) -> list:
     pipeline_order([name])
-    return importlib.import_module(f"objdebug.stages.{name}").checks()
+    return importlib.import_module(f"objdebug.stages.{_PACKAGE.get(name, name)}").checks()
