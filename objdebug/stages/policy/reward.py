@@ -88,7 +88,8 @@ class RewardZeroPoint(RewardCheck):
             losses = np.asarray(v["losses"])
             err = float(np.max(np.abs(losses - c))) / max(abs(c), 1.0)
             if err <= tol:
-                return Verdict.PASS, f"{what} = {v['formula']} = {c:.6g} (max relative error {err:.1e})", v["loss_mean"]
+                closed = v["formula"] if v["formula"] == f"{c:.6g}" else f"{v['formula']} = {c:.6g}"
+                return Verdict.PASS, f"{what} = {closed} (max relative error {err:.1e})", v["loss_mean"]
             summed = float(np.max(np.abs(losses - c * v["batch_size"]))) / max(abs(c * v["batch_size"]), 1.0)
             if c != 0 and summed <= tol:
                 return Verdict.PASS, (f"{what} = {v['batch_size']} x {v['formula']}: the closed form summed "

@@ -33,14 +33,15 @@ from objdebug.pipeline.datasets import preference_rows, score_rows
 PAIRWISE, REGRESSION = "pairwise", "regression"
 
 
-def loss_form(loss: Any, factory: str) -> tuple[str, bool]:
+def loss_form(loss: Any, factory: str, source: str | None = None) -> tuple[str, bool]:
     """(form, swap) from construct's two parameter names: swap when construct takes objdebug's
     (a, b) = (chosen, rejected) / (rewards, scores) as (b, a)."""
     names = parameters(loss)
     if names is None or len(names) != 2:
         raise InputError(f"For 'objective.factory' = '{factory}' with call = \"reward\", the loss's "
                          "construct must take two parameters, (chosen_rewards, rejected_rewards) or "
-                         f"(rewards, scores), but got {names if names is not None else 'an unreadable signature'}.")
+                         f"(rewards, scores), but got {names if names is not None else 'an unreadable signature'}.",
+                         source=source)
     low = [n.lower() for n in names]
     kinds = []
     for n in low:
@@ -60,7 +61,8 @@ def loss_form(loss: Any, factory: str) -> tuple[str, bool]:
         return REGRESSION, kinds[0] == "scores"
     raise InputError(f"For 'objective.factory' = '{factory}' with call = \"reward\", construct's "
                      "parameters must name a pairwise loss (chosen_rewards, rejected_rewards) or a "
-                     f"regression loss (rewards, scores), but got ({', '.join(names)}): rename them.")
+                     f"regression loss (rewards, scores), but got ({', '.join(names)}): rename them.",
+                     source=source)
 
 
 @dataclass
@@ -314,7 +316,7 @@ def session(ctx: Context) -> Session:
 def _build(ctx: Context) -> Session:
     cfg = ctx.config
     loss = ctx.target.objective
-    form, swap = loss_form(loss, cfg.objective.factory)
+    form, swap = loss_form(loss, cfg.objective.factory, cfg.source)
     pairs = preference_rows(ctx) if cfg.data.preference else []
     scored = score_rows(ctx) if cfg.data.scores else []
     if form == PAIRWISE and not pairs:
