@@ -85,6 +85,8 @@ class Session:
     scored: list[dict[str, Any]]
     length: int
     cache: dict[str, Any] = field(default_factory=dict)
+    # the loss's graph; a second session on the same engine (a test's loss-only twin) names its own
+    graph: str = "reward.objective"
 
     @property
     def position(self) -> str:
@@ -204,7 +206,7 @@ class Session:
                 keys.append(key)
             self.cache["variant_keys"], self.cache["variant_errors"] = keys, errors
             return RewardLosses(self.loss, variants, self.swap)
-        return self.ctx.engine.cell("reward.objective", build)
+        return self.ctx.engine.cell(self.graph, build)
 
     def evaluate(self, a: np.ndarray, b: np.ndarray, setting: str | None = None) -> dict[str, Any]:
         """The user's loss on (a, b) [N], batch by batch (fill rows copy the batch's first) ->
@@ -221,7 +223,7 @@ class Session:
         for s, e in self.chunks(len(a)):
             rows = list(range(s, e)) + [s] * (self.batch_size - (e - s))
             args = [ms.Tensor(np.asarray(x)[rows].astype(np.float32)) for x in (a, b)]
-            loss, da, db, others = self.ctx.engine.call("reward.objective", cell, *args)
+            loss, da, db, others = self.ctx.engine.call(self.graph, cell, *args)
             losses.append(float((others.asnumpy()[variant] if variant is not None else loss.asnumpy())))
             das.append(da.asnumpy().astype(np.float64)[:e - s])
             dbs.append(db.asnumpy().astype(np.float64)[:e - s])
@@ -253,7 +255,7 @@ class Session:
         engine, target = self.ctx.engine, self.ctx.target
         rewards = self.batch_rewards(batch)
         second = rewards[1] if self.form == PAIRWISE else _filled(batch["scores"], self.batch_size)
-        loss, da, db, _ = engine.call("reward.objective", self.losses_cell(),
+        loss, da, db, _ = engine.call(self.graph, self.losses_cell(),
                                       ms.Tensor(rewards[0].astype(np.float32)),
                                       ms.Tensor(second.astype(np.float32)))
         cots = [da.asnumpy().astype(np.float64), db.asnumpy().astype(np.float64)]
