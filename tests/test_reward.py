@@ -49,8 +49,8 @@ def scratch_cwd():
     os.chdir(old)
 
 
-def make_ctx(name: str) -> Context:
-    cfg = load_config(TARGETS / name / "objdebug.toml")
+def make_ctx(name: str, overrides: dict | None = None) -> Context:
+    cfg = load_config(TARGETS / name / "objdebug.toml", overrides=overrides)
     runtime.setup(cfg.run.device, cfg.run.mode, cfg.run.seed)
     target = load_target(cfg)
     engine = Engine(target, batch_size=PROFILE.section("engine")["batch_size"])
@@ -171,8 +171,17 @@ def test_dead_margin_fails(healthy):
 
 
 # --------------------------------------------------------------------------- reading twins
-def test_reward_read_at_padding_fails():
-    f = run(make_ctx("reward_bt_padding"), R.RewardReading())
+@pytest.fixture(scope="module")
+def few_pairs(tmp_path_factory) -> dict:
+    """The demo's first 12 pairs: the reading twins (a model each) need no more to show the bug."""
+    path = tmp_path_factory.mktemp("reward") / "pairs.jsonl"
+    lines = (ROOT / "objdebug" / "demo" / "preference.jsonl").read_text().splitlines()[:12]
+    path.write_text("\n".join(lines) + "\n")
+    return {"data.preference": str(path)}
+
+
+def test_reward_read_at_padding_fails(few_pairs):
+    f = run(make_ctx("reward_bt_padding", few_pairs), R.RewardReading())
     assert verdicts(f) == {"OBJ853": Verdict.FAIL, "OBJ854": Verdict.PASS}
     assert "padding position" in f["OBJ853"].message
 
@@ -191,8 +200,8 @@ def test_pooled_model_reads_the_healthy_rewards(healthy):
 @pytest.mark.parametrize("name,expected", [
     pytest.param("reward_eos_mask", Verdict.PASS, marks=pytest.mark.slow),  # a model of its own
     ("reward_eos_ids", Verdict.FAIL)])
-def test_pad_equal_eos_last_token(name, expected):
-    f = run(make_ctx(name), R.RewardReading())
+def test_pad_equal_eos_last_token(name, expected, few_pairs):
+    f = run(make_ctx(name, few_pairs), R.RewardReading())
     assert verdicts(f) == {"OBJ853": Verdict.PASS, "OBJ854": expected}
 
 
@@ -299,3 +308,30 @@ def test_cli_bad_loss_signature_is_exit_2_one_line():
     errors = [line for line in (p.stdout + p.stderr).splitlines() if "error" in line.lower()]
     assert len(errors) == 1 and str(cfg) in errors[0] and "(logits, labels)" in errors[0]
     assert "Traceback" not in p.stderr
+
+
+def test_reward_output_shapes_at_the_contract():
+    """[B] and [B, T] are a reward model's outputs; logits [B, T, V] or an int tensor are exit 2."""
+    import mindspore as ms
+
+    from objdebug.pipeline.contract import _check_rewards
+
+    assert _check_rewards(ms.Tensor(np.zeros(4, np.float32)), 4, 16) == "sequence"
+    assert _check_rewards(ms.Tensor(np.zeros((4, 16), np.float32)), 4, 16) == "token"
+    for bad in (np.zeros((4, 16, 256), np.float32), np.zeros((4, 16), np.int32), np.zeros(3, np.float32)):
+        with pytest.raises(InputError, match="a reward model must return float rewards"):
+            _check_rewards(ms.Tensor(bad), 4, 16)
+
+
+def test_the_reward_stage_runs_only_for_the_reward_call():
+    from objdebug.api import resolve_stages
+    from objdebug.pipeline.registry import stage_skip_reason
+
+    demo = load_config(demo=True)
+    prof = load_profile("default")
+    assert "reward" not in resolve_stages(demo, prof, None) and "reward" not in demo.to_dict()
+    assert stage_skip_reason(demo, "reward").startswith("[objective] call is not")
+    cfg = load_config(TARGETS / "reward_bt" / "objdebug.toml")
+    assert resolve_stages(cfg, prof, None)[-1] == "reward"
+    assert stage_skip_reason(cfg, "reward") is None
+    assert stage_skip_reason(cfg, "align").startswith('[objective] call = "reward"')
