@@ -59,7 +59,7 @@ def make_ctx(name: str, overrides: dict | None = None) -> Context:
     return Context(config=cfg, target=target, engine=engine, profile=PROFILE)
 
 
-def loss_twin(healthy: Context, name: str) -> Context:
+def loss_twin(healthy: Context, name: str, overrides: dict | None = None) -> Context:
     """A loss-only twin on the healthy target's model and engine (same model, checkpoint and
     rows: only the loss differs), so the shared forward and VJP graphs serve it; its loss graph
     has a name of its own, and the rows' rewards it reads come from the healthy session."""
@@ -67,14 +67,14 @@ def loss_twin(healthy: Context, name: str) -> Context:
 
     from objdebug.engine.target import _call_factory
 
-    cfg = load_config(TARGETS / name / "objdebug.toml")
+    cfg = load_config(TARGETS / name / "objdebug.toml", overrides=overrides)
     loss = _call_factory(cfg.objective.factory, cfg.objective.kwargs, "objective", cfg.base_dir)
     loss.set_train(False)
     target = replace(healthy.target, config=cfg, objective=loss)
     ctx = Context(config=cfg, target=target, engine=healthy.engine, profile=PROFILE)
     h = session(healthy)
     s = session(ctx)
-    s.graph = f"reward.objective.{name}"
+    s.graph = f"reward.objective.{name}.{cfg.objective.factory}"
     if s.form == h.form:
         s.cache["real"], s.cache["scored"] = h.real_inputs(), h.score_rewards()
     return ctx
@@ -168,6 +168,14 @@ def test_dead_margin_fails(healthy):
     assert verdicts(f) == {"OBJ856": Verdict.FAIL, "OBJ850": Verdict.FAIL}
     assert f["OBJ850"].value == pytest.approx(math.log(2.0), rel=1e-6)
     assert "margin" in f["OBJ856"].message
+
+
+def test_a_loss_returning_a_tuple_is_read_by_its_first_element(healthy):
+    ctx = loss_twin(healthy[0], "reward_bt",
+                    {"objective.factory": "fixtures.reward_losses:TupleBradleyTerryLoss"})
+    f = run(ctx, R.RewardZeroPoint(), R.RewardSwap(), R.RewardSettings())
+    assert all(x.verdict is Verdict.PASS for x in f.values()), {c: x.message for c, x in f.items()}
+    assert f["OBJ850"].value == pytest.approx(math.log1p(math.exp(0.5)), rel=1e-6)
 
 
 # --------------------------------------------------------------------------- reading twins

@@ -214,7 +214,9 @@ class RewardReading(RewardCheck):
         dropped = s.rewards(seqs, drop_last=True)
         scale = _scale(base)
         moved = np.abs(padded - base)
-        same = np.abs(dropped - base) <= float(th["last_token_rtol"]) * scale
+        # a one-token row has nothing left to read without its last token: not judged there
+        same = (np.abs(dropped - base) <= float(th["last_token_rtol"]) * scale) & \
+            np.array([x.length >= 2 for x in seqs.samples])
         ids = [x.id for x in seqs.samples]
         out = ctx.target.info.get("contract", {}).get("reward_output", "")
         return {"rows": len(base), "length": s.length, "extra_padding": extra, "scale": scale,

@@ -132,7 +132,10 @@ class Session:
     def output(self, ids: np.ndarray) -> np.ndarray:
         import mindspore as ms
 
-        return self.ctx.engine.forward(ms.Tensor(ids, ms.int32)).asnumpy()
+        out = self.ctx.engine.forward(ms.Tensor(ids, ms.int32))
+        if out.dtype == ms.bfloat16:  # numpy has no bfloat16
+            out = out.astype(ms.float32)
+        return out.asnumpy()
 
     def read(self, out: np.ndarray, n: np.ndarray, length: int) -> np.ndarray:
         """float64[B] rewards from the model's output [B] or [B, T]."""
