@@ -45,7 +45,7 @@ REGISTRY: tuple[Stage, ...] = (
     Stage("stress", "Long inputs, all-padding, garbage ids, fp16, padding invariance.", scores_rows=True),
     Stage("packing", "Packed sequences (only with a packing section in the config, or on the packed rows of data.batches): document isolation, same loss as unpacked, boundary labels, token weighting.",
           scores_rows=True),
-    Stage("reward", "A reward model's loss ([objective] call = \"reward\") on its real rewards: the zero point, swapping chosen and rejected, one step, the reward read at the last real token and not at padding, the settings, agreement with human scores."),
+    Stage("reward", "A reward model's loss (objective.call = \"reward\") on its real rewards: the zero point, swapping chosen and rejected, one step, the reward read at the last real token and not at padding, the settings, agreement with human scores."),
 )
 STAGES = tuple(s.name for s in REGISTRY)  # pipeline order
 # stages that run only when the target asks for them (a config section); a run that names no
