@@ -40,11 +40,21 @@ def _scale(r: np.ndarray) -> float:
     return max(float(np.std(r)) if r.size > 1 else 0.0, 1e-3 * float(np.mean(np.abs(r))) if r.size else 0.0, 1e-12)
 
 
+# The stage the reward checks report under; they join the policy stage when it lands (then
+# "policy": this constant and the rule pages' `stage:`). Their thresholds stay in the profile's
+# own [reward] section whatever the stage (`RewardCheck.run`), so folding them changes no key.
+STAGE = "reward"
+SECTION = "reward"
+
+
 class RewardCheck(Check):
-    stage = "reward"
+    stage = STAGE
 
     def skip_reason(self, ctx: Context) -> str | None:
         return no_reward_reason(ctx)
+
+    def run(self, ctx: Context, th: Settings):
+        return super().run(ctx, ctx.profile.section(SECTION))
 
 
 # --------------------------------------------------------------------------- zero point
