@@ -260,6 +260,7 @@ def _cell(*names):
     (("chosen_rewards", "rejected_rewards"), PAIRWISE, False),
     (("rejected_rewards", "chosen_rewards"), PAIRWISE, True),
     (("rewards_chosen", "rewards_rejected"), PAIRWISE, False),
+    (("reject_reward", "chosen_reward"), PAIRWISE, True),       # OpenRLHF's names, reversed
     (("rewards", "scores"), REGRESSION, False),
     (("labels", "values"), REGRESSION, True),
 ])
@@ -268,6 +269,7 @@ def test_loss_form_from_parameter_names(names, form, swap):
 
 
 @pytest.mark.parametrize("names", [("logits", "labels"), ("a", "b"), ("chosen_rewards",),
+                                   ("chosen_rewards", "scores"), ("closed_rewards", "rewards"),
                                    ("chosen", "rejected", "margin")])
 def test_unbound_loss_signature_is_input_error(names):
     with pytest.raises(InputError, match="construct"):

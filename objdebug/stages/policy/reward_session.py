@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import re
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -42,19 +43,7 @@ def loss_form(loss: Any, factory: str, source: str | None = None) -> tuple[str, 
                          "construct must take two parameters, (chosen_rewards, rejected_rewards) or "
                          f"(rewards, scores), but got {names if names is not None else 'an unreadable signature'}.",
                          source=source)
-    low = [n.lower() for n in names]
-    kinds = []
-    for n in low:
-        if "chosen" in n or "win" in n or "preferred" in n:
-            kinds.append("chosen")
-        elif "rejected" in n or "los" in n and "loss" not in n:
-            kinds.append("rejected")
-        elif "score" in n or "target" in n or "label" in n:
-            kinds.append("scores")
-        elif "reward" in n or "pred" in n or "value" in n:
-            kinds.append("rewards")
-        else:
-            kinds.append(None)
+    kinds = [_kind(n) for n in names]
     if sorted(k or "" for k in kinds) == ["chosen", "rejected"]:
         return PAIRWISE, kinds[0] == "rejected"
     if sorted(k or "" for k in kinds) == ["rewards", "scores"]:
@@ -63,6 +52,21 @@ def loss_form(loss: Any, factory: str, source: str | None = None) -> tuple[str, 
                      "parameters must name a pairwise loss (chosen_rewards, rejected_rewards) or a "
                      f"regression loss (rewards, scores), but got ({', '.join(names)}): rename them.",
                      source=source)
+
+
+# construct's parameter names, word by word (split at "_" and case): what each word binds
+_WORDS = (("chosen", {"chosen", "win", "winner", "winning", "preferred", "pos", "positive", "good"}),
+          ("rejected", {"rejected", "reject", "lose", "loser", "losing", "dispreferred", "neg", "negative", "bad"}),
+          ("scores", {"score", "scores", "target", "targets", "label", "labels"}),
+          ("rewards", {"reward", "rewards", "pred", "preds", "prediction", "predictions", "value", "values"}))
+
+
+def _kind(name: str) -> str | None:
+    words = {w.lower() for w in re.split(r"_+|(?<=[a-z])(?=[A-Z])", name) if w}
+    for kind, known in _WORDS:  # chosen / rejected first: "chosen_rewards" is a chosen reward
+        if words & known:
+            return kind
+    return None
 
 
 @dataclass
