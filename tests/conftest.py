@@ -38,6 +38,7 @@ HEAVY_FILES = (
     "test_llama_fixture.py",          # 34 s (3 tests)
     "test_memory_release.py",         # 24 s (3 tests)
     "test_demo_align.py",             # 22 s (3 tests)
+    "test_reward.py",                 # ~90 s on the 2 shared cores (23 tests): two model compiles + reward twins
 )
 
 

@@ -31,6 +31,10 @@ CALLS = ("flat", "sequence")
 # Preference objectives (the `preference` stage): "preference" takes the four sequence log-prob
 # vectors, "preference-pairs" owns policy and reference (see docs/config.md).
 PREFERENCE_CALLS = ("preference", "preference-pairs")
+# The reward model's loss (the `reward` checks): construct(chosen_rewards, rejected_rewards) or
+# (rewards, scores) on the model's scalar reward per sequence ([reward], docs/config.md).
+REWARD_CALL = "reward"
+REWARD_POSITIONS = ("last", "first")
 LOGPS = ("sum", "mean")
 from objdebug.core.policy_config import POLICY_CALLS, PolicySpec, validate_policy  # noqa: E402  (the policy stage's forms)
 LOSS_TYPES = ("sigmoid", "ipo", "simpo", "hinge")
@@ -61,6 +65,13 @@ class ObjectiveSpec:
 @dataclass
 class ReferenceSpec:
     checkpoint: str | None = None  # the frozen reference model; default: the policy's checkpoint
+
+
+@dataclass
+class RewardSpec:
+    """[reward]: where a model that returns a reward per position [B, T] is read (a [B] one is used as it is)."""
+
+    position: str = "last"          # "last": each row's last real token | "first": its first
 
 
 @dataclass
@@ -145,6 +156,7 @@ class Config:
     packing: PackingSpec | None = None  # [packing]: the packing stage runs only when it is set
     chat: ChatSpec | None = None  # [chat]: the rows are conversations (the batches stage's role audit)
     policy: PolicySpec | None = None    # [policy]: how the policy stage builds its inputs (call = "policy...")
+    reward: RewardSpec | None = None    # [reward]: only with [objective] call = "reward"
 
     @property
     def end_to_end(self) -> bool:
@@ -170,7 +182,7 @@ class Config:
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         # preference keys appear only when set, so reports of other targets keep their shape
-        for key in ("preference", "reference", "packing", "chat", "policy"):
+        for key in ("preference", "reference", "packing", "chat", "policy", "reward"):
             if out[key] is None:
                 del out[key]
         for section, key in (("objective", "logps"), ("objective", "loss_type"), ("data", "preference"),
@@ -201,7 +213,7 @@ AMP_DTYPES = ("float16", "bfloat16")
 
 _SECTIONS = {"model": ModelSpec, "objective": ObjectiveSpec, "data": DataSpec, "run": RunSpec,
              "preference": ObjectiveSpec, "reference": ReferenceSpec, "packing": PackingSpec,
-             "chat": ChatSpec, "policy": PolicySpec}
+             "chat": ChatSpec, "policy": PolicySpec, "reward": RewardSpec}
 _PATH_KEYS = {("model", "checkpoint"), ("objective", "checkpoint"), ("data", "align"), ("data", "scores"),
               ("run", "compile_cache"), ("data", "preference"), ("reference", "checkpoint"),
               ("data", "text"), ("chat", "template"), ("data", "rollouts")}
@@ -336,7 +348,7 @@ def _build(raw: dict, path: Path, origins: dict[str, str] | None = None) -> Conf
                  data=sections.get("data", DataSpec()), run=sections.get("run", RunSpec()),
                  source=str(path), base_dir=str(path.parent), preference=sections.get("preference"),
                  reference=sections.get("reference"), packing=sections.get("packing"),
-                 chat=sections.get("chat"), policy=sections.get("policy"))
+                 chat=sections.get("chat"), policy=sections.get("policy"), reward=sections.get("reward"))
     _validate(cfg, src)
     for section, key in _PATH_KEYS:
         spec = getattr(cfg, section)
@@ -407,12 +419,13 @@ def _validate(cfg: Config, src: _Sources) -> None:
             raise InputError(f"For '{where}.factory', the value must be 'module:callable', "
                              f"but got '{spec.factory}'.", source=src.of(f"{where}.factory"))
         _check_type(spec.kwargs, dict, f"{where}.kwargs", src)
-    if cfg.objective.call not in CALLS + PREFERENCE_CALLS + POLICY_CALLS:
-        raise InputError(f"For 'objective.call', the value must be in "
-                         f"{list(CALLS + PREFERENCE_CALLS + POLICY_CALLS)}, "
+    calls = CALLS + PREFERENCE_CALLS + POLICY_CALLS + (REWARD_CALL,)
+    if cfg.objective.call not in calls:
+        raise InputError(f"For 'objective.call', the value must be in {list(calls)}, "
                          f"but got '{cfg.objective.call}'.", source=src.of("objective.call"))
     _validate_preference(cfg, src)
     validate_policy(cfg, src)
+    _validate_reward(cfg, src)
     _check_type(cfg.objective.components, list, "objective.components", src)
     if not all(isinstance(c, str) for c in cfg.objective.components):
         raise InputError(f"For 'objective.components', the value must be a list of strings, but got "
@@ -613,6 +626,30 @@ def _validate_preference(cfg: Config, src: _Sources) -> None:
                          "the policy and the reference from the model factory", source=src)
     if cfg.reference is not None and cfg.reference.checkpoint is not None:
         _check_type(cfg.reference.checkpoint, str, "reference.checkpoint", src)
+
+
+def _validate_reward(cfg: Config, src: _Sources) -> None:
+    """`[objective] call = "reward"` and `[reward]`: a model, a position word, pairs or scored rows."""
+    if cfg.objective.call != REWARD_CALL:
+        if cfg.reward is not None:
+            raise InputError(f"[reward] is only for [objective] call = \"{REWARD_CALL}\", but "
+                             f"objective.call is '{cfg.objective.call}'.", source=src.of("objective.call"))
+        return
+    if cfg.model is None:
+        raise InputError(f"For 'objective.call' = '{REWARD_CALL}', a [model] is required: the reward "
+                         "model whose scalar reward per sequence the loss takes", source=str(src))
+    if cfg.preference is not None:
+        raise InputError(f"[preference] is for a preference objective beside a cross-entropy "
+                         f"[objective]; this [objective] is a '{REWARD_CALL}' call", source=str(src))
+    cfg.reward = cfg.reward or RewardSpec()
+    _check_type(cfg.reward.position, str, "reward.position", src)
+    if cfg.reward.position not in REWARD_POSITIONS:
+        raise InputError(f"For 'reward.position', the value must be in {list(REWARD_POSITIONS)}, but "
+                         f"got {cfg.reward.position!r}.", source=src.of("reward.position"))
+    if not cfg.data.preference and not cfg.data.scores:
+        raise InputError(f"For 'objective.call' = '{REWARD_CALL}', [data] preference (pairs, for a "
+                         "pairwise loss) or [data] scores (scored rows, for a regression loss) is "
+                         "required", source=str(src))
 
 
 # --------------------------------------------------------------------------- [packing]

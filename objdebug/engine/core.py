@@ -429,6 +429,8 @@ class Engine:
     # ------------------------------------------------------------------ vocabulary
     def vocab_size(self) -> int | None:
         """Model vocabulary: from the config, else the logits' last dimension (split form)."""
+        if self.target.config.objective.call == "reward":  # a reward model's output is no logits:
+            return self._vocab                                  # the tokenizer's vocabulary stands
         if self._vocab is None and self.target.model is not None:
             # token 0, not pad_id: pad_id is checked against the vocabulary this probe measures
             ids = np.zeros((self.batch_size, self.bucket(1)), np.int32)

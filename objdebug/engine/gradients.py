@@ -228,12 +228,14 @@ def model_vjp(engine: Any, target: Any, input_ids, cotangent) -> tuple:
     """dL/dparams from dL/dlogits: the model's vector-Jacobian product (`ModelVJP`) through
     the one dynamic-shape graph `model.vjp` -> (the model's output, the gradients in
     `target.model.trainable_params()` order), Tensors. `cotangent` has the logits' shape and
-    dtype."""
+    dtype (a reward model's output: [B, T] or [B])."""
     from objdebug.engine.cells import ModelVJP
 
     params = list(target.model.trainable_params())
+    # logits [B, T, V]: V fixed; a reward model's [B, T] or [B] output: every dimension dynamic
+    dims = [None] * min(len(cotangent.shape), 2) + list(cotangent.shape[2:])
     spec = (ms.Tensor(shape=[None, None], dtype=ms.int32),
-            ms.Tensor(shape=[None, None, cotangent.shape[-1]], dtype=cotangent.dtype))
+            ms.Tensor(shape=dims, dtype=cotangent.dtype))
     out, grads = dynamic_graph.call(engine, MODEL_VJP, lambda: ModelVJP(target.model, params), spec,
                                     input_ids, cotangent, rows=True)
     return out, tuple(grads)

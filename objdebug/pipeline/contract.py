@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from objdebug.core.config import POLICY_CALLS, PREFERENCE_CALLS
+from objdebug.core.config import POLICY_CALLS, PREFERENCE_CALLS, REWARD_CALL
 from objdebug.core.errors import InputError
 from objdebug.engine.compile_errors import ContractError, compile_error, first_line as _first_line
 
@@ -60,6 +60,20 @@ def _check_logits(out, batch: int, length: int) -> None:
     if out.dtype not in (ms.float16, ms.float32, ms.float64, ms.bfloat16):
         raise InputError(f"For 'model.factory', the model must return {expected}, but got dtype "
                          f"{out.dtype}.")
+
+
+def _check_rewards(out, batch: int, length: int) -> str:
+    """A reward model's output: a reward per sequence [B] ("sequence") or per position [B, T] ("token")."""
+    import mindspore as ms
+
+    shape = tuple(out.shape) if isinstance(out, ms.Tensor) else None
+    if shape not in ((batch,), (batch, length)) or out.dtype not in (ms.float16, ms.float32, ms.float64,
+                                                                       ms.bfloat16):
+        got = f"shape {list(shape)} {out.dtype}" if shape is not None else _describe(out)
+        raise InputError(f"For 'model.factory', a reward model must return float rewards [B] = [{batch}] "
+                         f"or [B, T] = [{batch}, {length}] for input_ids [{batch}, {length}], but got "
+                         f"{got}; set [model] output to the rewards' tuple index or dict key.")
+    return "sequence" if len(shape) == 1 else "token"
 
 
 def _model_logits(target, engine, ids, info: dict[str, Any]):
@@ -254,6 +268,9 @@ def probe(target, engine, length: int | None = None, per_sample: bool = False) -
     try:
         if target.model is not None:
             logits = _model_logits(target, engine, ms.Tensor(ids, ms.int32), info)
+            if cfg.objective.call == REWARD_CALL:  # a reward model: its loss is probed by its stage
+                info["reward_output"] = _check_rewards(logits, batch, length)
+                return info
             _check_logits(logits, batch, length)
             info["vocab"] = int(logits.shape[-1])
             info["logits_dtype"] = str(logits.dtype)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from objdebug.core.config import POLICY_CALLS, PREFERENCE_CALLS
+from objdebug.core.config import POLICY_CALLS, PREFERENCE_CALLS, REWARD_CALL
 from objdebug.core.errors import InputError
 
 
@@ -42,7 +42,7 @@ REGISTRY: tuple[Stage, ...] = (
     Stage("correlate", "Per-sample loss against human quality scores (Pearson with CI, Spearman, Kendall).",
           scores_rows=True),
     Stage("preference", "Preference objectives (DPO, IPO, SimPO, hinge) on real pairs: zero point, symmetry, direction, masking, length, settings, agreement."),
-    Stage("policy", "Policy-gradient objectives (PPO, GRPO, DAPO, Dr. GRPO) with their KL term on real rollouts (only with [objective] call = \"policy\" or \"policy-model\"): zero point, KL estimator, token weights and aggregation, masks and positions, clip, settings, one step."),
+    Stage("policy", "RLHF objectives (only with [objective] call = \"policy\", \"policy-model\" or \"reward\"): a policy-gradient loss (PPO, GRPO, DAPO, Dr. GRPO) with its KL term on real rollouts (zero point, KL estimator, token weights and aggregation, masks and positions, clip, settings, one step), or a reward model's loss on its real rewards (zero point, chosen/rejected swap, one step, the reward read at the last real token, settings, agreement with human scores)."),
     Stage("stress", "Long inputs, all-padding, garbage ids, fp16, padding invariance.", scores_rows=True),
     Stage("packing", "Packed sequences (only with a packing section in the config, or on the packed rows of data.batches): document isolation, same loss as unpacked, boundary labels, token weighting.",
           scores_rows=True),
@@ -54,16 +54,17 @@ STAGES = tuple(s.name for s in REGISTRY)  # pipeline order
 # (packing also runs on the pipeline's own batches: their packed rows, found from the batches'
 # boundaries, measured as the pipeline packs them; it skips, saying why, where they hold none)
 OPT_IN = {"batches": ("data.batches",), "packing": ("packing", "data.batches"),
-          "policy": ("policy_objective",)}
+          "policy": ("policy_objective", f"objective.call={REWARD_CALL}")}
 
 
 def opted_in(config, name: str) -> bool:
     """Whether the target sets a key that switches the opt-in stage `name` on."""
     for key in OPT_IN[name]:
+        key, _, wanted = key.partition("=")  # "section.key=value": on when the key has that value
         value = config
         for part in key.split("."):
             value = getattr(value, part, None)
-        if value is not None:
+        if value is not None and (not wanted or value == wanted):
             return True
     return False
 
@@ -94,13 +95,16 @@ def stage_skip_reason(config, name: str) -> str | None:
         return ("no [data] batches: the batches stage audits the pipeline's real batches and runs "
                 "only when the target names them (docs/config.md)")
     if name == "policy" and not opted_in(config, name):
-        return ("[objective] call is not \"policy\" or \"policy-model\": the policy stage checks a "
-                "policy-gradient objective and runs only on one (docs/config.md)")
+        return ("[objective] call is not \"policy\", \"policy-model\" or \"reward\": the policy stage checks "
+                "a policy-gradient objective or a reward model's loss and runs only on one (docs/config.md)")
     if name == "policy":
         return None
     if config.objective.call in POLICY_CALLS:
         return (f"[objective] call = \"{config.objective.call}\": the objective takes policy rollouts, "
                 f"not (logits, labels); the {name} stage needs a cross-entropy-style objective")
+    if config.objective.call == REWARD_CALL:
+        return (f"[objective] call = \"{REWARD_CALL}\": the objective takes the reward model's scalar "
+                f"rewards, not (logits, labels); the {name} stage needs a cross-entropy-style objective")
     if name in OPT_IN and not opted_in(config, name):
         return (f"no [{name}] section and no [data] batches: the {name} stage checks how the "
                 f"pipeline packs documents and runs only when the target describes it or names "

@@ -78,6 +78,13 @@ RANGES: dict[str, str | tuple[str, ...]] = {
     "policy.pairing_min_share": SHARE, "policy.clip_bisections": "[1, 60]",
     "policy.epsilon_atol": TOLERANCE, "policy.outside_value": REAL,
     "policy.setting_rtol": TOLERANCE, "policy.step_rel": "(0, inf)",
+    # [reward]
+    "reward.zero_point_rtol": TOLERANCE, "reward.step_rel": "(0, inf)",
+    "reward.extra_padding": LENGTH, "reward.padding_rtol": TOLERANCE,
+    "reward.last_token_rtol": TOLERANCE, "reward.last_token_fail_share": SHARE,
+    "reward.setting_rtol": TOLERANCE, "reward.score_r_pass": CORRELATION,
+    "reward.min_samples": "[3, inf)", "reward.bootstrap_resamples": "[1, inf)",
+    "reward.ci_level": LEVEL, "reward.seed": SEED,
     # [stress]
     "stress.seed": SEED, "stress.short_length": LENGTH, "stress.long_lengths": LENGTH,
     "stress.long_ratio_warn": RATIO, "stress.long_ratio_fail": RATIO,

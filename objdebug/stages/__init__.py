@@ -12,6 +12,7 @@ import importlib
 from objdebug.pipeline.registry import pipeline_order
 
 
+
 def stage_checks(name: str) -> list:
     pipeline_order([name])
     return importlib.import_module(f"objdebug.stages.{name}").checks()

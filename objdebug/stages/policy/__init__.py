@@ -1,5 +1,6 @@
 """The policy stage: a policy-gradient objective (PPO, GRPO, DAPO, Dr. GRPO) with its KL term on
-real rollouts, in graph mode. Opt-in: runs when `[objective] call` is "policy" or "policy-model".
+real rollouts, in graph mode, or a reward model's loss (`[objective] call = "reward"`: reward.py,
+OBJ850-OBJ856). Opt-in: runs when `[objective] call` is "policy", "policy-model" or "reward".
 Codes OBJ820-OBJ849:
 
 - OBJ820 the zero point (on-policy, policy == reference, advantages 0): loss 0;
@@ -756,5 +757,9 @@ class MicroBatches(PolicyCheck):
 
 
 def checks() -> list[Check]:
+    """The policy-gradient checks (each skips unless the call is "policy" / "policy-model"), then
+    the reward form's (each skips unless the call is "reward")."""
+    from objdebug.stages.policy.reward import checks as reward_checks
+
     return [ZeroPoint(), KLEstimator(), Weights(), Clip(), OutsideEntries(), Settings_(), Step(), Advantages(),
-            MicroBatches(), Stress()]
+            MicroBatches(), Stress()] + reward_checks()
