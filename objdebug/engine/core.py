@@ -187,11 +187,13 @@ class Engine:
         self._listeners.append(listener)
 
     def call(self, name: str, fn: Callable, *args: Any, signature: str | None = None,
-             probe: tuple[Callable, tuple] | None = None) -> Any:
+             probe: tuple[Callable, Callable[[], tuple]] | None = None) -> Any:
         """Call a compiled function; the first call per (name, input shapes) is logged as a compile.
 
         `signature`: what names the compile when the argument shapes would be a long list (the
-        gradient statistics take one tensor per parameter); it must change where they change."""
+        gradient statistics take one tensor per parameter); it must change where they change.
+        `probe`: (the Cell, a function giving smaller inputs it takes without a compile) that a
+        compile-cache hit of this graph is proved on (`_prove`), else the call's own inputs."""
         sig = signature or ",".join(f"{getattr(a, 'dtype', type(a).__name__)}{list(getattr(a, 'shape', ()))}"
                                     for a in args)
         key = (name, sig)
@@ -246,7 +248,7 @@ class Engine:
         return self._prove(name, sig, fn, args, out, signature, probe)
 
     def _prove(self, name: str, sig: str, fn: Callable, args: tuple, out: Any,
-               signature: str | None, probe: tuple[Callable, tuple] | None = None) -> Any:
+               signature: str | None, probe: tuple[Callable, Callable[[], tuple]] | None = None) -> Any:
         """A graph loaded from the compile cache counts only once it answered like the Cell does
         without it (engine/cache_proof.py): else it is dropped, compiled afresh (the cache is off
         from there on) and the fresh output is the result."""
@@ -258,6 +260,7 @@ class Engine:
         got = out
         try:
             if probe is not None:  # a batch-first dynamic graph: proved on its first row
+                probe = (probe[0], tuple(probe[1]()))
                 got = probe[0](*probe[1])
                 reassert_signals()
                 want, eager = self.reference(probe[0], probe[1]), True
