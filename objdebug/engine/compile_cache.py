@@ -419,9 +419,17 @@ class CompileCache:
 
     # ------------------------------------------------------------------ proof by behaviour
     def wants_proof(self, graph: str, signature: str) -> bool:
-        """Whether the first call that just ran loaded its graph from this cache (a hit): the
-        engine then checks its answer (`Engine._prove`) before it counts."""
-        return self.active and self._unproved == (graph, signature)
+        """Whether the first call that just ran loaded its graph from a cache the user named (a
+        hit): the engine then checks its answer (`Engine._prove`) before it counts.
+
+        Only a named cache (`--compile-cache`, `run.compile_cache`) is proved: that is where a cache
+        restored from elsewhere (a CI cache shared between branches, a fork's artifact) comes in.
+        The default `./.objdebug_cache` is used only when this user owns it and no one else can
+        write it (`cache_files.untrusted`). Why not prove every hit: on CPU a PyNative answer costs
+        most of the compile it checks (the demo: 5.9 s of proof for 8.7 s of compile saved), and a
+        gradient graph's PyNative call compiles through MindSpore's cache, whose files are numbered
+        by compile order, so every later graph of the run compiles cold (docs/performance.md)."""
+        return self.active and self.named and self._unproved == (graph, signature)
 
     def proved(self, graph: str, signature: str, seconds: float) -> None:
         """The hit answered like the Cell without its graph: it counts."""
