@@ -16,7 +16,8 @@ from __future__ import annotations
 import mindspore as ms
 from mindspore import nn, ops
 
-__all__ = ["MaskedCrossEntropy", "SigmoidDPOLoss", "IPOLoss", "SimPOLoss", "HingeDPOLoss"]
+__all__ = ["MaskedCrossEntropy", "SigmoidDPOLoss", "IPOLoss", "SimPOLoss", "HingeDPOLoss",
+           "WeightedCrossEntropy"]
 
 _REDUCTIONS = ("mean", "sum", "none")
 
@@ -442,3 +443,73 @@ class HingeDPOLoss(_PreferenceLoss):
         losses = ops.relu(1.0 - self.beta * (chosen - rejected))
         return (self.reduce(losses), ops.stop_gradient(self.beta * chosen),
                 ops.stop_gradient(self.beta * rejected))
+
+
+class WeightedCrossEntropy(nn.Cell):
+    r"""
+    Class-weighted cross-entropy for classification and token classification (tagging), in
+    float32: the reference objective of `[task] kind = "classification"` / `"tagging"`.
+
+    .. math::
+        \ell = \frac{\sum_n m_n w_{y_n} (-\log p_{n,y_n})}{\max(\sum_n m_n w_{y_n},\ \epsilon)},
+        \qquad m_n = \mathbb{1}\{y_n \neq \text{ignore_index}\}
+
+    (``'mean'``; the weighted mean of ``torch.nn.CrossEntropyLoss(weight=...)``), ``'sum'`` the
+    numerator alone. A row whose label is `ignore_index` contributes exactly 0 to the loss and
+    its gradient; an all-ignored batch gives 0.
+
+    Args:
+        weight (list[float]): One positive weight per class, in label-index order. Default:
+            ``None`` (every class 1).
+        ignore_index (int): The label of rows (or tag positions) that are not scored. Default: ``-100``.
+        reduction (str): ``'mean'`` (weighted mean) or ``'sum'``. Default: ``'mean'``.
+
+    Inputs:
+        - **logits** (Tensor) - :math:`(N, C)` or :math:`(..., C)`, any float dtype.
+        - **labels** (Tensor) - :math:`(N,)` or the leading shape of `logits`, int32.
+
+    Outputs:
+        Tensor, a float32 scalar.
+
+    Raises:
+        ValueError: If `weight` holds a value that is not a positive number, or `reduction` is
+            not ``'mean'`` / ``'sum'``.
+
+    Supported Platforms:
+        ``Ascend`` ``GPU`` ``CPU``
+    """
+
+    def __init__(self, weight=None, ignore_index=-100, reduction="mean"):
+        super().__init__()
+        name = "WeightedCrossEntropy"
+        if weight is not None and (not isinstance(weight, (list, tuple)) or not weight or not all(
+                isinstance(w, (int, float)) and not isinstance(w, bool) and w > 0 for w in weight)):
+            raise ValueError(f"For '{name}', the 'weight' must be a list of positive numbers, "
+                             f"but got {weight!r}.")
+        if reduction not in ("mean", "sum"):
+            raise ValueError(f"For '{name}', the 'reduction' must be in ['mean', 'sum'], but got "
+                             f"{reduction!r}.")
+        self.weight = None if weight is None else ms.Tensor([float(w) for w in weight], ms.float32)
+        self.ignore_index = ignore_index
+        self.reduction = reduction
+
+    def construct(self, logits, labels):
+        classes = logits.shape[-1]
+        x = logits.astype(ms.float32).reshape((-1, classes))
+        y = labels.astype(ms.int32).reshape((-1,))
+        logp = x - ops.stop_gradient(x.max(axis=-1, keepdims=True))
+        logp = logp - ops.log(ops.exp(logp).sum(axis=-1, keepdims=True))
+        mask = y != self.ignore_index
+        safe = ops.where(mask, y, ops.zeros_like(y))
+        safe = ops.where(safe < 0, ops.full_like(y, classes), safe)  # out of range: GatherD raises
+        nll = -ops.gather_d(logp, 1, safe.reshape((-1, 1))).reshape((-1,))
+        if self.weight is None:
+            w = ops.ones_like(nll)
+        else:
+            w = ops.gather(self.weight, safe, 0)
+        w = ops.where(mask, w, ops.zeros_like(w))
+        total = (ops.where(mask, nll, ops.zeros_like(nll)) * w).sum()
+        if self.reduction == "sum":
+            return total
+        norm = w.sum()
+        return total / ops.maximum(norm, ops.full_like(norm, 1e-12))
