@@ -103,8 +103,8 @@ class ClassWeights(Check):
             pairs = ", ".join(f"{names[k]}: measured {m[k]:.3g}, declared {e[k]:.3g}" for k in off[:6])
             said = f"declared by {src}" if declared is not None else "nothing declares a weight (uniform expected)"
             if len(off):
-                inverted = declared is not None and len(r) > 1 and \
-                    np.corrcoef(m, e)[0, 1] < -0.5
+                inverted = declared is not None and len(r) > 1 and np.ptp(m) > 0 and \
+                    np.ptp(e) > 0 and np.corrcoef(m, e)[0, 1] < -0.5
                 return Verdict.FAIL, (
                     f"class weights read off the objective's gradient ({v['reduction']} reduction) "
                     f"differ from those {said} for {len(off)} of {len(r)} classes: {pairs}"
