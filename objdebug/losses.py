@@ -17,7 +17,7 @@ import mindspore as ms
 from mindspore import nn, ops
 
 __all__ = ["MaskedCrossEntropy", "SigmoidDPOLoss", "IPOLoss", "SimPOLoss", "HingeDPOLoss",
-           "WeightedCrossEntropy"]
+           "WeightedCrossEntropy", "CRFLoss"]
 
 _REDUCTIONS = ("mean", "sum", "none")
 
@@ -513,3 +513,122 @@ class WeightedCrossEntropy(nn.Cell):
             return total
         norm = w.sum()
         return total / ops.maximum(norm, ops.full_like(norm, 1e-12))
+
+
+class CRFLoss(nn.Cell):
+    r"""
+    Linear-chain CRF negative log-likelihood for sequence labelling, in float32: the reference
+    objective of `[task] kind = "tagging"` with a CRF.
+
+    For emissions :math:`e_{t,k}` and the tags :math:`y` of the scored positions
+    :math:`t_1 < \dots < t_n` (those whose tag is not `ignore_index`),
+
+    .. math::
+        s(y) = a_{y_{t_1}} + \sum_i e_{t_i, y_{t_i}} + \sum_{i>1} A_{y_{t_{i-1}}, y_{t_i}} + b_{y_{t_n}},
+        \qquad \ell = \log \sum_{y'} \exp s(y') - s(y)
+
+    with start transitions :math:`a`, transitions :math:`A` and end transitions :math:`b`, the
+    partition function by the forward algorithm over the same positions. So
+    :math:`\sum_y \exp(-\ell(y)) = 1` and :math:`\ell \geq 0` for every tag sequence.
+
+    Args:
+        num_tags (int): K, the number of tags.
+        ignore_index (int): The tag of positions that are not scored (padding, later word pieces).
+            Default: ``-100``.
+        reduction (str): ``'mean'`` over rows, ``'sum'``, or ``'token_mean'`` (the sum over
+            the scored positions of the batch, pytorch-crf's name). Default: ``'mean'``.
+        seed (int): Seeds the initial transitions (normal, std 0.1). Default: ``0``.
+
+    Inputs:
+        - **emissions** (Tensor) - :math:`(B, T, K)` float.
+        - **tags** (Tensor) - :math:`(B, T)` int32; every row's first position is scored.
+
+    Outputs:
+        Tensor, a float32 scalar.
+
+    Supported Platforms:
+        ``Ascend`` ``GPU`` ``CPU``
+    """
+
+    def __init__(self, num_tags, ignore_index=-100, reduction="mean", seed=0):
+        super().__init__()
+        import numpy as np
+
+        if isinstance(num_tags, bool) or not isinstance(num_tags, int) or num_tags < 1:
+            raise ValueError(f"For 'CRFLoss', the 'num_tags' must be a positive int, but got {num_tags!r}.")
+        if reduction not in ("mean", "sum", "token_mean"):
+            raise ValueError(f"For 'CRFLoss', the 'reduction' must be in ['mean', 'sum', 'token_mean'], "
+                             f"but got {reduction!r}.")
+        rng = np.random.default_rng(seed)
+        k = num_tags
+        self.start_transitions = ms.Parameter(ms.Tensor(rng.normal(0, 0.1, k).astype(np.float32)),
+                                              name="start_transitions")
+        self.end_transitions = ms.Parameter(ms.Tensor(rng.normal(0, 0.1, k).astype(np.float32)),
+                                            name="end_transitions")
+        self.transitions = ms.Parameter(ms.Tensor(rng.normal(0, 0.1, (k, k)).astype(np.float32)),
+                                        name="transitions")
+        self.ignore_index = ignore_index
+        self.reduction = reduction
+
+    def _parts(self):
+        return self.start_transitions, self.transitions, self.end_transitions
+
+    def _mask(self, tags):
+        return tags != self.ignore_index
+
+    def _score(self, e, y, mask):
+        """s(y) per row: start, emissions and transitions along the scored positions, end."""
+        start, trans, end = self._parts()
+        first = y[:, 0]
+        score = ops.gather(start, first, 0) + ops.gather_d(e[:, 0], 1, first.reshape((-1, 1))).reshape((-1,))
+        prev = first
+        for t in range(1, e.shape[1]):
+            m = mask[:, t]
+            yt = y[:, t]
+            step = trans[prev, yt] + ops.gather_d(e[:, t], 1, yt.reshape((-1, 1))).reshape((-1,))
+            score = score + ops.where(m, step, ops.zeros_like(step))
+            prev = ops.where(m, yt, prev)
+        return score + ops.gather(end, prev, 0)
+
+    def _log_partition(self, e, mask):
+        """log sum_y exp s(y) per row: the forward algorithm over the scored positions."""
+        start, trans, end = self._parts()
+        alpha = start.reshape((1, -1)) + e[:, 0]
+        for t in range(1, e.shape[1]):
+            nxt = ops.logsumexp(alpha.expand_dims(2) + trans.expand_dims(0) + e[:, t].expand_dims(1), 1)
+            alpha = ops.where(mask[:, t].expand_dims(1), nxt, alpha)
+        return ops.logsumexp(alpha + end.reshape((1, -1)), 1)
+
+    def construct(self, emissions, tags):
+        e = emissions.astype(ms.float32)
+        mask = self._mask(tags)
+        y = ops.where(mask, tags, ops.zeros_like(tags)).astype(ms.int32)
+        nll = self._log_partition(e, mask) - self._score(e, y, mask)
+        if self.reduction == "token_mean":
+            count = mask.astype(ms.float32).sum()
+            return nll.sum() / ops.maximum(count, ops.ones_like(count))
+        return nll.sum() if self.reduction == "sum" else nll.mean()
+
+    def decode(self, emissions):
+        """Viterbi: the highest-scoring tag path of each row of emissions [B, T, K] (every
+        position real) -> int32 [B, T]."""
+        import numpy as np
+
+        start, trans, end = (p.asnumpy().astype(np.float64) for p in self._parts())
+        e = emissions.asnumpy().astype(np.float64)
+        b, steps, _ = e.shape
+        out = np.zeros((b, steps), np.int32)
+        for r in range(b):
+            delta = start + e[r, 0]
+            back = []
+            for t in range(1, steps):
+                cand = delta[:, None] + trans
+                back.append(cand.argmax(0))
+                delta = cand.max(0) + e[r, t]
+            k = int((delta + end).argmax())
+            path = [k]
+            for bp in reversed(back):
+                k = int(bp[k])
+                path.append(k)
+            out[r] = path[::-1]
+        return ms.Tensor(out)

@@ -9,6 +9,9 @@ files' rows, never trained on.
   (owner : count : reverse : shout = 8 : 4 : 2 : 1 in training), trained with
   :class:`objdebug.losses.WeightedCrossEntropy` and the inverse-frequency weights 1 : 2 : 4 : 8
   (`CLASS_WEIGHT`), the setting the class-weight check (OBJ220) measures.
+- tagging: the words of ``prompt + good response`` tagged O / NAME / COLOR / ANIMAL / FRUIT, each
+  word's tag on its first byte (the other bytes -100, as subword pipelines label pieces), trained
+  with the unweighted :class:`objdebug.losses.WeightedCrossEntropy` on `ContextTagger`'s emissions.
 """
 from __future__ import annotations
 
@@ -39,6 +42,70 @@ def classification_rows(examples, rng, prefix):
                      "label": ex.family})
     rng.shuffle(rows)
     return rows
+
+
+TAGS = ["O", "NAME", "COLOR", "ANIMAL", "FRUIT"]
+
+
+def word_tag(word: str) -> str:
+    base = word.strip(".,!:").lower()
+    if base.capitalize() in corpus.NAMES:
+        return "NAME"
+    if base in corpus.COLORS:
+        return "COLOR"
+    if base in corpus.ANIMALS or base in [corpus.plural(a) for a in corpus.ANIMALS]:
+        return "ANIMAL"
+    if base in corpus.FRUITS:
+        return "FRUIT"
+    return "O"
+
+
+def tagging_rows(examples, prefix):
+    rows = []
+    for i, ex in enumerate(examples):
+        tokens = (ex.prompt + ex.good).split()
+        rows.append({"id": f"{prefix}{i:03d}", "tokens": tokens, "tags": [word_tag(w) for w in tokens]})
+    return rows
+
+
+def tagged_ids(row, ignore=-100):
+    """ids and tags as objdebug.engine.tasks reads a `tokens` row (bytes tokenizer)."""
+    ids, tags = [], []
+    for k, (w, t) in enumerate(zip(row["tokens"], row["tags"])):
+        b = corpus.encode((" " if k else "") + w)
+        ids += b
+        tags += [TAGS.index(t)] + [ignore] * (len(b) - 1)
+    return ids, tags
+
+
+def train_tagger(seed: int, steps: int, out: str, lr: float = 3e-3) -> float:
+    import mindspore as ms
+    from mindspore import nn, Tensor
+
+    from objdebug.demo.task_models import ContextTagger
+    from objdebug.losses import WeightedCrossEntropy
+
+    rng = random.Random(seed)
+    train_ex, _ = corpus.split_prompts(seed=seed)
+    rng.shuffle(train_ex)
+    pairs = [tagged_ids(r) for r in tagging_rows(train_ex[:256], "t")]
+    ids = np.full((len(pairs), SEQ_LEN), PAD_ID, np.int32)
+    tags = np.full((len(pairs), SEQ_LEN), -100, np.int32)
+    for i, (a, b) in enumerate(pairs):
+        ids[i, :len(a)] = a[:SEQ_LEN]
+        tags[i, :len(b)] = b[:SEQ_LEN]
+    model = ContextTagger(tags=len(TAGS))
+    step = nn.TrainOneStepCell(nn.WithLossCell(model, WeightedCrossEntropy()),
+                               nn.Adam(model.trainable_params(), learning_rate=lr))
+    step.set_train()
+    loss = float("nan")
+    for s in range(steps):
+        loss = float(step(Tensor(ids), Tensor(tags)).asnumpy())
+        if s % 100 == 0 or s == steps - 1:
+            print(f"step {s:4d} loss {loss:.5f}", flush=True)
+    ms.save_checkpoint(model, out)
+    os.chmod(out, 0o644)
+    return loss
 
 
 def _ids(texts, seq_len=SEQ_LEN):
@@ -87,8 +154,8 @@ def write_jsonl(path, rows):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--task", choices=["classification"], default="classification")
-    ap.add_argument("--steps", type=int, default=120)
+    ap.add_argument("--task", choices=["classification", "tagging"], default="classification")
+    ap.add_argument("--steps", type=int, default=None)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     os.makedirs(HERE, exist_ok=True)
@@ -105,9 +172,13 @@ def main(argv=None):
         rng = random.Random(args.seed)
         _, heldout = corpus.split_prompts(seed=args.seed)
         picked = [e for fam in LABELS for e in [x for x in heldout if x.family == fam][:6]]
-        write_jsonl(os.path.join(HERE, "classification.jsonl"),
-                    classification_rows(picked, rng, "c"))
-        loss = train_classifier(args.seed, args.steps, os.path.join(HERE, "classifier.ckpt"))
+        if args.task == "classification":
+            write_jsonl(os.path.join(HERE, "classification.jsonl"),
+                        classification_rows(picked, rng, "c"))
+            loss = train_classifier(args.seed, args.steps or 120, os.path.join(HERE, "classifier.ckpt"))
+        else:
+            write_jsonl(os.path.join(HERE, "tagging.jsonl"), tagging_rows(picked[::2], "t"))
+            loss = train_tagger(args.seed, args.steps or 60, os.path.join(HERE, "tagger.ckpt"))
     finally:
         os.chdir(old)
         shutil.rmtree(workdir, ignore_errors=True)

@@ -29,6 +29,7 @@ from objdebug.pipeline.run_data import (fd_directions, grad_batch, grad_probe, l
 from objdebug.stages.grad.likelihood import analyse as likelihood_shape
 from objdebug.stages.grad.supervision import SupervisionCoverage
 from objdebug.stages.grad.class_weights import ClassWeights, IgnoredLabel, health_measure
+from objdebug.stages.grad.crf import CRFChecks
 
 _LISTED = 8
 _F32_EPS = 2.0 ** -23
@@ -507,4 +508,4 @@ class TaskGradientHealth(GradientHealth):
 def checks() -> list[Check]:
     return [GradientHealth(), PaddingLeakage(), SupervisionCoverage(), LogitGradientScale(),
             FiniteDifferences(), LikelihoodShape(),
-            TaskGradientHealth(), ClassWeights(), IgnoredLabel()]  # [task] kinds (issue 47)
+            TaskGradientHealth(), ClassWeights(), IgnoredLabel(), CRFChecks()]  # [task] kinds (issue 47)

@@ -51,6 +51,12 @@ class ClassWeights(Check):
     stage = "grad"
     kinds = KINDS
 
+    def skip_reason(self, ctx) -> str | None:
+        if list(ctx.target.objective.trainable_params()):
+            return ("the objective has parameters of its own (a CRF's transitions): its gradient "
+                    "is not a per-class weight times a cross-entropy's (the CRF checks, OBJ222-OBJ225)")
+        return None
+
     def measure(self, ctx, th: Settings) -> dict[str, Any]:
         from objdebug.engine import tasks
 
@@ -101,7 +107,8 @@ class ClassWeights(Check):
             rel = np.abs(m - e) / e
             off = np.nonzero(rel > rtol)[0]
             pairs = ", ".join(f"{names[k]}: measured {m[k]:.3g}, declared {e[k]:.3g}" for k in off[:6])
-            said = f"declared by {src}" if declared is not None else "nothing declares a weight (uniform expected)"
+            said = f"declared by {src}" if declared is not None else \
+                "expected without a declared weight (uniform: nothing declares one)"
             if len(off):
                 inverted = declared is not None and len(r) > 1 and np.ptp(m) > 0 and \
                     np.ptp(e) > 0 and np.corrcoef(m, e)[0, 1] < -0.5
