@@ -153,3 +153,27 @@ def test_bad_task_keys_exit_2(tmp_path):
     cfg, _ = _config(tmp_path, "classification", [{"id": "1", "text": "x", "label": "a"}])
     cli_exit_2(["run", "--config", cfg, "--set", "task.kind=regression"], "task.kind")
     cli_exit_2(["run", "--config", cfg, "--set", "task.class_weight={ z = 1.0 }"], "task.class_weight")
+
+
+def test_init_on_the_text_classifier_writes_a_config_that_runs(tmp_path, monkeypatch):
+    """`objdebug init` detects the kind from the rows' fields (and the model's [B, C] output) and
+    writes a config that runs: exit 0 or 1, never 2."""
+    from typer.testing import CliRunner
+
+    from objdebug import api
+    from objdebug.cli import app
+
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["init", "--model", "objdebug.demo.task_models:BagClassifier",
+                                      "--objective", "objdebug.losses:WeightedCrossEntropy",
+                                      "--checkpoint", str(TASKS / "classifier.ckpt"),
+                                      "--data", str(TASKS / "classification.jsonl")])
+    assert result.exit_code == 0, result.output
+    text = (tmp_path / "objdebug.toml").read_text()
+    assert 'kind = "classification"' in text and "labels = [" in text
+    cfg = api.load_config(tmp_path / "objdebug.toml")
+    assert api.run(cfg, stages=["align"]).exit_code in (0, 1)
+
+
+def test_demo_task_names_a_kind():
+    cli_exit_2(["demo", "--task", "regression"], "For '--task'")

@@ -19,6 +19,9 @@ from objdebug.core.errors import InputError
 
 CONFIG_NAMES = ("objdebug.toml", "pyproject.toml")
 DEMO_CONFIG = Path(__file__).resolve().parent.parent / "demo" / "objdebug.toml"
+# `objdebug demo --task KIND`: the task kinds' demos (objdebug/demo/tasks/, issue 47)
+DEMO_TASKS = {"classification": DEMO_CONFIG.parent / "tasks" / "classification.toml",
+              "tagging": DEMO_CONFIG.parent / "tasks" / "tagging_crf.toml"}
 
 DEVICES = ("CPU", "GPU", "Ascend")
 # what `[model] inputs` may name and `[model] mask_dtype` / `[data] padding_side` may be (the
@@ -267,7 +270,12 @@ def load_config(path: Path | str | None = None, overrides: dict[str, Any] | None
 
     `origins`: override key -> the command-line text it came from (`--mode fast`); an error in
     such a key names the command line, not the config file."""
-    if demo:
+    if isinstance(demo, str):  # demo --task KIND
+        if demo not in DEMO_TASKS:
+            raise InputError(f"For '--task', the value must be in {sorted(DEMO_TASKS)}, but got "
+                             f"{demo!r}.", source="command line")
+        path = DEMO_TASKS[demo]
+    elif demo:
         path = DEMO_CONFIG
     elif path is None:
         path = find_config()
