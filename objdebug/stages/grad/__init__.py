@@ -495,6 +495,7 @@ class TaskGradientHealth(GradientHealth):
     """OBJ201-OBJ204 on a `[task] kind`'s gradient batch (issue 47): the same measurement and
     conditions, the batch and gradient of the kind (stages/grad/class_weights.py)."""
 
+    name = "task-gradient-health"  # the rule pages of OBJ201-OBJ204 name both
     kinds = ("classification", "tagging")
     needs_trained = ()  # the causal LM's model-state measurement does not apply to these shapes
 
