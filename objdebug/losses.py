@@ -17,7 +17,7 @@ import mindspore as ms
 from mindspore import nn, ops
 
 __all__ = ["MaskedCrossEntropy", "SigmoidDPOLoss", "IPOLoss", "SimPOLoss", "HingeDPOLoss",
-           "WeightedCrossEntropy", "CRFLoss"]
+           "WeightedCrossEntropy", "CRFLoss", "InfoNCELoss", "TripletLoss"]
 
 _REDUCTIONS = ("mean", "sum", "none")
 
@@ -632,3 +632,96 @@ class CRFLoss(nn.Cell):
                 path.append(k)
             out[r] = path[::-1]
         return ms.Tensor(out)
+
+
+def _similarity(a, b, similarity):
+    """[B, D] x [B, D] -> [B, B] similarities: cosine (rows normalised) or dot."""
+    a = a.astype(ms.float32)
+    b = b.astype(ms.float32)
+    if similarity == "cosine":
+        a = a / ops.maximum(ops.norm(a, dim=-1, keepdim=True), ops.full((1, 1), 1e-12, dtype=ms.float32))
+        b = b / ops.maximum(ops.norm(b, dim=-1, keepdim=True), ops.full((1, 1), 1e-12, dtype=ms.float32))
+    return ops.matmul(a, b.T)
+
+
+class InfoNCELoss(nn.Cell):
+    r"""
+    In-batch InfoNCE for sentence embeddings: the reference objective of `[task] kind =
+    "embedding"` on (anchor, positive) pairs.
+
+    .. math::
+        \ell = -\frac{1}{B} \sum_i \log \frac{\exp(s(a_i, p_i) / \tau)}{\sum_j \exp(s(a_i, p_j) / \tau)}
+
+    with :math:`s` the cosine (or dot) similarity: every other row's positive is a negative, the
+    positive itself is in the denominator, the anchor is never compared with itself.
+
+    Args:
+        temperature (float): :math:`\tau > 0`. Default: ``0.05``.
+        similarity (str): ``'cosine'`` or ``'dot'``. Default: ``'cosine'``.
+
+    Inputs:
+        - **anchor** (Tensor) - :math:`(B, D)` float.
+        - **positive** (Tensor) - :math:`(B, D)` float.
+
+    Outputs:
+        Tensor, a float32 scalar.
+
+    Supported Platforms:
+        ``Ascend`` ``GPU`` ``CPU``
+    """
+
+    def __init__(self, temperature=0.05, similarity="cosine"):
+        super().__init__()
+        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or temperature <= 0:
+            raise ValueError(f"For 'InfoNCELoss', the 'temperature' must be a positive number, but got {temperature!r}.")
+        if similarity not in ("cosine", "dot"):
+            raise ValueError(f"For 'InfoNCELoss', the 'similarity' must be in ['cosine', 'dot'], but got {similarity!r}.")
+        self.temperature = float(temperature)
+        self.similarity = similarity
+
+    def construct(self, anchor, positive):
+        logits = _similarity(anchor, positive, self.similarity) / self.temperature
+        logp = logits - ops.logsumexp(logits, -1, True)
+        return -ops.diagonal(logp).mean()
+
+
+class TripletLoss(nn.Cell):
+    r"""
+    Triplet margin loss on embeddings: mean over rows of
+    :math:`\max(0,\ d(a, p) - d(a, n) + m)`, with :math:`d = 1 - \cos` (``'cosine'``) or the
+    Euclidean distance (``'euclidean'``).
+
+    Args:
+        margin (float): :math:`m \geq 0`. Default: ``1.0``.
+        distance (str): ``'euclidean'`` or ``'cosine'``. Default: ``'euclidean'``.
+
+    Inputs:
+        - **anchor**, **positive**, **negative** (Tensor) - :math:`(B, D)` float each.
+
+    Outputs:
+        Tensor, a float32 scalar.
+
+    Supported Platforms:
+        ``Ascend`` ``GPU`` ``CPU``
+    """
+
+    def __init__(self, margin=1.0, distance="euclidean"):
+        super().__init__()
+        if isinstance(margin, bool) or not isinstance(margin, (int, float)) or margin < 0:
+            raise ValueError(f"For 'TripletLoss', the 'margin' must be a number >= 0, but got {margin!r}.")
+        if distance not in ("euclidean", "cosine"):
+            raise ValueError(f"For 'TripletLoss', the 'distance' must be in ['euclidean', 'cosine'], but got {distance!r}.")
+        self.margin = float(margin)
+        self.distance = distance
+
+    def _d(self, x, y):
+        x = x.astype(ms.float32)
+        y = y.astype(ms.float32)
+        if self.distance == "cosine":
+            cos = (x * y).sum(-1) / ops.maximum(ops.norm(x, dim=-1) * ops.norm(y, dim=-1),
+                                                ops.full((1,), 1e-12, dtype=ms.float32))
+            return 1.0 - cos
+        return ops.sqrt(((x - y) ** 2).sum(-1) + 1e-12)
+
+    def construct(self, anchor, positive, negative):
+        return ops.relu(self._d(anchor, positive) - self._d(anchor, negative) + self.margin).mean()

@@ -7,7 +7,8 @@ trainable parameters of its own (transitions) on emissions [B, T, K] and tags [B
   (T <= `[grad] crf_enum_length`, at most `crf_enum_paths` tag paths), seeded random emissions,
   the user's objective on every tag path y (a batch of one) gives L(y), and a true NLL has
   sum_y exp(-L(y)) = 1, i.e. L(y) equals the brute-force NLL L(y) + log sum_y' exp(-L(y')) to
-  `crf_nll_tolerance`. A partition function that misses the start / end transitions (or a
+  `crf_nll_tolerance` (a loss per scored position, pytorch-crf's token_mean, is T L(y): the
+  closer of the two normalisations is judged). A partition function that misses the start / end transitions (or a
   transition) the path score has breaks it. Measured on the user's Cell alone: no re-implementation.
 - OBJ224 the loss is never negative (over the enumeration and the real rows).
 - OBJ225 a Cell with `decode(emissions)` (Viterbi) returns the path of least loss among all paths.
@@ -97,16 +98,24 @@ class CRFChecks(Check):
             ex = ms.Tensor(e)
             losses = np.array([float(tasks.objective(engine, ex, ms.Tensor(np.array([p], np.int32)))
                                      .asnumpy()[0]) for p in paths])
-            m = -losses
-            log_mass = float(m.max() + np.log(np.exp(m - m.max()).sum()))  # log sum exp(-L)
+            # log sum_y exp(-k L(y)): k = 1 for a loss per sequence (mean over rows, sum), k = T
+            # for one per scored position (token_mean): a batch of one row of T positions
+            mass = {}
+            for unit, k_scale in (("sequence", 1.0), ("token", float(t))):
+                m = -losses * k_scale
+                mass[unit] = float(m.max() + np.log(np.exp(m - m.max()).sum()))
             best = list(paths[int(losses.argmin())])
             decoded = None
             if callable(getattr(objective, "decode", None)):
                 out = objective.decode(ex)
                 decoded = [int(v) for v in np.asarray(out.asnumpy() if hasattr(out, "asnumpy") else out).reshape(-1)]
-            enum.append({"length": t, "paths": len(paths), "log_mass": log_mass,
+            enum.append({"length": t, "paths": len(paths), "mass": mass,
                          "min_loss": float(losses.min()), "best": best, "decoded": decoded})
-        return {"params": names, "grad_norms": norms, "loss": float(total.asnumpy()),
+        # the normalisation the loss follows: per sequence or per scored position (whichever fits)
+        unit = min(("sequence", "token"), key=lambda u: max([abs(r["mass"][u]) for r in enum] or [0.0]))
+        for r in enum:
+            r["log_mass"] = r["mass"][unit]
+        return {"params": names, "grad_norms": norms, "loss": float(total.asnumpy()), "unit": unit,
                 "real_min_loss": float(real_losses.min()), "enumerated": enum,
                 "has_decode": callable(getattr(objective, "decode", None))}
 
@@ -131,12 +140,13 @@ class CRFChecks(Check):
             if not math.isfinite(x) or x > tol:
                 return Verdict.FAIL, (
                     f"the loss is not the negative log-likelihood: log sum_y exp(-loss(y)) over every "
-                    f"tag path should be 0 but is {text} (tolerance {tol:g}); the loss is "
+                    f"tag path should be 0 but is {text} (per {v['unit']}, the closer of per sequence "
+                    f"and per token; tolerance {tol:g}); the loss is "
                     f"{'below' if worst['log_mass'] > 0 else 'above'} the brute-force NLL by "
                     f"{x:.4g}: the partition function and the path score disagree (start / end "
                     f"transitions?)"), x
-            return Verdict.PASS, (f"the loss equals the brute-force NLL by enumeration ({text}; "
-                                  f"tolerance {tol:g})"), x
+            return Verdict.PASS, (f"the loss equals the brute-force NLL per {v['unit']} by "
+                                  f"enumeration (log sum_y exp(-loss(y)): {text}; tolerance {tol:g})"), x
 
         def nonnegative(v):
             lo = min([v["real_min_loss"]] + [r["min_loss"] for r in v["enumerated"]])
