@@ -320,6 +320,19 @@ def _pair_cell(objective, three: bool):
     return PairForward()
 
 
+def pair_objective_of(engine, cell, name, anchor, positive, negative=None):
+    """`pair_objective` on another objective Cell (a variant with one setting changed), through
+    a graph of its own (`name`): the configured objective's graph never sees it."""
+    import mindspore as ms
+
+    from objdebug.engine import dynamic_graph
+
+    three = negative is not None
+    spec = ms.Tensor(shape=[None, anchor.shape[-1]], dtype=anchor.dtype)
+    return dynamic_graph.call(engine, name, lambda: _pair_cell(cell, three), (spec, spec, spec),
+                              anchor, positive, negative if three else anchor)
+
+
 def pair_objective(engine, anchor, positive, negative=None):
     """An embedding objective's outputs float32[K] on embeddings [B, D] (anchor, positive and,
     for triplets, negative): the dynamic graph `task.objective.pair` / `.triplet`."""

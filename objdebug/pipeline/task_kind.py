@@ -66,6 +66,15 @@ def check_output(out, kind: str, batch: int, length: int, labels: list[str] | No
     return last
 
 
+def _triplets(cfg) -> bool:
+    """Whether the embedding rows are triplets (every row has a negative)."""
+    try:
+        rows = tasks.read_rows(cfg, "align") or tasks.read_rows(cfg, "scores")
+    except InputError:
+        return False  # the rows' own errors are reported where they are read
+    return bool(rows) and all(r.negative is not None for r in rows)
+
+
 def check_target(target, engine) -> dict[str, Any]:
     """The kind's contract on a [batch_size, 8] batch of token 0; records it on the target."""
     import mindspore as ms
@@ -86,8 +95,8 @@ def check_target(target, engine) -> dict[str, Any]:
         last = check_output(out, kind, batch, length, cfg.task.labels)
         info["classes" if kind != "embedding" else "dim"] = last
         info["output_dtype"] = str(out.dtype)
-        if kind == "embedding":
-            result = tasks.pair_objective(engine, out, out, None)
+        if kind == "embedding":  # triplets when the rows have negatives: loss(anchor, positive, negative)
+            result = tasks.pair_objective(engine, out, out, out if _triplets(cfg) else None)
         else:
             labels = ms.Tensor(np.zeros(out.shape[:-1], np.int32))
             result = tasks.objective(engine, out, labels)

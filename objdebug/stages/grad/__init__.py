@@ -30,6 +30,7 @@ from objdebug.stages.grad.likelihood import analyse as likelihood_shape
 from objdebug.stages.grad.supervision import SupervisionCoverage
 from objdebug.stages.grad.class_weights import ClassWeights, IgnoredLabel, health_measure
 from objdebug.stages.grad.crf import CRFChecks
+from objdebug.stages.grad.contrastive import Contrastive
 
 _LISTED = 8
 _F32_EPS = 2.0 ** -23
@@ -509,4 +510,4 @@ class TaskGradientHealth(GradientHealth):
 def checks() -> list[Check]:
     return [GradientHealth(), PaddingLeakage(), SupervisionCoverage(), LogitGradientScale(),
             FiniteDifferences(), LikelihoodShape(),
-            TaskGradientHealth(), ClassWeights(), IgnoredLabel(), CRFChecks()]  # [task] kinds (issue 47)
+            TaskGradientHealth(), ClassWeights(), IgnoredLabel(), CRFChecks(), Contrastive()]  # [task] kinds (issue 47)
