@@ -164,7 +164,7 @@ def run(
 
 @app.command()
 @with_options(*DEMO_OPTIONS)
-def demo(task: Annotated[Optional[str], typer.Option("--task", help="classification or tagging: the demo of a [task] kind (a text classifier, a CRF tagger).")] = None, **opts) -> None:
+def demo(task: Annotated[Optional[str], typer.Option("--task", help="classification, tagging or embedding: the demo of a [task] kind (a text classifier, a CRF tagger, an InfoNCE encoder).")] = None, **opts) -> None:
     """Run every stage on the bundled demo target (a tiny causal LM trained by this project)."""
     execute(stages=None, demo=task or True, **opts)
 

@@ -74,3 +74,54 @@ def _tensor(shape):
     import mindspore as ms
 
     return ms.Tensor(np.zeros(shape, np.float32))
+
+
+# --------------------------------------------------------------------------- the contrastive checks
+from .test_tasks_classification import _codes, _run  # noqa: E402
+
+
+_RUNS: dict = {}
+
+
+@pytest.fixture
+def emb_runs():
+    """Runs made on first use, kept for the module: the default suite pays for three targets,
+    `-m slow` for the other twins."""
+    class Lazy(dict):
+        def __missing__(self, name):
+            self[name] = _run(name, ["grad.contrastive"])
+            return self[name]
+    return _RUNS.setdefault("runs", Lazy())
+
+
+def test_double_temperature_fails_where_the_healthy_twin_passes(emb_runs):
+    assert "OBJ226" in _codes(emb_runs["emb_double_temperature"], "fail")
+    assert emb_runs["emb_healthy"].exit_code == 0
+
+
+@pytest.mark.slow
+def test_healthy_contrastive_objectives_pass_ci_gate(emb_runs):
+    for name in ("emb_healthy", "triplet_healthy"):
+        r = emb_runs[name]
+        assert r.exit_code == 0, [f.message for f in r.findings]
+        value = r.results[0].value
+        assert value["loss"] == pytest.approx(value["reference"], rel=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("twin, code", [
+    ("emb_double_temperature", "OBJ226"), ("emb_no_positive", "OBJ226"),
+    ("emb_self_similarity", "OBJ226"), ("emb_unused_temperature", "OBJ227"),
+    ("emb_not_normalised", "OBJ228"), ("triplet_unused_margin", "OBJ227"),
+])
+def test_contrastive_twins_fail_with_a_code_the_healthy_twin_lacks(emb_runs, twin, code):
+    r = emb_runs[twin]
+    assert code in _codes(r, "fail") and r.exit_code == 1, [f.message for f in r.findings]
+    assert code not in _codes(emb_runs["emb_healthy"], "fail") | _codes(emb_runs["triplet_healthy"], "fail")
+
+
+@pytest.mark.slow
+def test_duplicate_positives_are_reported(emb_runs):
+    r = emb_runs["emb_duplicates"]
+    assert "OBJ229" in _codes(r, "warn") and r.exit_code == 1  # ci-gate: a warning fails
+    assert "OBJ229" in _codes(emb_runs["emb_healthy"], "pass")

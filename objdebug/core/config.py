@@ -21,7 +21,8 @@ CONFIG_NAMES = ("objdebug.toml", "pyproject.toml")
 DEMO_CONFIG = Path(__file__).resolve().parent.parent / "demo" / "objdebug.toml"
 # `objdebug demo --task KIND`: the task kinds' demos (objdebug/demo/tasks/, issue 47)
 DEMO_TASKS = {"classification": DEMO_CONFIG.parent / "tasks" / "classification.toml",
-              "tagging": DEMO_CONFIG.parent / "tasks" / "tagging_crf.toml"}
+              "tagging": DEMO_CONFIG.parent / "tasks" / "tagging_crf.toml",
+              "embedding": DEMO_CONFIG.parent / "tasks" / "embedding.toml"}
 
 DEVICES = ("CPU", "GPU", "Ascend")
 # what `[model] inputs` may name and `[model] mask_dtype` / `[data] padding_side` may be (the
