@@ -152,13 +152,12 @@ class IgnoredLabel(Check):
 
     def conditions(self, th: Settings) -> list[Condition]:
         tol = float(th["ignored_tolerance"])
-        unit = "row" if True else "tag"
 
         def judge(v):
             pid = v["label_pad_id"]
             if v["rejected"]:
                 return Verdict.FAIL, (f"the objective rejects label_pad_id = {pid}: on a batch with "
-                                      f"ignored {unit}s it raises ({v['rejected']}); set its "
+                                      f"ignored rows / tags it raises ({v['rejected']}); set its "
                                       f"ignore_index to {pid}"), None
             x = v["ignored_norm"]
             if not math.isfinite(x) or x > tol:

@@ -55,8 +55,6 @@ class Contrastive(Check):
         return None
 
     def measure(self, ctx, th: Settings) -> dict[str, Any]:
-        import mindspore as ms
-
         from objdebug.engine import tasks
         from objdebug.engine.target import _call_factory
 
