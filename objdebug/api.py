@@ -62,6 +62,9 @@ def run(cfg: Config, *, stages: list[str] | None = None, profile: Profile | str 
         profile = load_profile(profile or cfg.run.profile)
     chosen = resolve_stages(cfg, profile, stages)
     preflight(cfg)  # data-file errors before MindSpore starts
+    if cfg.task.kind != "causal-lm":  # a [task] kind's rows: labels, tags, pairs (issue 47)
+        from objdebug.engine.tasks import preflight as task_preflight
+        task_preflight(cfg)
     # every prefix upper-cased and matching a known code, the whole keeping some code of the
     # stages that run: a selection that drops everything would pass without checking (issue 23)
     select = selection.prefixes(select, "--select", "command line")

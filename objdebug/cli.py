@@ -164,9 +164,9 @@ def run(
 
 @app.command()
 @with_options(*DEMO_OPTIONS)
-def demo(**opts) -> None:
+def demo(task: Annotated[Optional[str], typer.Option("--task", help="classification, tagging or embedding: the demo of a [task] kind (a text classifier, a CRF tagger, an InfoNCE encoder).")] = None, **opts) -> None:
     """Run every stage on the bundled demo target (a tiny causal LM trained by this project)."""
-    execute(stages=None, demo=True, **opts)
+    execute(stages=None, demo=task or True, **opts)
 
 
 @app.command()

@@ -137,6 +137,8 @@ def data_kind(path: Path) -> str:
         return "text"
     for _, row in _rows(path):
         keys = set(row)
+        if task_rows(path):  # a [task] kind's rows live under the causal LM's keys (issue 47)
+            return "scores" if "score" in keys else "align"
         if keys & {"good", "good_ids"}:
             return "align"
         if keys & {"chosen", "chosen_ids"}:
@@ -149,6 +151,58 @@ def data_kind(path: Path) -> str:
                          f"expected align (good/bad), scores (response/score), preference "
                          f"(chosen/rejected) or text rows", source=str(path))
     raise InputError("For '--data', the file has no rows", source=str(path))
+
+
+def task_rows(path: Path) -> str | None:
+    """The `[task] kind` whose rows the file holds (its first row's fields), or None (causal LM):
+    a `label` is classification, `tags` tagging, an `anchor` embedding."""
+    if not _is_jsonl(path):
+        return None
+    for _, row in _rows(path):
+        keys = set(row)
+        if "label" in keys and keys & {"text", "ids", "text_ids"}:
+            return "classification"
+        if "tags" in keys:
+            return "tagging"
+        if keys & {"anchor", "anchor_ids"}:
+            return "embedding"
+        return None
+    return None
+
+
+def _task_labels(paths, kind: str) -> list[str]:
+    """The class / tag names the rows use, in order of first appearance (names only)."""
+    names: list[str] = []
+    for p in paths:
+        for _, row in _rows(p):
+            for v in ([row.get("label")] if kind == "classification" else row.get("tags") or []):
+                if isinstance(v, str) and v not in names:
+                    names.append(v)
+    return names
+
+
+def _probe_task(cfg, target, found: Findings, kind: str, paths) -> str | None:
+    """The task kind's contract probe (pipeline/task_kind.py); writes [task] kind and labels
+    (the rows' names, as many as the model has classes); the probe's error or None."""
+    from objdebug.engine.core import Engine
+    from objdebug.pipeline import task_kind
+
+    cfg.task.kind = kind
+    found.set("task", "kind", kind, "detected from the rows' fields and the model's output shape")
+    try:
+        info = task_kind.check_target(target, Engine(target, batch_size=2))
+    except InputError as exc:
+        return str(exc)
+    if kind != "embedding":
+        names = _task_labels(paths, kind)
+        c = info["classes"]
+        if names:
+            labels = names + [f"class_{k}" for k in range(len(names), c)]
+            found.set("task", "labels", labels[:c], f"the rows' names in order of first appearance; "
+                                                    f"the model has {c} classes")
+            found.undecided.append("task.labels: the names' index order is the order the rows use "
+                                   "them first; put them in the model's class order")
+    return None
 
 
 def _data_ids(paths: dict[str, Path], tokenizer) -> tuple[list[list[int]], list[list[int]]]:
@@ -253,7 +307,7 @@ _HEADER = """\
 
 
 def render(found: Findings) -> str:
-    order = {"model": ["factory", "kwargs", "checkpoint", "inputs", "output"],
+    order = {"task": ["kind", "labels"], "model": ["factory", "kwargs", "checkpoint", "inputs", "output"],
              "objective": ["factory", "kwargs", "call"],
              "data": ["tokenizer", "bos_id", "eos_id", "pad_id", "label_pad_id", "shift", "vocab_size",
                       "max_length", "align", "scores", "preference", "text"],
@@ -411,11 +465,19 @@ def init_config(model: str, objective: str, checkpoint: str | None = None, data:
         from objdebug.engine.cells import wrap
 
         target.model = wrap(model_inputs.unwrap(target.model), cfg)
-        info, error = _probe_contract(cfg, target)
+        task = next((k for k in map(task_rows, files) if k), None)
+        info, error = (None, _probe_task(cfg, target, found, task, files)) if task else \
+            _probe_contract(cfg, target)
+        if info is None and not task and error and "[B, T, V]" in error:  # a classifier's [B, C]
+            task, error = "classification", _probe_task(cfg, target, found, "classification", files)
         ignore = getattr(target.objective, "ignore_index", objective_defaults.get("ignore_index"))
         kwargs = {"ignore_index": ignore} if isinstance(ignore, int) and not isinstance(ignore, bool) else {}
         found.set("objective", "kwargs", kwargs, "" if kwargs else "assumed: no ignore_index found")
-        if info is None:
+        if task:  # the causal LM's calling form, length and label pairing do not apply
+            found.probe_error = error
+            found.values.get("objective", {}).pop("call", None)
+            vocab = None
+        elif info is None:
             found.probe_error = error
             found.set("objective", "call", "flat", "assumed: the contract probe failed")
             vocab = None
@@ -457,7 +519,7 @@ def init_config(model: str, objective: str, checkpoint: str | None = None, data:
         found.set("data", "shift", pairing.offset == 0,
                   f"measured: the objective scores {pairing.describe()}: {layout}")
         found.detected_shift = f"{str(pairing.offset == 0).lower()} (the objective scores {pairing.describe()})"
-    else:
+    elif not task:
         found.set("data", "shift", True, "assumed: labels are the next token (false if the model shifts itself)")
         found.undecided.append("data.shift: true assumed (position t predicts token t+1); false if the "
                                "model shifts the labels itself")

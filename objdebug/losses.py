@@ -18,7 +18,8 @@ from __future__ import annotations
 import mindspore as ms
 from mindspore import nn, ops
 
-__all__ = ["MaskedCrossEntropy", "SigmoidDPOLoss", "IPOLoss", "SimPOLoss", "HingeDPOLoss", "GRPOLoss"]
+__all__ = ["MaskedCrossEntropy", "SigmoidDPOLoss", "IPOLoss", "SimPOLoss", "HingeDPOLoss", "GRPOLoss",
+           "WeightedCrossEntropy", "CRFLoss", "InfoNCELoss", "TripletLoss"]
 
 _REDUCTIONS = ("mean", "sum", "none")
 
@@ -487,3 +488,285 @@ class GRPOLoss(nn.Cell):
         d = ref_per_token_logps[:, 1:] - lp
         tokens = (pg + self.beta * (ops.exp(d) - d - 1.0)) * m
         return (tokens.sum(-1) / ops.maximum(m.sum(-1), 1.0)).mean()
+
+
+class WeightedCrossEntropy(nn.Cell):
+    r"""
+    Class-weighted cross-entropy for classification and token classification (tagging), in
+    float32: the reference objective of `[task] kind = "classification"` / `"tagging"`.
+
+    .. math::
+        \ell = \frac{\sum_n m_n w_{y_n} (-\log p_{n,y_n})}{\max(\sum_n m_n w_{y_n},\ \epsilon)},
+        \qquad m_n = \mathbb{1}\{y_n \neq \text{ignore_index}\}
+
+    (``'mean'``; the weighted mean of ``torch.nn.CrossEntropyLoss(weight=...)``), ``'sum'`` the
+    numerator alone. A row whose label is `ignore_index` contributes exactly 0 to the loss and
+    its gradient; an all-ignored batch gives 0.
+
+    Args:
+        weight (list[float]): One positive weight per class, in label-index order. Default:
+            ``None`` (every class 1).
+        ignore_index (int): The label of rows (or tag positions) that are not scored. Default: ``-100``.
+        reduction (str): ``'mean'`` (weighted mean) or ``'sum'``. Default: ``'mean'``.
+
+    Inputs:
+        - **logits** (Tensor) - :math:`(N, C)` or :math:`(..., C)`, any float dtype.
+        - **labels** (Tensor) - :math:`(N,)` or the leading shape of `logits`, int32.
+
+    Outputs:
+        Tensor, a float32 scalar.
+
+    Raises:
+        ValueError: If `weight` holds a value that is not a positive number, or `reduction` is
+            not ``'mean'`` / ``'sum'``.
+
+    Supported Platforms:
+        ``Ascend`` ``GPU`` ``CPU``
+    """
+
+    def __init__(self, weight=None, ignore_index=-100, reduction="mean"):
+        super().__init__()
+        name = "WeightedCrossEntropy"
+        if weight is not None and (not isinstance(weight, (list, tuple)) or not weight or not all(
+                isinstance(w, (int, float)) and not isinstance(w, bool) and w > 0 for w in weight)):
+            raise ValueError(f"For '{name}', the 'weight' must be a list of positive numbers, "
+                             f"but got {weight!r}.")
+        if reduction not in ("mean", "sum"):
+            raise ValueError(f"For '{name}', the 'reduction' must be in ['mean', 'sum'], but got "
+                             f"{reduction!r}.")
+        self.weight = None if weight is None else ms.Tensor([float(w) for w in weight], ms.float32)
+        self.ignore_index = ignore_index
+        self.reduction = reduction
+
+    def construct(self, logits, labels):
+        classes = logits.shape[-1]
+        x = logits.astype(ms.float32).reshape((-1, classes))
+        y = labels.astype(ms.int32).reshape((-1,))
+        logp = x - ops.stop_gradient(x.max(axis=-1, keepdims=True))
+        logp = logp - ops.log(ops.exp(logp).sum(axis=-1, keepdims=True))
+        mask = y != self.ignore_index
+        safe = ops.where(mask, y, ops.zeros_like(y))
+        safe = ops.where(safe < 0, ops.full_like(y, classes), safe)  # out of range: GatherD raises
+        nll = -ops.gather_d(logp, 1, safe.reshape((-1, 1))).reshape((-1,))
+        if self.weight is None:
+            w = ops.ones_like(nll)
+        else:
+            w = ops.gather(self.weight, safe, 0)
+        w = ops.where(mask, w, ops.zeros_like(w))
+        total = (ops.where(mask, nll, ops.zeros_like(nll)) * w).sum()
+        if self.reduction == "sum":
+            return total
+        norm = w.sum()
+        return total / ops.maximum(norm, ops.full_like(norm, 1e-12))
+
+
+class CRFLoss(nn.Cell):
+    r"""
+    Linear-chain CRF negative log-likelihood for sequence labelling, in float32: the reference
+    objective of `[task] kind = "tagging"` with a CRF.
+
+    For emissions :math:`e_{t,k}` and the tags :math:`y` of the scored positions
+    :math:`t_1 < \dots < t_n` (those whose tag is not `ignore_index`),
+
+    .. math::
+        s(y) = a_{y_{t_1}} + \sum_i e_{t_i, y_{t_i}} + \sum_{i>1} A_{y_{t_{i-1}}, y_{t_i}} + b_{y_{t_n}},
+        \qquad \ell = \log \sum_{y'} \exp s(y') - s(y)
+
+    with start transitions :math:`a`, transitions :math:`A` and end transitions :math:`b`, the
+    partition function by the forward algorithm over the same positions. So
+    :math:`\sum_y \exp(-\ell(y)) = 1` and :math:`\ell \geq 0` for every tag sequence.
+
+    Args:
+        num_tags (int): K, the number of tags.
+        ignore_index (int): The tag of positions that are not scored (padding, later word pieces).
+            Default: ``-100``.
+        reduction (str): ``'mean'`` over rows, ``'sum'``, or ``'token_mean'`` (the sum over
+            the scored positions of the batch, pytorch-crf's name). Default: ``'mean'``.
+        seed (int): Seeds the initial transitions (normal, std 0.1). Default: ``0``.
+
+    Inputs:
+        - **emissions** (Tensor) - :math:`(B, T, K)` float.
+        - **tags** (Tensor) - :math:`(B, T)` int32; every row's first position is scored.
+
+    Outputs:
+        Tensor, a float32 scalar.
+
+    Supported Platforms:
+        ``Ascend`` ``GPU`` ``CPU``
+    """
+
+    def __init__(self, num_tags, ignore_index=-100, reduction="mean", seed=0):
+        super().__init__()
+        import numpy as np
+
+        if isinstance(num_tags, bool) or not isinstance(num_tags, int) or num_tags < 1:
+            raise ValueError(f"For 'CRFLoss', the 'num_tags' must be a positive int, but got {num_tags!r}.")
+        if reduction not in ("mean", "sum", "token_mean"):
+            raise ValueError(f"For 'CRFLoss', the 'reduction' must be in ['mean', 'sum', 'token_mean'], "
+                             f"but got {reduction!r}.")
+        rng = np.random.default_rng(seed)
+        k = num_tags
+        self.start_transitions = ms.Parameter(ms.Tensor(rng.normal(0, 0.1, k).astype(np.float32)),
+                                              name="start_transitions")
+        self.end_transitions = ms.Parameter(ms.Tensor(rng.normal(0, 0.1, k).astype(np.float32)),
+                                            name="end_transitions")
+        self.transitions = ms.Parameter(ms.Tensor(rng.normal(0, 0.1, (k, k)).astype(np.float32)),
+                                        name="transitions")
+        self.ignore_index = ignore_index
+        self.reduction = reduction
+
+    def _parts(self):
+        return self.start_transitions, self.transitions, self.end_transitions
+
+    def _mask(self, tags):
+        return tags != self.ignore_index
+
+    def _score(self, e, y, mask):
+        """s(y) per row: start, emissions and transitions along the scored positions, end."""
+        start, trans, end = self._parts()
+        first = y[:, 0]
+        score = ops.gather(start, first, 0) + ops.gather_d(e[:, 0], 1, first.reshape((-1, 1))).reshape((-1,))
+        prev = first
+        for t in range(1, e.shape[1]):
+            m = mask[:, t]
+            yt = y[:, t]
+            step = trans[prev, yt] + ops.gather_d(e[:, t], 1, yt.reshape((-1, 1))).reshape((-1,))
+            score = score + ops.where(m, step, ops.zeros_like(step))
+            prev = ops.where(m, yt, prev)
+        return score + ops.gather(end, prev, 0)
+
+    def _log_partition(self, e, mask):
+        """log sum_y exp s(y) per row: the forward algorithm over the scored positions."""
+        start, trans, end = self._parts()
+        alpha = start.reshape((1, -1)) + e[:, 0]
+        for t in range(1, e.shape[1]):
+            nxt = ops.logsumexp(alpha.expand_dims(2) + trans.expand_dims(0) + e[:, t].expand_dims(1), 1)
+            alpha = ops.where(mask[:, t].expand_dims(1), nxt, alpha)
+        return ops.logsumexp(alpha + end.reshape((1, -1)), 1)
+
+    def construct(self, emissions, tags):
+        e = emissions.astype(ms.float32)
+        mask = self._mask(tags)
+        y = ops.where(mask, tags, ops.zeros_like(tags)).astype(ms.int32)
+        nll = self._log_partition(e, mask) - self._score(e, y, mask)
+        if self.reduction == "token_mean":
+            count = mask.astype(ms.float32).sum()
+            return nll.sum() / ops.maximum(count, ops.ones_like(count))
+        return nll.sum() if self.reduction == "sum" else nll.mean()
+
+    def decode(self, emissions):
+        """Viterbi: the highest-scoring tag path of each row of emissions [B, T, K] (every
+        position real) -> int32 [B, T]."""
+        import numpy as np
+
+        start, trans, end = (p.asnumpy().astype(np.float64) for p in self._parts())
+        e = emissions.asnumpy().astype(np.float64)
+        b, steps, _ = e.shape
+        out = np.zeros((b, steps), np.int32)
+        for r in range(b):
+            delta = start + e[r, 0]
+            back = []
+            for t in range(1, steps):
+                cand = delta[:, None] + trans
+                back.append(cand.argmax(0))
+                delta = cand.max(0) + e[r, t]
+            k = int((delta + end).argmax())
+            path = [k]
+            for bp in reversed(back):
+                k = int(bp[k])
+                path.append(k)
+            out[r] = path[::-1]
+        return ms.Tensor(out)
+
+
+def _similarity(a, b, similarity):
+    """[B, D] x [B, D] -> [B, B] similarities: cosine (rows normalised) or dot."""
+    a = a.astype(ms.float32)
+    b = b.astype(ms.float32)
+    if similarity == "cosine":
+        a = a / ops.maximum(ops.norm(a, dim=-1, keepdim=True), ops.full((1, 1), 1e-12, dtype=ms.float32))
+        b = b / ops.maximum(ops.norm(b, dim=-1, keepdim=True), ops.full((1, 1), 1e-12, dtype=ms.float32))
+    return ops.matmul(a, b.T)
+
+
+class InfoNCELoss(nn.Cell):
+    r"""
+    In-batch InfoNCE for sentence embeddings: the reference objective of `[task] kind =
+    "embedding"` on (anchor, positive) pairs.
+
+    .. math::
+        \ell = -\frac{1}{B} \sum_i \log \frac{\exp(s(a_i, p_i) / \tau)}{\sum_j \exp(s(a_i, p_j) / \tau)}
+
+    with :math:`s` the cosine (or dot) similarity: every other row's positive is a negative, the
+    positive itself is in the denominator, the anchor is never compared with itself.
+
+    Args:
+        temperature (float): :math:`\tau > 0`. Default: ``0.05``.
+        similarity (str): ``'cosine'`` or ``'dot'``. Default: ``'cosine'``.
+
+    Inputs:
+        - **anchor** (Tensor) - :math:`(B, D)` float.
+        - **positive** (Tensor) - :math:`(B, D)` float.
+
+    Outputs:
+        Tensor, a float32 scalar.
+
+    Supported Platforms:
+        ``Ascend`` ``GPU`` ``CPU``
+    """
+
+    def __init__(self, temperature=0.05, similarity="cosine"):
+        super().__init__()
+        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or temperature <= 0:
+            raise ValueError(f"For 'InfoNCELoss', the 'temperature' must be a positive number, but got {temperature!r}.")
+        if similarity not in ("cosine", "dot"):
+            raise ValueError(f"For 'InfoNCELoss', the 'similarity' must be in ['cosine', 'dot'], but got {similarity!r}.")
+        self.temperature = float(temperature)
+        self.similarity = similarity
+
+    def construct(self, anchor, positive):
+        logits = _similarity(anchor, positive, self.similarity) / self.temperature
+        logp = logits - ops.logsumexp(logits, -1, True)
+        return -ops.diagonal(logp).mean()
+
+
+class TripletLoss(nn.Cell):
+    r"""
+    Triplet margin loss on embeddings: mean over rows of
+    :math:`\max(0,\ d(a, p) - d(a, n) + m)`, with :math:`d = 1 - \cos` (``'cosine'``) or the
+    Euclidean distance (``'euclidean'``).
+
+    Args:
+        margin (float): :math:`m \geq 0`. Default: ``1.0``.
+        distance (str): ``'euclidean'`` or ``'cosine'``. Default: ``'euclidean'``.
+
+    Inputs:
+        - **anchor**, **positive**, **negative** (Tensor) - :math:`(B, D)` float each.
+
+    Outputs:
+        Tensor, a float32 scalar.
+
+    Supported Platforms:
+        ``Ascend`` ``GPU`` ``CPU``
+    """
+
+    def __init__(self, margin=1.0, distance="euclidean"):
+        super().__init__()
+        if isinstance(margin, bool) or not isinstance(margin, (int, float)) or margin < 0:
+            raise ValueError(f"For 'TripletLoss', the 'margin' must be a number >= 0, but got {margin!r}.")
+        if distance not in ("euclidean", "cosine"):
+            raise ValueError(f"For 'TripletLoss', the 'distance' must be in ['euclidean', 'cosine'], but got {distance!r}.")
+        self.margin = float(margin)
+        self.distance = distance
+
+    def _d(self, x, y):
+        x = x.astype(ms.float32)
+        y = y.astype(ms.float32)
+        if self.distance == "cosine":
+            cos = (x * y).sum(-1) / ops.maximum(ops.norm(x, dim=-1) * ops.norm(y, dim=-1),
+                                                ops.full((1,), 1e-12, dtype=ms.float32))
+            return 1.0 - cos
+        return ops.sqrt(((x - y) ** 2).sum(-1) + 1e-12)
+
+    def construct(self, anchor, positive, negative):
+        return ops.relu(self._d(anchor, positive) - self._d(anchor, negative) + self.margin).mean()

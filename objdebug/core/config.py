@@ -19,6 +19,10 @@ from objdebug.core.errors import InputError
 
 CONFIG_NAMES = ("objdebug.toml", "pyproject.toml")
 DEMO_CONFIG = Path(__file__).resolve().parent.parent / "demo" / "objdebug.toml"
+# `objdebug demo --task KIND`: the task kinds' demos (objdebug/demo/tasks/, issue 47)
+DEMO_TASKS = {"classification": DEMO_CONFIG.parent / "tasks" / "classification.toml",
+              "tagging": DEMO_CONFIG.parent / "tasks" / "tagging_crf.toml",
+              "embedding": DEMO_CONFIG.parent / "tasks" / "embedding.toml"}
 
 DEVICES = ("CPU", "GPU", "Ascend")
 # what `[model] inputs` may name and `[model] mask_dtype` / `[data] padding_side` may be (the
@@ -38,6 +42,8 @@ REWARD_POSITIONS = ("last", "first")
 LOGPS = ("sum", "mean")
 from objdebug.core.policy_config import POLICY_CALLS, PolicySpec, validate_policy  # noqa: E402  (the policy stage's forms)
 LOSS_TYPES = ("sigmoid", "ipo", "simpo", "hinge")
+# [task] kind: what the model returns and the objective scores (objdebug/engine/tasks.py)
+TASK_KINDS = ("causal-lm", "classification", "tagging", "embedding")
 
 
 @dataclass
@@ -127,6 +133,18 @@ class ChatSpec:
 
 
 @dataclass
+class TaskSpec:
+    """[task]: the kind of objective (issue 47). "causal-lm" (the default) is next-token
+    prediction; the other kinds are read and checked by objdebug/engine/tasks.py."""
+
+    kind: str = "causal-lm"
+    labels: list[str] | None = None  # class / tag names, index order (classification, tagging)
+    # the weight each class should get, by name ({"spam": 4.0}) or index order: what the
+    # objective's gradient is measured against (default: the objective's kwargs or its `weight`)
+    class_weight: dict[str, float] | list[float] | None = None
+
+
+@dataclass
 class RunSpec:
     device: str = "CPU"
     mode: str = "graph"
@@ -157,6 +175,7 @@ class Config:
     chat: ChatSpec | None = None  # [chat]: the rows are conversations (the batches stage's role audit)
     policy: PolicySpec | None = None    # [policy]: how the policy stage builds its inputs (call = "policy...")
     reward: RewardSpec | None = None    # [reward]: only with [objective] call = "reward"
+    task: TaskSpec = field(default_factory=TaskSpec)  # [task]: causal-lm unless set
 
     @property
     def end_to_end(self) -> bool:
@@ -185,6 +204,8 @@ class Config:
         for key in ("preference", "reference", "packing", "chat", "policy", "reward"):
             if out[key] is None:
                 del out[key]
+        if out["task"] == asdict(TaskSpec()):  # a causal-LM report keeps its shape
+            del out["task"]
         for section, key in (("objective", "logps"), ("objective", "loss_type"), ("data", "preference"),
                              ("data", "rollouts")):
             if out[section].get(key) is None:
@@ -213,7 +234,7 @@ AMP_DTYPES = ("float16", "bfloat16")
 
 _SECTIONS = {"model": ModelSpec, "objective": ObjectiveSpec, "data": DataSpec, "run": RunSpec,
              "preference": ObjectiveSpec, "reference": ReferenceSpec, "packing": PackingSpec,
-             "chat": ChatSpec, "policy": PolicySpec, "reward": RewardSpec}
+             "chat": ChatSpec, "policy": PolicySpec, "reward": RewardSpec, "task": TaskSpec}
 _PATH_KEYS = {("model", "checkpoint"), ("objective", "checkpoint"), ("data", "align"), ("data", "scores"),
               ("run", "compile_cache"), ("data", "preference"), ("reference", "checkpoint"),
               ("data", "text"), ("chat", "template"), ("data", "rollouts")}
@@ -287,7 +308,12 @@ def load_config(path: Path | str | None = None, overrides: dict[str, Any] | None
 
     `origins`: override key -> the command-line text it came from (`--mode fast`); an error in
     such a key names the command line, not the config file."""
-    if demo:
+    if isinstance(demo, str):  # demo --task KIND
+        if demo not in DEMO_TASKS:
+            raise InputError(f"For '--task', the value must be in {sorted(DEMO_TASKS)}, but got "
+                             f"{demo!r}.", source="command line")
+        path = DEMO_TASKS[demo]
+    elif demo:
         path = DEMO_CONFIG
     elif path is None:
         path = find_config()
@@ -348,7 +374,8 @@ def _build(raw: dict, path: Path, origins: dict[str, str] | None = None) -> Conf
                  data=sections.get("data", DataSpec()), run=sections.get("run", RunSpec()),
                  source=str(path), base_dir=str(path.parent), preference=sections.get("preference"),
                  reference=sections.get("reference"), packing=sections.get("packing"),
-                 chat=sections.get("chat"), policy=sections.get("policy"), reward=sections.get("reward"))
+                 chat=sections.get("chat"), policy=sections.get("policy"), reward=sections.get("reward"),
+                 task=sections.get("task", TaskSpec()))
     _validate(cfg, src)
     for section, key in _PATH_KEYS:
         spec = getattr(cfg, section)
@@ -492,10 +519,41 @@ def _validate(cfg: Config, src: _Sources) -> None:
     if r.compile_cache is not None:
         _check_type(r.compile_cache, str, "run.compile_cache", src)
     _validate_precision(r, src)
+    _validate_task(cfg.task, src)
     if cfg.packing is not None:
         validate_packing(cfg, src)
     if cfg.chat is not None:
         validate_chat(cfg.chat, src)
+
+
+def _validate_task(t: TaskSpec, src: _Sources) -> None:
+    """[task]: a known kind, class names as strings, weights as finite positive numbers."""
+    if t.kind not in TASK_KINDS:
+        raise InputError(f"For 'task.kind', the value must be in {list(TASK_KINDS)}, but got "
+                         f"{t.kind!r}.", source=src.of("task.kind"))
+    if t.labels is not None and (not isinstance(t.labels, list) or not t.labels
+                                 or not all(isinstance(x, str) and x for x in t.labels)
+                                 or len(set(t.labels)) != len(t.labels)):
+        raise InputError(f"For 'task.labels', the value must be a list of distinct, non-empty "
+                         f"names, but got {t.labels!r}.", source=src.of("task.labels"))
+    w = t.class_weight
+    if w is None:
+        return
+    values = list(w.values()) if isinstance(w, dict) else w if isinstance(w, list) else None
+    if values is None or not values or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+            for v in values):
+        raise InputError(f"For 'task.class_weight', the value must be a list or a table of "
+                         f"positive numbers, but got {w!r}.", source=src.of("task.class_weight"))
+    if isinstance(w, dict):
+        unknown = [k for k in w if t.labels is None or k not in t.labels]
+        if unknown:
+            raise InputError(f"For 'task.class_weight', each key must be a name in task.labels "
+                             f"{t.labels}, but got {unknown[0]!r}.", source=src.of("task.class_weight"))
+    elif t.labels is not None and len(w) != len(t.labels):
+        raise InputError(f"For 'task.class_weight', the list must have one weight per name in "
+                         f"task.labels ({len(t.labels)}), but got {len(w)}.",
+                         source=src.of("task.class_weight"))
 
 
 BATCH_COLUMNS = ("input_ids", "labels", "attention_mask", "position_ids")  # read from a batch by name

@@ -114,6 +114,11 @@ ROW_FIELDS = {
     # the policy stage's groups: one prompt, its sampled completions and their rewards
     "rollouts": ("id", "prompt", "prompt_ids", "completions", "completion_ids", "rewards", "old_logps",
                  "meta"),
+    # [task] kind's rows under the same keys (objdebug/engine/tasks.py reads them)
+    "classification": ("id", "text", "ids", "text_ids", "label", "score", "meta"),
+    "tagging": ("id", "tokens", "ids", "tags", "score", "meta"),
+    "embedding": ("id", "anchor", "anchor_ids", "positive", "positive_ids", "negative",
+                  "negative_ids", "score", "meta"),
 }
 
 
@@ -206,9 +211,10 @@ def _finite_number(x: Any) -> bool:
         return False
 
 
-def read_jsonl(path: str | None, what: str) -> list[tuple[int, dict[str, Any]]]:
+def read_jsonl(path: str | None, what: str, fields: str | None = None) -> list[tuple[int, dict[str, Any]]]:
     """Rows with their 1-based line numbers; a line that is not UTF-8, not a JSON object, holds
-    NaN/Infinity or an unknown field names file and line."""
+    NaN/Infinity or an unknown field names file and line. `fields`: the row kind whose fields
+    are allowed, when it is not `what` (a `[task] kind`'s rows under `data.align`)."""
     if not path:
         raise InputError(f"For 'data.{what}', no file is configured; set it in the config or "
                          f"with --set data.{what}=PATH")
@@ -243,7 +249,7 @@ def read_jsonl(path: str | None, what: str) -> list[tuple[int, dict[str, Any]]]:
             if not isinstance(row, dict):
                 raise InputError(f"each line must be a JSON object, but got {type(row).__name__}",
                                  source=str(p), line=lineno)
-            check_row(row, what, str(p), lineno)
+            check_row(row, fields or what, str(p), lineno)
             rows.append((lineno, row))
     if not rows:
         raise InputError(f"For 'data.{what}', the file has no rows", source=str(p))
@@ -257,6 +263,9 @@ def preflight(cfg) -> None:
         path = getattr(cfg.data, what, None)
         if what == "text" and path and Path(path).suffix.lower() not in (".jsonl", ".json", ".ndjson"):
             continue  # a plain corpus: one document a line, no fields
+        if what in ("align", "scores") and getattr(getattr(cfg, "task", None), "kind",
+                                                   "causal-lm") != "causal-lm":
+            continue  # a [task] kind's rows: engine/tasks.py reads them (api.prepare)
         if path and Path(path).is_file():
             read_jsonl(path, what)
 

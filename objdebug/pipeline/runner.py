@@ -26,7 +26,7 @@ from objdebug.engine import row_scoring, watchdog
 from objdebug.engine.compile_cache import open_cache, parameter_shapes
 from objdebug.engine.core import Engine
 from objdebug.engine.target import load_target
-from objdebug.pipeline import contract, coverage, model_state
+from objdebug.pipeline import contract, coverage, model_state, task_kind
 from objdebug.pipeline.context import Context, RunOptions
 from objdebug.pipeline.pipeline_batches import adopt_conventions
 from objdebug.pipeline.profile import Profile, code_selected
@@ -170,12 +170,16 @@ def _run_stages(cfg, result, profile, chosen, select, ignore, options, out_dir, 
         with cache:  # writes the cache's manifest after a clean run only
             engine.check = "contract"
             # on CPU, a run that only scores rows scores them through fused static graphs
-            engine.static_rows = target.model is not None and row_scoring.static_rows_wanted(
+            engine.static_rows = target.model is not None and cfg.task.kind == "causal-lm" \
+                and row_scoring.static_rows_wanted(
                 cfg.run.device, chosen, contract.planned_buckets(target, engine))
             # the contract on one small batch: exit 2 if broken; through the per-sample graph
             # when a stage will score rows one by one (no graph of the probe's own)
             times.start("contract", engine)
-            contract.check_target(target, engine, per_sample=scores_rows(chosen))
+            if cfg.task.kind == "causal-lm":
+                contract.check_target(target, engine, per_sample=scores_rows(chosen))
+            else:  # a [task] kind's shapes (issue 47): classification, tagging, embedding
+                task_kind.check_target(target, engine)
             times.stop(engine)
             result.target = target.describe()  # again: the probe may add notes (model_inputs)
             planned = _plan(cfg, profile, chosen, checks_of)
@@ -229,8 +233,10 @@ def _plan(cfg: Config, profile: Profile, chosen: list[str], checks_of: ChecksOf)
     for stage in chosen:
         thresholds = profile.section(stage)
         # a check switched off by the profile leaves no result at all
+        # each check runs on the task kinds it names (`kinds`; the causal LM's unless it says)
         planned.append((stage, stage_skip_reason(cfg, stage),
-                        [c for c in checks_of(stage) if c.enabled(thresholds)]))
+                        [c for c in checks_of(stage) if c.enabled(thresholds)
+                         and cfg.task.kind in getattr(c, "kinds", ("causal-lm",))]))
     return planned
 
 

@@ -284,4 +284,6 @@ class SynthesizedSanity(Check):
 
 
 def checks() -> list[Check]:
-    return [AlignmentLoss(), LabelPadMasking(), SynthesizedSanity()]
+    from objdebug.stages.align.classification import ClassRanking  # [task] kinds (issue 47)
+
+    return [AlignmentLoss(), LabelPadMasking(), SynthesizedSanity(), ClassRanking()]

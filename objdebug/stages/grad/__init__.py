@@ -28,6 +28,9 @@ from objdebug.pipeline.run_data import (fd_directions, grad_batch, grad_probe, l
                                         logit_gradients, pairing_skip, param_gradients)
 from objdebug.stages.grad.likelihood import analyse as likelihood_shape
 from objdebug.stages.grad.supervision import SupervisionCoverage
+from objdebug.stages.grad.class_weights import ClassWeights, IgnoredLabel, health_measure
+from objdebug.stages.grad.crf import CRFChecks
+from objdebug.stages.grad.contrastive import Contrastive
 
 _LISTED = 8
 _F32_EPS = 2.0 ** -23
@@ -489,6 +492,22 @@ class LikelihoodShape(Check):
         return [Condition("OBJ208", f"likelihood_cosine_at_least_{c_pass}", judge)]
 
 
+class TaskGradientHealth(GradientHealth):
+    """OBJ201-OBJ204 on a `[task] kind`'s gradient batch (issue 47): the same measurement and
+    conditions, the batch and gradient of the kind (stages/grad/class_weights.py)."""
+
+    name = "task-gradient-health"  # the rule pages of OBJ201-OBJ204 name both
+    kinds = ("classification", "tagging")
+    needs_trained = ()  # the causal LM's model-state measurement does not apply to these shapes
+
+    def skip_reason(self, ctx: Context) -> str | None:
+        return _no_params(ctx)
+
+    def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
+        return health_measure(ctx, th)
+
+
 def checks() -> list[Check]:
     return [GradientHealth(), PaddingLeakage(), SupervisionCoverage(), LogitGradientScale(),
-            FiniteDifferences(), LikelihoodShape()]
+            FiniteDifferences(), LikelihoodShape(),
+            TaskGradientHealth(), ClassWeights(), IgnoredLabel(), CRFChecks(), Contrastive()]  # [task] kinds (issue 47)
