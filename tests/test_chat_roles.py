@@ -3,8 +3,9 @@
 The roles come from the fixture templates by prefix rendering (jinja2) or from declared markers;
 the healthy pipelines (fixtures/chat_pipelines.py: ChatML as text, GLM's next-role, ChatML with
 one id per special token) pass; each bug twin FAILs with a code its healthy twin lacks, naming
-the row, the turn and the tokens. The cases run through one real Context on the demo model (the
-objective's probe graph is shared), the batches and `[chat]` swapped per case.
+the row, the turn and the tokens. The cases run through one real Context on the demo model
+(fixtures/chat/chat.ckpt: fine-tuned on other conversations; the objective's probe graph is
+shared), the batches and `[chat]` swapped per case.
 """
 
 from __future__ import annotations
