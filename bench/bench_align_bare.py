@@ -92,6 +92,15 @@ print(json.dumps({"rows": len(losses), "length": T, "batches": -(-len(seqs) // B
 '''
 
 
+def _child_cpu() -> float:
+    """User + system CPU seconds of finished children: steadier than the wall on a busy machine
+    (but blind to waits), printed beside it."""
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def loadavg() -> float:
     try:
         return float(Path("/proc/loadavg").read_text().split()[0])
@@ -120,10 +129,10 @@ def run_objdebug(tree: Path, data: Path, cwd: Path, timeout: float) -> dict:
     report = cwd / "align.json"
     cmd = [sys.executable, "-m", "objdebug.cli", "align", "-c", str(LLAMA), "--set",
            f"data.align='{data}'", "--no-cache", "-q", "--json", str(report)]
-    load = loadavg()
+    load, cpu0 = loadavg(), _child_cpu()
     start = time.perf_counter()
     proc = subprocess.run(cmd, cwd=cwd, env=_env(tree), capture_output=True, text=True, timeout=timeout)
-    wall = time.perf_counter() - start
+    wall, cpu = time.perf_counter() - start, _child_cpu() - cpu0
     if proc.returncode not in (0, 1):
         raise SystemExit(f"objdebug align ({tree}): exit {proc.returncode}: "
                          f"{(proc.stderr or proc.stdout).strip()[-1500:]}")
@@ -131,7 +140,7 @@ def run_objdebug(tree: Path, data: Path, cwd: Path, timeout: float) -> dict:
     graphs = r["compiles"]["graphs"]
     align = next(res for res in r["results"] if res["check"] == "alignment")
     values = {f"{res['check']}/{f['code']}": f["value"] for res in r["results"] for f in res["findings"]}
-    return {"wall_s": round(wall, 2), "load": load, "exit": proc.returncode,
+    return {"wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "load": load, "exit": proc.returncode,
             "compiles": len(graphs), "holds_model": sum(bool(g.get("holds_model")) for g in graphs),
             "compile_s": round(r["compiles"]["seconds"], 2),
             "graphs": [f"{g['graph']} {g['shapes']}".strip() for g in graphs],
@@ -142,15 +151,15 @@ def run_objdebug(tree: Path, data: Path, cwd: Path, timeout: float) -> dict:
 
 def run_bare(script: Path, data: Path, cwd: Path, timeout: float) -> dict:
     cwd.mkdir(parents=True, exist_ok=True)
-    load = loadavg()
+    load, cpu0 = loadavg(), _child_cpu()
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, str(script), str(data), str(ROOT / "fixtures" / "llama" / "llama.ckpt"),
                            str(ROOT)], cwd=cwd, env=_env(ROOT), capture_output=True, text=True, timeout=timeout)
-    wall = time.perf_counter() - start
+    wall, cpu = time.perf_counter() - start, _child_cpu() - cpu0
     if proc.returncode:
         raise SystemExit(f"bare align: exit {proc.returncode}: {proc.stderr.strip()[-1500:]}")
     out = json.loads([x for x in proc.stdout.splitlines() if x.startswith("{")][-1])
-    return {"wall_s": round(wall, 2), "load": load, "compiles": 1, **out}
+    return {"wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "load": load, "compiles": 1, **out}
 
 
 def measure(repeats: int, previous: Path | None, work: Path, timeout: float = 1800) -> dict:
@@ -164,7 +173,8 @@ def measure(repeats: int, previous: Path | None, work: Path, timeout: float = 18
             cwd = work / f"{name}.{k}"
             r = run_bare(script, data, cwd, timeout) if tree is None else run_objdebug(tree, data, cwd, timeout)
             tries[name].append(r)
-            print(f"  try {k + 1} {name:<9} {r['wall_s']:6.2f} s  (load {r['load']:.2f})", flush=True)
+            print(f"  try {k + 1} {name:<9} {r['wall_s']:6.2f} s  CPU {r.get('cpu_s', float('nan')):6.2f} s  "
+                  f"(load {r['load']:.2f})", flush=True)
     best = {name: min(rs, key=lambda r: r["wall_s"]) for name, rs in tries.items()}
     out = {"repeats": repeats, "rows": 120, "tries": tries, "best": best,
            "ratio": round(best["objdebug"]["wall_s"] / best["bare"]["wall_s"], 3)}
@@ -189,6 +199,11 @@ def render(res: dict) -> str:
                      + f" | {b['wall_s']:.2f} | {b['wall_s'] / bare:.2f} | {held} |")
     verdict = "met" if res["ratio"] <= TARGET_RATIO else "MISSED"
     lines += ["", f"ratio {res['ratio']:.2f}x (target <= {TARGET_RATIO}x: {verdict})"]
+    cpu = {name: min((r["cpu_s"] for r in rs if "cpu_s" in r), default=None) for name, rs in res["tries"].items()}
+    if cpu.get("bare") and cpu.get("objdebug"):
+        lines.append("least CPU seconds per side (steadier than the wall on a busy machine): "
+                     + ", ".join(f"{n} {c:.2f}" for n, c in cpu.items() if c)
+                     + f"; objdebug / bare {cpu['objdebug'] / cpu['bare']:.2f}x")
     if "previous_ratio" in res:
         lines.append(f"previous tree ({res['previous_tree']}): {res['previous_ratio']:.2f}x")
     for name in ("objdebug", "previous"):

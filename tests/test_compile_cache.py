@@ -260,7 +260,8 @@ def test_real_runs_another_model_size_gets_another_directory(tmp_path):
     # cold -> warm with the same numbers: test_cli_cache_on_by_default_no_cache_writes_nothing
     root = tmp_path / "cache"
     cold = _run(root)
-    assert cold["cache"]["status"] == "cold" and cold["cache"]["misses"] == cold["cache"]["compiles"] >= 2
+    # an align-only run on CPU: one fused static graph (engine/row_scoring.py)
+    assert cold["cache"]["status"] == "cold" and cold["cache"]["misses"] == cold["cache"]["compiles"] >= 1
     bigger = _run(root, {"model.kwargs": {"vocab_size": 256, "d_model": 32, "n_layers": 1,
                                           "n_heads": 2}})
     assert bigger["cache"]["dir"] != cold["cache"]["dir"]  # another directory, never the stale one
@@ -322,14 +323,15 @@ def test_cli_cache_on_by_default_no_cache_writes_nothing(tmp_path):
     root = tmp_path / ".objdebug_cache"
     assert (root / ".gitignore").read_text().splitlines()[-1] == "*"
     c = cold["extra"]["compile_cache"]
-    assert c["status"] == "cold" and c["misses"] == c["compiles"] >= 2
+    assert c["status"] == "cold" and c["misses"] == c["compiles"] >= 1  # align alone: one fused graph
     assert Path(c["dir"]).parent == root
     warm, text = _cli(tmp_path)
     w = warm["extra"]["compile_cache"]
     assert w["status"] == "warm" and w["hits"] == c["compiles"] > 0 and w["misses"] == 0
-    # every hit proved by its answer (PyNative on the same inputs), none rejected (issue 46)
-    assert w["proof"]["proved"] == w["hits"] and "rejected" not in w
-    assert w["proof"]["seconds"] < 0.5 * w["proof"]["cold_compile_seconds"]
-    assert f"compile cache warm: {w['hits']} hits, 0 misses" in text
+    # the default private cache is trusted by ownership: its hits are not proved by PyNative
+    # answers (only a named cache is, issue 46: tests/test_gate_cache.py)
+    assert "proof" not in w and "rejected" not in w
+    plural = "s" if w["hits"] != 1 else ""
+    assert f"compile cache warm: {w['hits']} hit{plural}, 0 misses" in text
     assert warm["compiles"]["seconds"] < cold["compiles"]["seconds"]
     assert _findings(warm) == _findings(cold) == _findings(off)  # the same numbers, cached or not

@@ -517,7 +517,7 @@ class CompileCache:
             out["diverged_at"] = self.diverged_at
         if self.unsafe:
             out["unsafe"] = self.unsafe
-        if self.hits or self.rejected or self.unprovable:  # each hit proved by its answer (cache_proof.py)
+        if self.named and (self.hits or self.rejected or self.unprovable):  # each hit proved by its answer (cache_proof.py)
             out["proof"] = {"proved": self.proved_hits, "seconds": round(self.proof_seconds, 3),
                             "cold_compile_seconds": round(self.saved_seconds, 3)}
         if self.rejected:
