@@ -21,7 +21,11 @@ dynamic graphs, so no run compiles more than `MAX_STATIC` + 1 graphs holding the
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import contextlib
+import os
+import sys
+import tempfile
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -83,6 +87,36 @@ def _signature(shape: Sequence[int]) -> str:
     return f"Int32[{b}, {t}],Int32[{b}, {t}]"
 
 
+@contextlib.contextmanager
+def _compile_said_only_if_it_works() -> Iterator[None]:
+    """What the fused graph's first call writes to stderr (fd 2: MindSpore's C++ log too) is held
+    and written after it succeeded, dropped when it raised: a model the fused graph cannot take
+    (graph-mode fallback, a tuple output) then falls back to the dynamic graphs without MindSpore's
+    "[ERROR] ANALYZER ... Framework Unexpected Exception" page on the user's screen. Only where
+    stderr is not a terminal: a live display there keeps drawing while the graph compiles."""
+    if sys.stderr is None or sys.stderr.isatty():
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    held = tempfile.TemporaryFile()
+    os.dup2(held.fileno(), 2)
+    ok = False
+    try:
+        yield
+        ok = True
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        if ok:
+            held.seek(0)
+            said = held.read()
+            if said:
+                os.write(2, said)
+        held.close()
+
+
 def score(engine: Any, ids: Any, labels: Any) -> tuple[Any, Any] | None:
     """(per-row outputs float32[B, K], logits) of Tensors ids / labels [batch_size, T] through
     the fused static graph; None when this run or this shape does not take it. A graph that
@@ -93,6 +127,9 @@ def score(engine: Any, ids: Any, labels: Any) -> tuple[Any, Any] | None:
     cell = _cell(engine)
     first = not engine.called(NAME)
     try:
+        if first:
+            with _compile_said_only_if_it_works():
+                return engine.call(NAME, cell, ids, labels, signature=_signature(ids.shape))
         return engine.call(NAME, cell, ids, labels, signature=_signature(ids.shape))
     except Exception:
         from objdebug.core.interrupts import raise_swallowed
