@@ -32,6 +32,7 @@ from objdebug.engine.data import Sample, pack_for
 from objdebug.pipeline.context import Context
 from objdebug.pipeline.datasets import encoder
 from objdebug.stages.policy.rollouts import Completion, group_advantages, read_rollouts
+from objdebug.engine.weights import holding
 
 # kwargs that name the clip range and the KL coefficient (TRL, verl, OpenRLHF, MindRLHF spellings)
 EPSILON_KEYS = ("epsilon", "clip_range", "cliprange", "clip_eps", "eps_clip", "clip_ratio")
@@ -289,20 +290,6 @@ class Session:
         with holding(list(self.ctx.target.model.get_parameters()), list(self.reference_model.get_parameters())):
             return self.logps(batch, self.probe_logits(batch))
 
-
-@contextmanager
-def holding(params: list, values: list) -> Iterator[None]:
-    """`params` hold the values of `values` (paired in order) inside the block; restored exactly."""
-    import mindspore as ms
-
-    saved = [p.data.asnumpy().copy() for p in params]
-    try:
-        for p, q in zip(params, values):
-            p.set_data(ms.Tensor(q.data.asnumpy()))
-        yield
-    finally:
-        for p, theta in zip(params, saved):
-            p.set_data(ms.Tensor(theta))
 
 
 # --------------------------------------------------------------------------- building

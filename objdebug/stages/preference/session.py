@@ -29,6 +29,7 @@ from objdebug.engine.cells import wrap_like
 from objdebug.pipeline.datasets import encoder, preference_rows
 from objdebug.pipeline.preference_batches import real_pairs
 from objdebug.core.errors import InputError
+from objdebug.engine.weights import holding as _holding
 
 # the closed-form loss at a zero margin (policy == reference; SimPO: chosen == rejected)
 ZERO_POINT = {
@@ -371,21 +372,6 @@ class Session:
         with _holding(list(self.reference_model.get_parameters()), list(self.policy.model.get_parameters())):
             yield
 
-
-@contextmanager
-def _holding(params: list, values: list) -> Iterator[None]:
-    """`params` hold the values of `values` (parameters paired in order) inside the block; their
-    own values are restored exactly on exit."""
-    import mindspore as ms
-
-    saved = [p.data.asnumpy().copy() for p in params]
-    try:
-        for p, q in zip(params, values):
-            p.set_data(ms.Tensor(q.data.asnumpy()))
-        yield
-    finally:
-        for p, theta in zip(params, saved):
-            p.set_data(ms.Tensor(theta))
 
 
 # --------------------------------------------------------------------------- building
