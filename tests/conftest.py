@@ -77,6 +77,26 @@ def tiny_target(tmp_path):
     return dst
 
 
+# single-prompt rows without eos_id: the EOS checks, the conversation checks (no [chat]) and the
+# pair checks (no chosen / rejected columns) skip, each saying why
+SKIPPED_ON_PLAIN_ROWS = {"OBJ020": "data.eos_id is not set", "OBJ022": "data.eos_id is not set",
+                         **{f"OBJ0{i}": "no [chat] section" for i in range(23, 29)},
+                         **{f"OBJ03{i}": "no chosen / rejected columns" for i in range(6)}}
+
+
+def without_plain_row_skips(found: dict) -> dict:
+    """`found` ({code: (verdict, message)}) less the SKIPs of SKIPPED_ON_PLAIN_ROWS, each checked
+    to be a SKIP that says its reason (a code absent from `found` is fine: not every run asks it)."""
+    from objdebug.core.findings import Verdict
+
+    found = dict(found)
+    for code, why in SKIPPED_ON_PLAIN_ROWS.items():
+        if code in found:
+            verdict, message = found.pop(code)
+            assert verdict is Verdict.SKIP and why in message, (code, message)
+    return found
+
+
 def messages(text: str) -> list[str]:
     """What a command said, less the progress lines a non-terminal stream gets while it runs
     (`objdebug: align (1/7): started`, ...): an input error must still be exactly one line."""

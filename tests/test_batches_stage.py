@@ -23,31 +23,18 @@ from objdebug.core.config import load_config
 from objdebug.core.findings import Verdict
 from objdebug.pipeline.runner import resolve_stages, run_check
 
-from .conftest import TARGETS
+from .conftest import TARGETS, without_plain_row_skips
 
 
 def _findings(result):
     return {f.code: (f.verdict, f.message) for f in result.findings if f.code[:5] in ("OBJ01", "OBJ02")}
 
 
-# no eos_id in the healthy fixtures: the checks of how rows end with an EOS skip, saying why
-NO_EOS = ("OBJ020", "OBJ022")
-
-
-# single-prompt rows: the conversation checks (no [chat]) and the pair checks skip, saying why
-NOT_CHAT = {**{f"OBJ0{i}": "no [chat] section" for i in range(23, 29)},
-            **{f"OBJ03{i}": "no chosen / rejected columns" for i in range(6)}}
-
-
 def _without_eos_checks(found):
-    for code in NO_EOS:
-        verdict, message = found.pop(code)
-        assert verdict is Verdict.SKIP and "data.eos_id is not set" in message
-    for code, why in NOT_CHAT.items():
-        if code in found:
-            verdict, message = found.pop(code)
-            assert verdict is Verdict.SKIP and why in message, (code, message)
-    return found
+    """The findings less the skips of single-prompt rows (conftest), the EOS ones required: no
+    eos_id in the healthy fixtures."""
+    assert {"OBJ020", "OBJ022"} <= set(found), sorted(found)
+    return without_plain_row_skips(found)
 
 
 def test_the_healthy_collator_passes_every_check_under_ci_gate():
