@@ -9,7 +9,8 @@ embedding, ~0.25M parameters, trained on the demo corpus) with its masked mean c
 120 scored rows: 40 good / medium / bad triples, prompts of 5-40 byte tokens and answers of 20-205
 (`bench_release.make_align`, the rows of issue 27's align-llama comparison).
 
-The bare side is what a user would write without objdebug: build the model, load the checkpoint,
+The bare side (bench/bare_align.py, shared with bench_release.py) is what a user would write
+without objdebug: build the model, load the checkpoint,
 build the objective, then one static graph that runs the model on [8, T] and calls the objective on
 each row (`objective(logits[b], labels[b])`, the flat call the config names), T the longest row,
 called on the 15 batches of 8 and once on an all-masked batch (what align's OBJ105 probe scores).
@@ -37,59 +38,6 @@ ROOT = Path(__file__).resolve().parent.parent
 LLAMA = ROOT / "fixtures" / "targets" / "llama_ce" / "objdebug.toml"
 TARGET_RATIO = 1.1
 
-BARE = r'''
-import json, sys, time
-t0 = time.perf_counter()
-import numpy as np
-import mindspore as ms
-from mindspore import nn, ops
-sys.path.insert(0, sys.argv[3])  # the fixtures' package (the model and objective factories)
-from fixtures.llama.model import build_llama
-from fixtures.llama.objectives import MaskedMeanCE
-
-ms.set_device("CPU")
-ms.set_context(mode=ms.GRAPH_MODE)
-model = build_llama()
-ms.load_param_into_net(model, ms.load_checkpoint(sys.argv[2]))
-model.set_train(False)
-objective = MaskedMeanCE(ignore_index=-100)
-B, PAD, LPAD = 8, 0, -100
-
-class PerRow(nn.Cell):  # the model, then the objective on each row: each answer's own loss
-    def __init__(self):
-        super().__init__(auto_prefix=False)
-        self.model, self.objective = model, objective
-    def construct(self, ids, labels):
-        logits = self.model(ids)
-        return ops.stack([self.objective(logits[b], labels[b]) for b in range(B)])
-
-seqs = []
-for line in open(sys.argv[1], encoding="utf-8"):
-    row = json.loads(line)
-    p = list(row["prompt"].encode())
-    for kind in ("good", "medium", "bad"):
-        seqs.append((p, list(row[kind].encode())))
-T = max(len(p) + len(r) for p, r in seqs)
-ids = np.full((len(seqs), T), PAD, np.int32)
-labels = np.full((len(seqs), T), LPAD, np.int32)
-for i, (p, r) in enumerate(seqs):
-    s = p + r
-    ids[i, :len(s)] = s
-    for t in range(len(p) - 1, len(s) - 1):  # shifted: position t scores token t + 1
-        labels[i, t] = s[t + 1]
-cell = PerRow()
-losses = []
-for start in range(0, len(seqs), B):
-    chunk_ids, chunk_labels = ids[start:start + B], labels[start:start + B]
-    fill = B - len(chunk_ids)
-    if fill:
-        chunk_ids = np.concatenate([chunk_ids, np.repeat(chunk_ids[:1], fill, 0)])
-        chunk_labels = np.concatenate([chunk_labels, np.repeat(chunk_labels[:1], fill, 0)])
-    losses += list(cell(ms.Tensor(chunk_ids), ms.Tensor(chunk_labels)).asnumpy()[:B - fill])
-cell(ms.Tensor(np.full((B, T), PAD, np.int32)), ms.Tensor(np.full((B, T), LPAD, np.int32))).asnumpy()
-print(json.dumps({"rows": len(losses), "length": T, "batches": -(-len(seqs) // B) + 1,
-                  "mean_loss": float(np.mean(losses)), "in_script_s": time.perf_counter() - t0}))
-'''
 
 
 def _child_cpu() -> float:
@@ -149,12 +97,13 @@ def run_objdebug(tree: Path, data: Path, cwd: Path, timeout: float) -> dict:
             "values": values}
 
 
-def run_bare(script: Path, data: Path, cwd: Path, timeout: float) -> dict:
+def run_bare(spec: Path, data: Path, cwd: Path, timeout: float) -> dict:
+    """One bare script (bench/bare_align.py) on the Llama fixture, in a fresh process."""
     cwd.mkdir(parents=True, exist_ok=True)
     load, cpu0 = loadavg(), _child_cpu()
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, str(script), str(data), str(ROOT / "fixtures" / "llama" / "llama.ckpt"),
-                           str(ROOT)], cwd=cwd, env=_env(ROOT), capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "bare_align.py"), str(data), str(spec)],
+                          cwd=cwd, env=_env(ROOT), capture_output=True, text=True, timeout=timeout)
     wall, cpu = time.perf_counter() - start, _child_cpu() - cpu0
     if proc.returncode:
         raise SystemExit(f"bare align: exit {proc.returncode}: {proc.stderr.strip()[-1500:]}")
@@ -164,14 +113,16 @@ def run_bare(script: Path, data: Path, cwd: Path, timeout: float) -> dict:
 
 def measure(repeats: int, previous: Path | None, work: Path, timeout: float = 1800) -> dict:
     data = make_rows(work / "data")
-    script = work / "bare_align.py"
-    script.write_text(BARE)
+    sys.path.insert(0, str(ROOT / "bench"))
+    from bench_release import bare_spec
+
+    spec = bare_spec(LLAMA, work / "bare_spec.json")
     sides = [("objdebug", ROOT), ("bare", None)] + ([("previous", previous)] if previous else [])
     tries: dict[str, list[dict]] = {name: [] for name, _ in sides}
     for k in range(repeats):
         for name, tree in sides:  # interleaved: a machine that gets busier slows every side
             cwd = work / f"{name}.{k}"
-            r = run_bare(script, data, cwd, timeout) if tree is None else run_objdebug(tree, data, cwd, timeout)
+            r = run_bare(spec, data, cwd, timeout) if tree is None else run_objdebug(tree, data, cwd, timeout)
             tries[name].append(r)
             print(f"  try {k + 1} {name:<9} {r['wall_s']:6.2f} s  CPU {r.get('cpu_s', float('nan')):6.2f} s  "
                   f"(load {r['load']:.2f})", flush=True)

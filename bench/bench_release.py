@@ -217,62 +217,22 @@ def make_align(folder: Path, rows: int = 40, longest: int = 200, prompts: tuple[
     return path
 
 
-BARE_ALIGN = r'''
-import json, sys, time
-t0 = time.perf_counter()
-import numpy as np
-import mindspore as ms
-from mindspore import nn, ops
-from objdebug.core.config import load_config
-from objdebug.engine.target import import_factory
+def bare_spec(config: Path | None, path: Path) -> Path:
+    """What bench/bare_align.py builds, read from `config` (the demo's when None) here, so the bare
+    script itself imports nothing of objdebug: the factories, their kwargs, the checkpoint and the
+    pad ids, and the folders the factories import from (as the engine resolves them)."""
+    from objdebug.core.config import load_config
+    from objdebug.engine.target import _package_root
 
-ms.set_device("CPU")
-ms.set_context(mode=ms.GRAPH_MODE)
-# only to find the same factories, kwargs and checkpoint
-cfg = load_config(sys.argv[2]) if len(sys.argv) > 2 else load_config(demo=True)
-model = import_factory(cfg.model.factory, "model", cfg.base_dir)(**cfg.model.kwargs)
-ms.load_param_into_net(model, ms.load_checkpoint(cfg.model.checkpoint))
-model.set_train(False)
-objective = import_factory(cfg.objective.factory, "objective", cfg.base_dir)(**cfg.objective.kwargs)
-B, PAD, LPAD = 8, cfg.data.pad_id, cfg.data.label_pad_id
-
-class PerSample(nn.Cell):  # the objective once per row: each answer's own loss
-    def __init__(self):
-        super().__init__(auto_prefix=False)
-        self.model, self.objective = model, objective
-    def construct(self, ids, labels):
-        logits = self.model(ids)
-        return ops.stack([self.objective(logits[b], labels[b]) for b in range(B)])
-
-seqs = []
-for line in open(sys.argv[1], encoding="utf-8"):
-    row = json.loads(line)
-    p = list(row["prompt"].encode())
-    for kind in ("good", "medium", "bad"):
-        seqs.append((p, list(row[kind].encode())))
-T = max(len(p) + len(r) for p, r in seqs)
-ids = np.full((len(seqs), T), PAD, np.int32)
-labels = np.full((len(seqs), T), LPAD, np.int32)
-for i, (p, r) in enumerate(seqs):
-    s = p + r
-    ids[i, :len(s)] = s
-    for t in range(len(p) - 1, len(s) - 1):
-        labels[i, t] = s[t + 1]
-cell = PerSample()
-losses = []
-for start in range(0, len(seqs), B):
-    chunk_ids, chunk_labels = ids[start:start + B], labels[start:start + B]
-    fill = B - len(chunk_ids)
-    if fill:
-        chunk_ids = np.concatenate([chunk_ids, np.repeat(chunk_ids[:1], fill, 0)])
-        chunk_labels = np.concatenate([chunk_labels, np.repeat(chunk_labels[:1], fill, 0)])
-    out = cell(ms.Tensor(chunk_ids), ms.Tensor(chunk_labels)).asnumpy()
-    losses += list(out[:B - fill])
-masked = cell(ms.Tensor(np.full((B, T), PAD, np.int32)), ms.Tensor(np.full((B, T), LPAD, np.int32)))
-masked.asnumpy()
-print(json.dumps({"answers": len(losses), "length": T, "graphs": 1,
-                  "wall_s": time.perf_counter() - t0}))
-'''
+    cfg = load_config(config) if config else load_config(demo=True)
+    roots = [_package_root(spec.partition(":")[0].split(".")[0], cfg.base_dir)
+             for spec in (cfg.model.factory, cfg.objective.factory)]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({
+        "model": cfg.model.factory, "model_kwargs": cfg.model.kwargs, "checkpoint": str(cfg.model.checkpoint),
+        "objective": cfg.objective.factory, "objective_kwargs": cfg.objective.kwargs,
+        "pad_id": cfg.data.pad_id, "label_pad_id": cfg.data.label_pad_id, "paths": sorted(set(roots))}))
+    return path
 
 
 def align_compare(work: Path, repeat: int = 1, config: Path | None = None) -> dict:
@@ -287,13 +247,12 @@ def align_compare(work: Path, repeat: int = 1, config: Path | None = None) -> di
         args.append("--no-cache")  # cold, like the bare script
     cwd = work / ("align-bare" if config is None else "align-bare-real")
     cwd.mkdir(parents=True, exist_ok=True)
-    script = cwd / "bare_align.py"
-    script.write_text(BARE_ALIGN)
+    spec = bare_spec(config, cwd / "bare_spec.json")
     ods, bares = [], []
     for k in range(repeat):  # interleaved; the fastest try of each side counts
         ods.append(run_cli(ROOT, work / f"align-objdebug{'' if config is None else '-real'}.{k}", args, "align"))
         start, cpu0 = time.perf_counter(), _child_cpu()
-        proc = subprocess.run([sys.executable, str(script), str(data)] + ([str(config)] if config else []),
+        proc = subprocess.run([sys.executable, str(ROOT / "bench" / "bare_align.py"), str(data), str(spec)],
                               cwd=cwd, env=_env(ROOT),
                               capture_output=True, text=True, timeout=1800)
         wall, cpu = time.perf_counter() - start, _child_cpu() - cpu0
