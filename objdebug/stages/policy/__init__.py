@@ -50,6 +50,11 @@ RATIO_LOW, RATIO_HIGH = 0.25, 4.0  # the clip probes: far outside any usual clip
 class PolicyCheck(Check):
     stage = "policy"
 
+    def applies(self, cfg) -> bool:
+        """Only a policy-gradient call ("policy", "policy-model"): in a reward run these checks
+        leave no result (the stage serves three calls; each check belongs to its own)."""
+        return super().applies(cfg) and cfg.policy_objective is not None
+
     def skip_reason(self, ctx: Context) -> str | None:
         return no_policy_reason(ctx)
 
@@ -757,8 +762,9 @@ class MicroBatches(PolicyCheck):
 
 
 def checks() -> list[Check]:
-    """The policy-gradient checks (each skips unless the call is "policy" / "policy-model"), then
-    the reward form's (each skips unless the call is "reward")."""
+    """The policy-gradient checks (they apply only to the calls "policy" / "policy-model"), then
+    the reward form's (only to the call "reward"): `Check.applies` drops the other call's, so a
+    run lists only its own call's checks."""
     from objdebug.stages.policy.reward import checks as reward_checks
 
     return [ZeroPoint(), KLEstimator(), Weights(), Clip(), OutsideEntries(), Settings_(), Step(), Advantages(),
