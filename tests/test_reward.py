@@ -358,7 +358,7 @@ def test_each_call_plans_only_its_own_checks():
 
     reward_names = {c.name for c in R.checks()}
     policy_names = {c.name for c in P.checks()} - reward_names
-    assert len(reward_names) == 6 and len(policy_names) == 10
+    assert len(reward_names) == 6 and len(policy_names) == 11
     reward = load_config(TARGETS / "reward_bt" / "objdebug.toml")
     grpo = load_config(TARGETS / "policy_grpo" / "objdebug.toml")
     for cfg, names in ((reward, reward_names), (grpo, policy_names)):
