@@ -29,15 +29,14 @@ _LISTED = 4
 _FIT_RANGE = (0.1, 10.0)  # the temperatures a fit may name
 
 
-def _tokens(s, batch, logits: np.ndarray, temperature: float) -> np.ndarray:
+def _tokens(batch, logits: np.ndarray, temperature: float) -> np.ndarray:
     """float64[B, T]: the policy's token log-probs at `temperature` ("inputs" layout)."""
     return token_logps(logits / np.float32(temperature), batch.ids, batch.mask)
 
 
-def measure_old_logps(s) -> dict[str, Any]:
-    """Stored vs the policy's own log-probs on every batch whose rows all carry `old_logps`."""
-    from scipy.optimize import minimize_scalar
-
+def measure_old_logps(s, warn: float) -> dict[str, Any]:
+    """Stored vs the policy's own log-probs on every batch whose rows all carry `old_logps`; a
+    difference beyond `warn` nats is explained (`_diagnose`)."""
     temperature = float(s.policy.temperature)
     stored, own, probed, where = [], [], [], []
     for b in s.batches:
@@ -49,7 +48,7 @@ def measure_old_logps(s) -> dict[str, Any]:
         real[:b.n] = True
         scored = b.mask & real
         scored[:, 0] = False  # position 0 has no log-prob (nothing before it)
-        lp = _tokens(s, b, logits, temperature)
+        lp = _tokens(b, logits, temperature)
         stored.append(old[scored])
         own.append(lp[scored])
         probed.append((b, logits, scored, old, lp))
@@ -61,9 +60,24 @@ def measure_old_logps(s) -> dict[str, Any]:
     old, lp = np.concatenate(stored), np.concatenate(own)
     diff = old - lp
     order = np.argsort(-np.abs(diff), kind="stable")
+    out = {"tokens": int(len(old)), "rows": int(sum(p[0].n for p in probed)), "temperature": temperature,
+           "max_abs": float(np.max(np.abs(diff))), "mean_abs": float(np.mean(np.abs(diff))),
+           "max_ratio": float(np.exp(np.max(np.abs(diff)))),
+           "worst": [{"at": where[i], "stored": float(old[i]), "policy": float(lp[i])} for i in order[:_LISTED]]}
+    if out["max_abs"] > warn:  # the diagnosis recomputes log-softmaxes: only for a mismatch
+        out.update(_diagnose(probed, old, lp))
+    return out
+
+
+def _diagnose(probed: list, old: np.ndarray, lp: np.ndarray) -> dict[str, Any]:
+    """numpy references on the same logits: the temperature the stored values fit best, their
+    error against the next / the previous completion token's log-probs, tokens stored as 0."""
+    from scipy.optimize import minimize_scalar
+
+    diff = old - lp
 
     def error_at(tau: float) -> np.ndarray:
-        return old - np.concatenate([_tokens(s, b, x, tau)[m] for b, x, m, _, _ in probed])
+        return old - np.concatenate([_tokens(b, x, tau)[m] for b, x, m, _, _ in probed])
 
     # which temperature the stored values fit best (numpy reference; log-spaced search, refined)
     grid = np.exp(np.linspace(math.log(_FIT_RANGE[0]), math.log(_FIT_RANGE[1]), 25))
@@ -86,11 +100,7 @@ def measure_old_logps(s) -> dict[str, Any]:
                 errs_s.append(np.abs(old_b[r, a] - lp_b[r, c]))
         shifts[name] = float(np.max(np.concatenate(errs_s))) if errs_s else math.inf
     zeros = (old == 0.0) & (lp < 0.0)
-    return {"tokens": int(len(old)), "rows": int(sum(p[0].n for p in probed)), "temperature": temperature,
-            "max_abs": float(np.max(np.abs(diff))), "mean_abs": float(np.mean(np.abs(diff))),
-            "max_ratio": float(np.exp(np.max(np.abs(diff)))),
-            "worst": [{"at": where[i], "stored": float(old[i]), "policy": float(lp[i])} for i in order[:_LISTED]],
-            "fit_temperature": tau, "fit_max_abs": float(np.max(np.abs(error_at(tau)))),
+    return {"fit_temperature": tau, "fit_max_abs": float(np.max(np.abs(error_at(tau)))),
             "shift_max_abs": shifts, "zeros": int(zeros.sum()),
             "zeros_rest_max_abs": float(np.max(np.abs(diff[~zeros]))) if (~zeros).any() else 0.0}
 
@@ -109,7 +119,7 @@ class OldLogps(PolicyCheck):
         return None
 
     def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
-        return measure_old_logps(session(ctx))
+        return measure_old_logps(session(ctx), float(th["old_logp_warn"]))
 
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
         warn, fail = float(th["old_logp_warn"]), float(th["old_logp_fail"])
