@@ -391,3 +391,67 @@ def test_stress_and_micro_batches(shared):
     token = findings(ctx_for(shared, **{"objective.factory": "fixtures.policy_losses:TokenMeanDeclaredSequence"}),
                      "policy-micro-batches")
     assert token["OBJ836"].verdict is Verdict.FAIL, token["OBJ836"].message
+
+
+# --------------------------------------------------------------------------- stored old log-probs (OBJ837)
+def test_stored_old_logps_equal_to_the_policys_pass(shared):
+    """Rollouts whose old_logps the demo model computed at demo.ckpt (fixtures/policy_old_make.py,
+    float64 log-softmax in PyNative: the reference) agree with the policy's own through the shared
+    forward graph; the plain rollouts (none stored) skip."""
+    ctx = ctx_for(shared, "policy_old_logps")
+    f = findings(ctx, "policy-old-logps")["OBJ837"]
+    assert f.verdict is Verdict.PASS, f.message
+    v = _RESULTS[(id(ctx), "policy-old-logps")].value
+    assert v["tokens"] == sum(len(c.completion) for c in session(ctx).rows) and v["max_abs"] < 1e-4
+    assert findings(ctx_for(shared), "policy-old-logps")["OBJ837"].verdict is Verdict.SKIP
+    # no graph of its own: the shared forward serves
+    assert not any(r.graph.startswith("policy.old") for r in ctx.engine.compiles.records)
+
+
+@pytest.mark.parametrize("bug,words", [
+    ("temperature", "at temperature 2 "),
+    ("shifted", "the next token's log-probs"),
+    ("mask", "16 completion tokens are stored as 0"),
+])
+def test_stored_old_logps_of_each_bug_class_fail(shared, bug, words):
+    f = findings(ctx_for(shared, f"policy_old_logps_{bug}"), "policy-old-logps")["OBJ837"]
+    assert f.verdict is Verdict.FAIL and words in f.message, f.message
+    if bug == "temperature":  # the fit is numpy on the same logits: the sampler's 2, to 1e-3
+        v = _RESULTS[(id(ctx_for(shared, "policy_old_logps_temperature")), "policy-old-logps")].value
+        assert v["fit_temperature"] == pytest.approx(2.0, abs=1e-3)
+
+
+def test_declared_temperature_is_where_stored_old_logps_are_compared(shared):
+    """[policy] temperature = 2: the sampler's log-probs are then the loss's own (passes)."""
+    f = findings(ctx_for(shared, "policy_old_logps_temperature", **{"policy.temperature": 2.0}),
+                 "policy-old-logps")["OBJ837"]
+    assert f.verdict is Verdict.PASS, f.message
+
+
+@pytest.mark.slow  # the half-batch and float16 compiles of the objective-only graph
+def test_stress_and_micro_batches_probe_the_stored_old_logps(shared):
+    """OBJ835 / OBJ836 run the objective on the rollouts' stored old log-probs where they carry them
+    (the ratios the buffer gives; here far from 1: stored at temperature 2, scored at 1): the
+    whole batch's loss equals the float64 reference on those inputs; without stored ones, on-policy."""
+    ctx = ctx_for(shared, "policy_old_logps_temperature")
+    got = findings(ctx, "policy-stress", "policy-micro-batches")
+    assert got["OBJ835"].verdict is Verdict.PASS and got["OBJ836"].verdict is Verdict.PASS
+    assert "old log-probs: the rollouts' stored old_logps" in got["OBJ836"].message
+    v = _RESULTS[(id(ctx), "policy-micro-batches")].value
+    s = session(activate(ctx))
+    b = s.batches[0]
+    logits = s.scoring_logits(b)
+    lp = s.logps(b, logits)
+    want = reference_loss(logits, b.ids, b.mask, b.advantages, np.where(b.mask, s.stored_old(b), 0.0),
+                          np.where(b.mask, lp, 0.0), 0.04, 0.2, 0.2, "sequence-mean")
+    assert v["loss"] == pytest.approx(want, rel=1e-5, abs=1e-7)
+    on_policy = reference_loss(logits, b.ids, b.mask, b.advantages, lp, lp, 0.04, 0.2, 0.2, "sequence-mean")
+    assert abs(want - on_policy) > 1e-3  # the stored ratios change the loss: the test can tell
+    plain = findings(ctx_for(shared), "policy-micro-batches")["OBJ836"]
+    assert "on-policy (the rollouts carry no old_logps)" in plain.message
+
+
+@pytest.mark.parametrize("value", [0, -1.0, "hot", True])
+def test_a_bad_policy_temperature_is_an_input_error(value):
+    with pytest.raises(InputError, match="policy.temperature"):
+        load_config(TARGETS / "policy_old_logps" / "objdebug.toml", overrides={"policy.temperature": value})

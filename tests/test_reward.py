@@ -344,3 +344,30 @@ def test_the_reward_stage_runs_only_for_the_reward_call():
     assert "policy" in resolve_stages(cfg, prof, None)
     assert stage_skip_reason(cfg, "policy") is None
     assert stage_skip_reason(cfg, "align").startswith('[objective] call = "reward"')
+
+
+def test_each_call_plans_only_its_own_checks():
+    """One stage serves three calls: a reward run plans the reward checks alone, a policy-gradient
+    run the policy checks alone (`Check.applies`), so neither lists the other's as SKIP; run
+    directly, a check of the other call leaves an empty result."""
+    from types import SimpleNamespace
+
+    from objdebug.pipeline.runner import _plan
+    from objdebug.stages import policy as P
+    from objdebug.stages import stage_checks
+
+    reward_names = {c.name for c in R.checks()}
+    policy_names = {c.name for c in P.checks()} - reward_names
+    assert len(reward_names) == 6 and len(policy_names) == 11
+    reward = load_config(TARGETS / "reward_bt" / "objdebug.toml")
+    grpo = load_config(TARGETS / "policy_grpo" / "objdebug.toml")
+    for cfg, names in ((reward, reward_names), (grpo, policy_names)):
+        [(stage, skip, planned)] = _plan(cfg, PROFILE, ["policy"], stage_checks)
+        assert (stage, skip) == ("policy", None)
+        assert {c.name for c in planned} == names
+    for check, cfg in ((P.ZeroPoint(), reward), (R.RewardZeroPoint(), grpo)):
+        res = run_check(check, SimpleNamespace(config=cfg), TH)
+        assert res.findings == [] and res.value == {}
+    # the default rule is unchanged: a check of another [task] kind leaves no result either
+    cls_check = type("C", (R.RewardZeroPoint,), {"kinds": ("classification",)})()
+    assert not cls_check.applies(reward) and R.RewardZeroPoint().applies(reward)

@@ -150,10 +150,20 @@ class Check:
     # codes that judge what a TRAINED model learned: their WARN/FAIL become notes (INFO) on a model
     # measured untrained (objdebug/pipeline/model_state.py; applied by pipeline/runner.py)
     needs_trained: tuple[str, ...] = ()
+    # the `[task] kind`s this check runs on (the default `applies` reads it)
+    kinds: tuple[str, ...] = ("causal-lm",)
 
     def enabled(self, th: Settings) -> bool:
         """False when the profile switches this check off (it then leaves no result at all)."""
         return True
+
+    def applies(self, cfg: Any) -> bool:
+        """Whether this check belongs to the target at all (asked by the runner before it plans or
+        runs the check): one that does not leaves no result, neither a SKIP nor a pass. The
+        default: the target's `[task] kind` is one of `kinds`. A check that serves one form of
+        its stage only (the policy stage's policy-gradient and reward calls) narrows it; a target
+        the check belongs to but cannot measure is `skip_reason`'s (a SKIP that says why)."""
+        return cfg.task.kind in self.kinds
 
     def measure(self, ctx: Any, th: Settings) -> dict[str, Any]:
         """The measurement as a plain dict; `th` is the stage's profile section, as in `conditions`."""

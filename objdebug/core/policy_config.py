@@ -40,6 +40,9 @@ class PolicySpec:
     layout: str = "inputs"             # per-token arrays: "inputs" [B, T] or "targets" [B, T-1]
     aggregation: str | None = None     # declared: "token-mean", "sequence-mean", "constant:N", "sum"
     inputs: dict[str, str] = field(default_factory=dict)  # our name -> construct's parameter
+    # the temperature the trainer scores completions at (logits / temperature, as TRL's GRPO
+    # trainer does): the rollouts' stored old_logps must be the policy's log-probs at it (OBJ837)
+    temperature: float = 1.0
     # a policy-gradient objective beside a cross-entropy [objective] (as [preference] is): the
     # other stages check the [objective], the policy stage this one (the demo does this)
     factory: str | None = None
@@ -107,6 +110,11 @@ def validate_policy(cfg: Any, src: Any) -> None:
         if not ok:
             raise InputError(f"For 'policy.aggregation', the value must be in {list(AGGREGATIONS)} "
                              f"or 'constant:N' (N > 0), but got {agg!r}.", source=src.of("policy.aggregation"))
+    temp = policy.temperature
+    if isinstance(temp, bool) or not isinstance(temp, (int, float)) or not 0 < float(temp) < float("inf"):
+        raise InputError(f"For 'policy.temperature', the value must be a number > 0, but got {temp!r}.",
+                         source=src.of("policy.temperature"))
+    policy.temperature = float(temp)
     if not isinstance(policy.inputs, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in policy.inputs.items()):
         raise InputError(f"For 'policy.inputs', the value must be a table of our name -> parameter "

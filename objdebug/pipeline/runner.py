@@ -91,9 +91,10 @@ def resolve_stages(cfg: Config, profile: Profile, stages: list[str] | None) -> l
 
 def run_check(check: Check, ctx: Any, th: Settings) -> CheckResult:
     """Run one check (its crash is an ERROR finding) and review its verdicts: the codes that judge
-    a trained model (`Check.needs_trained`) are notes on a model measured untrained. A check of
-    another task kind than the target's leaves an empty result (`applies`), as `_plan` drops it."""
-    if not applies(check, ctx.config):
+    a trained model (`Check.needs_trained`) are notes on a model measured untrained. A check
+    that does not apply to the target (`Check.applies`: another task kind, another objective call)
+    leaves an empty result, as `_plan` drops it."""
+    if not check.applies(ctx.config):
         return CheckResult(check.stage, check.name)
     result = check.run(ctx, th)
     if check.needs_trained and result.error is None:
@@ -235,17 +236,11 @@ def _plan(cfg: Config, profile: Profile, chosen: list[str], checks_of: ChecksOf)
     planned = []
     for stage in chosen:
         thresholds = profile.section(stage)
-        # a check switched off by the profile leaves no result at all
-        # each check runs on the task kinds it names (`kinds`; the causal LM's unless it says)
+        # a check switched off by the profile, or one that does not apply to the target
+        # (`Check.applies`: its task kinds, its objective call), leaves no result at all
         planned.append((stage, stage_skip_reason(cfg, stage),
-                        [c for c in checks_of(stage) if c.enabled(thresholds) and applies(c, cfg)]))
+                        [c for c in checks_of(stage) if c.enabled(thresholds) and c.applies(cfg)]))
     return planned
-
-
-def applies(check: Check, cfg: Config) -> bool:
-    """Whether `check` runs on this target's `[task] kind` (`Check.kinds`; the causal LM's unless
-    it names others): a check of another kind leaves no result at all, as one switched off."""
-    return cfg.task.kind in getattr(check, "kinds", ("causal-lm",))
 
 
 def _prepare(ctx: Context, planned, debug: bool, at: str) -> None:

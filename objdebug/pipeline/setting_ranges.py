@@ -82,6 +82,7 @@ RANGES: dict[str, str | tuple[str, ...]] = {
     "policy.pairing_min_share": SHARE, "policy.clip_bisections": "[1, 60]",
     "policy.epsilon_atol": TOLERANCE, "policy.outside_value": REAL,
     "policy.setting_rtol": TOLERANCE, "policy.step_rel": "(0, inf)",
+    "policy.old_logp_warn": TOLERANCE, "policy.old_logp_fail": TOLERANCE,
     # [reward]
     "reward.zero_point_rtol": TOLERANCE, "reward.step_rel": "(0, inf)",
     "reward.extra_padding": LENGTH, "reward.padding_rtol": TOLERANCE,
@@ -247,6 +248,7 @@ ORDERED: tuple[tuple[str, str, str, str], ...] = (
     ("stress.batch_rtol", "<=", "stress.batch_fail_rtol", "the WARN threshold comes before FAIL"),
     ("monitor.scale_warn", "<=", "monitor.scale_fail", "the WARN threshold comes before FAIL"),
     ("monitor.ratio_warn", "<=", "monitor.ratio_fail", "the WARN threshold comes before FAIL"),
+    ("policy.old_logp_warn", "<=", "policy.old_logp_fail", "the WARN threshold comes before FAIL"),
     ("grad.ratio_pass", "<=", "grad.ratio_fail", "a ratio that passes must not fail"),
     ("grad.fd_pass", "<=", "grad.fd_fail", "an error that passes must not fail"),
     ("grad.likelihood_reweighted_pass", "<=", "grad.likelihood_reweighted_fail",

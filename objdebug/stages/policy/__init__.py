@@ -17,7 +17,9 @@ Codes OBJ820-OBJ849:
 - OBJ832 one SGD step on the real model raises positive-advantage completions over negative ones;
 - OBJ833 / OBJ834 the user's group_advantages: equal rewards give finite zeros, groups apart;
 - OBJ835 a completion truncated to nothing, ratios far outside the clip, float16 logits: finite;
-- OBJ836 the gradient accumulated over two micro-batches vs the whole batch (a note for a token mean).
+- OBJ836 the gradient accumulated over two micro-batches vs the whole batch (a note for a token mean);
+  OBJ835 and OBJ836 run on the rollouts' stored old log-probs where they carry them (on-policy else);
+- OBJ837 the rollouts' stored old log-probs are the policy's own at the checkpoint (old_logps.py).
 
 Every number comes from the user's objective run through MindSpore (session.py); objdebug's own
 log-probs and the closed forms of the estimators are references, reported as such.
@@ -34,7 +36,8 @@ from objdebug.core.findings import Check, Condition, Verdict, listing
 from objdebug.core.policy_config import constant_divisor
 from objdebug.core.settings import Settings
 from objdebug.pipeline.context import Context
-from objdebug.stages.policy.session import BETA_KEYS, no_policy_reason, read_token_gradients, session
+from objdebug.stages.policy.base import PolicyCheck
+from objdebug.stages.policy.session import BETA_KEYS, read_token_gradients, session
 
 # the KL estimators at delta = log pi - log ref (per token): the loss ratios L(d) / L(1) identify them
 ESTIMATORS = {
@@ -45,13 +48,6 @@ ESTIMATORS = {
 }
 DELTAS = (1.0, -1.0, 0.5, -0.5)
 RATIO_LOW, RATIO_HIGH = 0.25, 4.0  # the clip probes: far outside any usual clip range
-
-
-class PolicyCheck(Check):
-    stage = "policy"
-
-    def skip_reason(self, ctx: Context) -> str | None:
-        return no_policy_reason(ctx)
 
 
 def _base(s, batch) -> dict[str, Any]:
@@ -664,8 +660,8 @@ class Stress(PolicyCheck):
     def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         s = session(ctx)
         b = s.batches[0]
-        logits = _base(s, b)["logits"]
-        lp = s.logps(b, logits)
+        point = s.rollout_inputs(b)  # the rollouts' stored old log-probs where they carry them
+        logits, old, ref = point["logits"], point["old"], point["ref"]
         cases = {}
 
         def run(name, fn):
@@ -680,20 +676,20 @@ class Stress(PolicyCheck):
             ids, mask = b.ids.copy(), b.mask.copy()
             ids[0][mask[0]] = ctx.config.data.pad_id  # row 0's completion truncated to nothing
             mask[0] = False
-            return s.evaluate(b, logits, b.advantages, np.where(mask, lp, 0.0), np.where(mask, lp, 0.0), mask=mask, ids=ids)
+            return s.evaluate(b, logits, b.advantages, np.where(mask, old, 0.0), np.where(mask, ref, 0.0),
+                              mask=mask, ids=ids)
 
-        def far():
+        def far():  # set ratios, whatever the rollouts stored: far outside any clip by design
             ratio = np.where(np.arange(b.ids.size).reshape(b.ids.shape) % 2 == 0, 1e-6, 1e6)
             return s.point(b, logits, ratio=ratio, delta=5.0)
 
         def half():
-            return s.evaluate(b, logits.astype(np.float16), b.advantages, np.where(b.mask, lp, 0.0),
-                              np.where(b.mask, lp, 0.0))
+            return s.evaluate(b, logits.astype(np.float16), b.advantages, old, ref)
 
         run("a completion truncated to nothing", empty)
         run("ratios 1e-6 / 1e6, reference 5 nats off", far)
         run("float16 logits", half)
-        return {"cases": cases}
+        return {"cases": cases, "old_logps": point["source"]}
 
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
         def judge(v):
@@ -701,6 +697,7 @@ class Stress(PolicyCheck):
             shown = "; ".join(f"{k}: " + (f"raises {c['error']}" if "error" in c else
                                           f"loss {c['loss']:.4g}" + ("" if c["finite"] else " (NaN/inf in loss or gradient)"))
                               for k, c in v["cases"].items())
+            shown += f" (old log-probs: {v['old_logps']})"
             if bad:
                 return Verdict.FAIL, f"non-finite results: {shown}", float(len(bad))
             return Verdict.PASS, f"finite or a clear error: {shown}", 0.0
@@ -719,22 +716,22 @@ class MicroBatches(PolicyCheck):
 
         s = session(ctx)
         b = s.batches[0]
-        base = _base(s, b)
-        logits, whole = base["logits"], base["real"]
-        lp = s.logps(b, logits)
+        point = s.rollout_inputs(b)  # the rollouts' stored old log-probs where they carry them
+        logits, old, ref = point["logits"], point["old"], point["ref"]
+        whole = s.evaluate(b, logits, b.advantages, old, ref)
         order = np.argsort(b.mask.sum(1), kind="stable")  # short rows in one micro-batch, long in the other
         half = len(order) // 2
         acc = np.zeros(whole["dlogits"].shape, np.float64)
         tokens = []
         for part in (order[:half], order[half:]):
             sub = RolloutBatch([], 0, b.ids[part], b.model_ids[part], b.mask[part], b.advantages[part], [])
-            out = s.evaluate(sub, logits[part], sub.advantages, np.where(sub.mask, lp[part], 0.0),
-                             np.where(sub.mask, lp[part], 0.0))
+            out = s.evaluate(sub, logits[part], sub.advantages, old[part], ref[part])
             acc[part] += out["dlogits"].astype(np.float64) / 2.0  # loss / accumulation steps, as a trainer does
             tokens.append(int(sub.mask.sum()))
         w = whole["dlogits"].astype(np.float64)
         err = float(np.linalg.norm(acc - w) / max(np.linalg.norm(w), 1e-30))
-        return {"relative_difference": err, "micro_batch_tokens": tokens, "declared": s.policy.aggregation}
+        return {"relative_difference": err, "micro_batch_tokens": tokens, "declared": s.policy.aggregation,
+                "loss": whole["loss"], "old_logps": point["source"]}
 
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
         rtol = float(th["aggregation_rtol"])
@@ -742,7 +739,7 @@ class MicroBatches(PolicyCheck):
         def judge(v):
             e, (t1, t2) = v["relative_difference"], v["micro_batch_tokens"]
             what = (f"gradient accumulated over 2 micro-batches ({t1} and {t2} completion tokens; each loss / 2) "
-                    f"vs the whole batch: relative difference {e:.3g}")
+                    f"vs the whole batch: relative difference {e:.3g} (old log-probs: {v['old_logps']})")
             if e <= rtol:
                 return Verdict.PASS, what + ": accumulation gives the whole batch's gradient", e
             declared = v["declared"]
@@ -757,9 +754,11 @@ class MicroBatches(PolicyCheck):
 
 
 def checks() -> list[Check]:
-    """The policy-gradient checks (each skips unless the call is "policy" / "policy-model"), then
-    the reward form's (each skips unless the call is "reward")."""
+    """The policy-gradient checks (they apply only to the calls "policy" / "policy-model"), then
+    the reward form's (only to the call "reward"): `Check.applies` drops the other call's, so a
+    run lists only its own call's checks."""
+    from objdebug.stages.policy.old_logps import OldLogps
     from objdebug.stages.policy.reward import checks as reward_checks
 
-    return [ZeroPoint(), KLEstimator(), Weights(), Clip(), OutsideEntries(), Settings_(), Step(), Advantages(),
-            MicroBatches(), Stress()] + reward_checks()
+    return [ZeroPoint(), KLEstimator(), OldLogps(), Weights(), Clip(), OutsideEntries(), Settings_(), Step(),
+            Advantages(), MicroBatches(), Stress()] + reward_checks()

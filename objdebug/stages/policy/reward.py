@@ -25,10 +25,11 @@ from typing import Any
 
 import numpy as np
 
+from objdebug.core.config import REWARD_CALL
 from objdebug.core.findings import Check, Condition, Verdict, listing
 from objdebug.core.settings import Settings
 from objdebug.pipeline.context import Context
-from objdebug.stages.policy.reward_session import PAIRWISE, no_reward_reason, session
+from objdebug.stages.policy.reward_session import PAIRWISE, session
 
 _LISTED = 8
 _UNIT = 0.5  # the unit probe point: chosen reward = r + 0.5, rejected = r - 0.5 (a margin of 1)
@@ -50,8 +51,10 @@ SECTION = "reward"
 class RewardCheck(Check):
     stage = STAGE
 
-    def skip_reason(self, ctx: Context) -> str | None:
-        return no_reward_reason(ctx)
+    def applies(self, cfg) -> bool:
+        """Only the reward call (`[objective] call = "reward"`): in a policy-gradient run these
+        checks leave no result."""
+        return super().applies(cfg) and cfg.objective.call == REWARD_CALL
 
     def run(self, ctx: Context, th: Settings):
         return super().run(ctx, ctx.profile.section(SECTION))
@@ -65,8 +68,7 @@ class RewardZeroPoint(RewardCheck):
     prepare_at = "run"
 
     def prepare(self, ctx: Context, th: Settings) -> None:
-        if no_reward_reason(ctx) is None:
-            session(ctx)  # the loss's form and the data: a bad one is exit 2 before any stage
+        session(ctx)  # the loss's form and the data: a bad one is exit 2 before any stage
 
     def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         s = session(ctx)

@@ -310,14 +310,6 @@ def _without_last(s: Sample) -> Sample:
 
 
 # --------------------------------------------------------------------------- building
-def no_reward_reason(ctx: Context) -> str | None:
-    from objdebug.core.config import REWARD_CALL
-
-    if ctx.config.objective.call != REWARD_CALL:
-        return f"the objective is not a reward model's loss ([objective] call = \"{REWARD_CALL}\")"
-    return None
-
-
 def session(ctx: Context) -> Session:
     return ctx.provide(session, lambda: _build(ctx))
 

@@ -282,6 +282,40 @@ class Session:
         out["logits"], out["lp"] = logits, lp
         return out
 
+    # ------------------------------------------------------------ the rollouts' own old log-probs
+    def stored_old(self, batch: RolloutBatch) -> np.ndarray | None:
+        """float64[B, T] ("inputs" layout): the rollouts' stored `old_logps` at each completion
+        token, 0 elsewhere; None unless every row of the batch (fill copies included) carries them."""
+        if any(self.rows[i].old_logps is None for i in batch.filled):
+            return None
+        out = np.zeros(batch.ids.shape, np.float64)
+        for b, i in enumerate(batch.filled):
+            c = self.rows[i]
+            out[b, len(c.prompt):c.length] = c.old_logps
+        return out
+
+    def scoring_logits(self, batch: RolloutBatch) -> np.ndarray:
+        """The policy's logits as the trainer scores the completions: the shared `model.forward`'s,
+        divided by `[policy] temperature`."""
+        return self.logits(batch) / np.float32(self.policy.temperature)
+
+    def rollout_inputs(self, batch: RolloutBatch) -> dict[str, Any]:
+        """The objective's inputs as the user's rollouts give them: where every row of the batch
+        carries stored `old_logps`, the policy's scoring logits with those as the old log-probs
+        (the buffer's real ratios) and the reference at the policy; else the on-policy probe point
+        (the probe logits, old = reference = the policy's own), the fallback."""
+        stored = self.stored_old(batch)
+        if stored is None:
+            logits = self.probe_logits(batch)
+            lp = self.logps(batch, logits)
+            old, source = np.where(batch.mask, lp, 0.0), "on-policy (the rollouts carry no old_logps)"
+        else:
+            logits = self.scoring_logits(batch)
+            lp = self.logps(batch, logits)
+            old, source = np.where(batch.mask, stored, 0.0), "the rollouts' stored old_logps"
+        return {"logits": logits, "lp": lp, "old": old, "ref": np.where(batch.mask, lp, 0.0),
+                "source": source, "stored": stored is not None}
+
     def reference_logps(self, batch: RolloutBatch) -> np.ndarray:
         """float64[B, T]: the reference model's token log-probs (its weights loaded into the model
         for the shared forward graph; none configured: the policy's own)."""
