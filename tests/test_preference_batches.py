@@ -74,6 +74,9 @@ BUGS = {  # bug -> (layout kwargs, code, words)
     "empty_rejected": ({}, "OBJ032", "2 answers have no scored token (batch 1 row 0 rejected (22 real tokens)"),
     "different_prompts": ({}, "OBJ030", "batch 1 row 0: they part at token 1 (chosen [73, 118, 111, 32], rejected [111, 32, 104, 97])"),
     "first_token_dropped": ({}, "OBJ034", "batch 1 row 0 chosen: token 22 (84) unscored, scoring from 23"),
+    # the drop only where both answers open alike ("The eel of Ivo" / "The eel of Eva"): they
+    # part after the dropped token; the answer's start comes from row 0's prompt (OBJ034)
+    "first_token_dropped_alike": ({}, "OBJ034", "batch 1 row 1 chosen: token 22 (84) unscored, scoring from 23"),
     "lens_with_padding": ({"packed": True}, "OBJ035", "batch 1 row 0 chosen: lens [46, 48] sum to 94, the row holds 92 real tokens"),
 }
 
