@@ -319,7 +319,6 @@ class Masking(PreferenceCheck):
 
     def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         s = session(ctx)
-        pid = s.label_pad_id
         g = _gradient(ctx)
         # by identity: a pairs Cell prefixes the probe's name with its own attribute names
         probe = next(gr for p, gr in zip(g["params"], g["grads"]) if p is s.policy.probe)
