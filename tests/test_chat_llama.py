@@ -184,4 +184,6 @@ def test_the_healthy_llama_pipelines_pass_every_stage_on_ci_gate(target):
         assert found["OBJ807"].verdict is Verdict.PASS and found["OBJ805"].verdict is Verdict.PASS
         assert found["OBJ812"].verdict is Verdict.SKIP and "every margin is 0" in found["OBJ812"].message
     else:
-        assert found["OBJ025"].verdict is Verdict.PASS and found["OBJ020"].verdict is Verdict.PASS
+        assert found["OBJ025"].verdict is Verdict.PASS
+        # OBJ020 judges the EOS of trained turns: GLM declares its EOS (3), ChatML as text none
+        assert found["OBJ020"].verdict is (Verdict.PASS if target == "llama_chat_glm" else Verdict.SKIP)
