@@ -39,7 +39,7 @@ HEAVY_FILES = (
     "test_memory_release.py",         # 24 s (3 tests)
     "test_demo_align.py",             # 22 s (3 tests)
     "test_reward.py",                 # ~90 s on the 2 shared cores (23 tests): two model compiles + reward twins
-    "test_chat_llama.py",             # ~25 s CPU default (9 tests): two Llama objective probes; slow: whole runs
+    "test_chat_llama.py",             # ~22 s default (6 tests): one Llama objective probe; slow: the preference twins, whole runs
 )
 
 

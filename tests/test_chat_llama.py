@@ -9,10 +9,11 @@ Llama fixture), as fixtures/targets/llama_batches_collator builds a Llama target
 
 The chat targets' checkpoint is the Llama fixture fine-tuned on other conversations
 (fixtures/chat/llama_chat.ckpt, `python -m fixtures.chat.train_chat --model llama`), as the demo
-chat targets' is. By default each healthy pipeline passes the role / pair checks and each bug
-twin FAILs with a code its healthy twin lacks, naming the row, the turn and the tokens (the audit
-compiles no graph holding the model: one objective probe per module); `slow`: the whole batches
-stage, and every stage on ci-gate.
+chat targets' is. By default each healthy chat pipeline passes the role checks and each bug twin
+FAILs with a code its healthy twin lacks, naming the row, the turn and the tokens (the audit
+compiles no graph holding the model: one objective probe per module); `slow`: the preference
+pipeline's pair checks and twins (a second objective probe; the demo model's run by default in
+test_preference_batches.py), the whole batches stage, and every stage on ci-gate.
 """
 
 from __future__ import annotations
@@ -142,6 +143,7 @@ def test_each_chat_bug_twin_fails_on_llama_with_a_code_its_healthy_twin_lacks(ch
         assert verdict is Verdict.FAIL and words in message, (code, message)
 
 
+@pytest.mark.slow  # the pair checks' twins run by default on the demo model (test_preference_batches.py)
 def test_the_healthy_preference_pipeline_passes_every_pair_check_on_llama(pref_ctx):
     found = _pref(pref_ctx)
     assert all(found[f"OBJ03{i}"][0] is Verdict.PASS for i in range(5)), found
@@ -162,6 +164,7 @@ PREF_BUGS = {  # bug -> (code, words)
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("bug", sorted(PREF_BUGS))
 def test_each_preference_bug_twin_fails_on_llama(pref_ctx, bug):
     code, words = PREF_BUGS[bug]
