@@ -40,6 +40,7 @@ HEAVY_FILES = (
     "test_demo_align.py",             # 22 s (3 tests)
     "test_reward.py",                 # ~90 s on the 2 shared cores (23 tests): two model compiles + reward twins
     "test_reward_llama.py",           # 8 s default (1 test); 160 s with -m slow: the Llama reward model's compiles
+    "test_chat_llama.py",             # ~22 s default (6 tests): one Llama objective probe; slow: the preference twins, whole runs
 )
 
 

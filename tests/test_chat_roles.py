@@ -251,6 +251,26 @@ def test_show_marks_each_turn_by_role(ctx):
     assert "\x1b[0;1;36m⟦assistant⟧" in painted and "\x1b[0;1;34m⟦user⟧" in painted
 
 
+def test_the_html_report_colours_each_turn_by_role():
+    """The HTML report's row display (report/batch_rows.py, from a report dict only): each turn's
+    tokens underlined in its role's colour from its ⟦role⟧ label on, padding not; a view without
+    roles has no role key."""
+    from objdebug.report import batch_rows
+
+    view = {"source": "s", "ignored": [-100], "pairing": None, "total": 1, "rows": [{
+        "title": "batch 1 row 0", "segments": [
+            ["ignored", ["⟦user⟧<", "u", ">", "Hi"]], ["trained", ["⟦assistant⟧<", "a", ">", "Yo"]],
+            ["padding", ["⟨0⟩×4 "]]]}]}
+    page = batch_rows.html(view)
+    assert '<span class="role role-label role-user">⟦user⟧</span>&lt;' in page
+    assert '<span class="role-user">Hi</span>' in page and '<span class="role-assistant">Yo</span>' in page
+    assert "each turn's tokens underlined in its role's colour" in page
+    assert '<span class="tag">[padding]</span>⟨0⟩×4 </span>' in page  # padding: no role
+    plain = dict(view, rows=[{"title": "t", "segments": [["trained", ["a", "b"]]]}])
+    page = batch_rows.html(plain)
+    assert "role-" not in page.split("</ul>", 1)[1] and ">ab</span>" in page
+
+
 def test_init_batches_proposes_a_chat_section_for_conversation_rows(tmp_path):
     """`objdebug init --batches SRC` (its `chat_keys` step): rows with several trained spans, each
     after the same header and ending on the same stop, get a [chat] proposal that loads; rows of

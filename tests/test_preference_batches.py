@@ -10,6 +10,7 @@ import sys
 import types
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from objdebug.core.config import DataSpec, load_config
@@ -73,6 +74,9 @@ BUGS = {  # bug -> (layout kwargs, code, words)
     "empty_rejected": ({}, "OBJ032", "2 answers have no scored token (batch 1 row 0 rejected (22 real tokens)"),
     "different_prompts": ({}, "OBJ030", "batch 1 row 0: they part at token 1 (chosen [73, 118, 111, 32], rejected [111, 32, 104, 97])"),
     "first_token_dropped": ({}, "OBJ034", "batch 1 row 0 chosen: token 22 (84) unscored, scoring from 23"),
+    # the drop only where both answers open alike ("The eel of Ivo" / "The eel of Eva"): they
+    # part after the dropped token; the answer's start comes from row 0's prompt (OBJ034)
+    "first_token_dropped_alike": ({}, "OBJ034", "batch 1 row 1 chosen: token 22 (84) unscored, scoring from 23"),
     "lens_with_padding": ({"packed": True}, "OBJ035", "batch 1 row 0 chosen: lens [46, 48] sum to 94, the row holds 92 real tokens"),
 }
 
@@ -141,3 +145,132 @@ def test_the_docs_preference_batch_examples_read_as_pairs(tmp_path, block):
     for f in pairs:
         assert f.chosen.scored.sum() and f.rejected.scored.sum()
         assert f.common >= f.start("chosen") == f.start("rejected") or f.common == f.start("chosen")
+
+
+def _trl_session(ctx):
+    """The preference session on the TRL-layout pairs (labels = input ids), with the run's
+    conventions adopted from the batches as the runner does before the preference stage
+    (shift = false: their measured offset 0); the engine's padding restored by the caller."""
+    from objdebug.pipeline.pipeline_batches import adopt_conventions
+    from objdebug.stages.preference.session import session
+
+    _judge(ctx, "trl")
+    for f in (adopt_conventions, session):
+        ctx.forget(f)
+    adopt_conventions(ctx)
+    assert ctx.config.data.shift is False  # the batches' own layout
+    return session(ctx)
+
+
+def _reference_logps(logits, pairs, key):
+    """numpy float64 reference: sum over the answer's tokens of log softmax(logits[t - 1])[token t]."""
+    out = []
+    for x, p in zip(logits, pairs):
+        seq, start = p["prompt"] + p[key], len(p["prompt"])
+        x = x.astype(np.float64)
+        logp = x - np.log(np.exp(x - x.max(-1, keepdims=True)).sum(-1, keepdims=True)) - x.max(-1, keepdims=True)
+        out.append(sum(logp[t - 1, seq[t]] for t in range(start, len(seq))))
+    return np.array(out)
+
+
+def test_a_trl_layout_is_scored_on_the_next_token_as_the_pipeline_shifts_it(ctx):
+    """The false alarm of a TRL-layout target (shift = false): objdebug's own log-prob reduction
+    paired logits[t] with the token at t (log p of a token the model already sees), so OBJ809
+    warned on ci-gate and OBJ812 found 5 of 16 pairs preferred. Its labels now carry the next
+    token whatever the pipeline's layout: the log-probs equal a numpy float64 reference and the
+    MindFormers layout's (pre-shifted) for the same pairs, and the stage's checks pass."""
+    from objdebug.stages.preference import checks
+    from objdebug.stages.preference.session import session
+
+    padding = ctx.engine.padding
+    try:
+        s = _trl_session(ctx)
+        assert s.label_offset == 1  # form "preference": objdebug's reduction reads the labels
+        got = s.logps("policy")
+        b = s.batches[0]
+        ref = _reference_logps(ctx.engine.logits(b.c_ids), b.rows, "chosen")
+        np.testing.assert_allclose(got.c_sum[:b.n], ref, rtol=1e-4)
+        th = ctx.profile.section("preference")
+        found = {f.code: f for c in checks() if c.name in ("length", "agreement")
+                 for f in run_check(c, ctx, th).findings}
+        for code in ("OBJ809", "OBJ812"):
+            assert found[code].verdict is Verdict.PASS, found[code].message
+        assert "16 of 16 pairs" in found["OBJ812"].message
+        trl = got.c_sum[:8].copy()
+    finally:
+        ctx.engine.padding = padding
+    _judge(ctx)  # the same first 8 pairs, MindFormers' pre-shifted layout (shift = true)
+    ctx.forget(session)
+    np.testing.assert_allclose(session(ctx).logps("policy").c_sum, trl, rtol=1e-4)
+
+
+def _trl_target(tmp_path, objective: str | None = None, pairs: str | None = None):
+    """fixtures/targets/pref_trl's config with its SFT `[objective]` factory replaced, or its
+    preference objective as a "preference-pairs" Cell (`pairs`: a factory in
+    fixtures/preference_losses.py) in place of `[objective]` and `[preference]`."""
+    from .conftest import ROOT
+
+    text = (TARGETS / "pref_trl" / "objdebug.toml").read_text().replace("../../../", f"{ROOT}/")
+    if objective:
+        text = text.replace('factory = "fixtures.shift_losses:HFShiftingCE"', f'factory = "{objective}"')
+    if pairs:
+        head, rest = text.split("[objective]", 1)
+        rest = rest.split("[data]", 1)[1]
+        pref, rest = rest.split("[preference]", 1)
+        rest = rest.split("[reference]", 1)[1]
+        text = (head + f'[objective]\nfactory = "fixtures.preference_losses:{pairs}"\n'
+                'kwargs = { beta = 0.1 }\ncall = "preference-pairs"\nloss_type = "sigmoid"\n'
+                'logps = "sum"\n\n[data]' + pref + "[reference]" + rest)
+    path = tmp_path / "objdebug.toml"
+    path.write_text(text)
+    return load_config(path)
+
+
+@pytest.mark.slow
+def test_a_healthy_trl_target_passes_every_stage_on_ci_gate():
+    """fixtures/targets/pref_trl (labels = input ids, an objective that shifts them, shift =
+    false): every stage passes on ci-gate (before: OBJ809 warned, the preference stage scored
+    logits[t] against the token at t)."""
+    from objdebug import api
+
+    res = api.run(load_config(TARGETS / "pref_trl" / "objdebug.toml"), profile="ci-gate",
+                  compile_cache=False)
+    bad = [(f.code, f.verdict, f.message) for f in res.findings
+           if f.verdict in (Verdict.FAIL, Verdict.WARN, Verdict.ERROR)]
+    assert res.exit_code == 0 and not bad, bad
+    found = {f.code: f for f in res.findings}
+    assert found["OBJ013"].verdict is Verdict.PASS and found["OBJ019"].verdict is Verdict.PASS
+    assert "16 of 16 pairs" in found["OBJ812"].message
+
+
+@pytest.mark.slow
+def test_a_wrongly_shifted_trl_twin_still_fails(tmp_path):
+    """The same TRL batches (labels = input ids) with an objective that does not shift: the
+    batches stage fails it (OBJ019: the labels' offset 0 + the objective's pairing 0)."""
+    from objdebug import api
+
+    cfg = _trl_target(tmp_path, objective="objdebug.losses:MaskedCrossEntropy")
+    res = api.run(cfg, stages=["batches"], profile="ci-gate", compile_cache=False)
+    found = {f.code: f for f in res.findings}
+    assert found["OBJ019"].verdict is Verdict.FAIL, found["OBJ019"].message
+    assert res.exit_code == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cell,verdict", [("ShiftingPairsDPO", Verdict.PASS), ("PairsDPO", Verdict.FAIL)])
+def test_a_pairs_cell_on_trl_batches_is_judged_in_their_layout(tmp_path, cell, verdict):
+    """Form "preference-pairs" on the TRL batches: the Cell gets the labels in the pipeline's
+    layout (offset 0, measured), and OBJ807 maps each label to the logit that predicts it. A Cell
+    that shifts them itself (TRL's concatenated_forward) passes; one that does not (pre-shifted
+    labels expected) reads the last answer token's logits, past the answer: FAIL."""
+    from objdebug import api
+
+    cfg = _trl_target(tmp_path, pairs=cell)
+    res = api.run(cfg, stages=["preference"], profile="ci-gate", compile_cache=False,
+                  select=["OBJ807", "OBJ812"])
+    found = {f.code: f for f in res.findings}
+    assert found["OBJ807"].verdict is verdict, found["OBJ807"].message
+    if verdict is Verdict.PASS:
+        assert found["OBJ812"].verdict is Verdict.PASS, found["OBJ812"].message
+    else:
+        assert "padding positions" in found["OBJ807"].message

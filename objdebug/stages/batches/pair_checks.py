@@ -162,11 +162,7 @@ class PairBos(_PairCheck):
 
     def measure(self, ctx: Any, th: Any) -> dict[str, Any]:
         pairs = pairs_of(ctx, th)
-        bos = ctx.config.data.bos_id
-        if bos is None:  # the id every answer opens with, when there is one
-            firsts = Counter(int(getattr(f, s).ids[0]) for f in pairs for s in SIDES if len(getattr(f, s).ids))
-            top = firsts.most_common(1)
-            bos = top[0][0] if top and top[0][1] == sum(firsts.values()) and len(pairs) > 1 else None
+        bos = _bos_of(ctx, pairs)  # data.bos_id, else the id every answer opens with
         doubled = [f"{f.where} {s}" for f in pairs for s in SIDES
                    if bos is not None and len(getattr(f, s).ids) > 1
                    and getattr(f, s).ids[0] == bos and getattr(f, s).ids[1] == bos]
@@ -187,6 +183,84 @@ class PairBos(_PairCheck):
         return [Condition("OBJ033", "pair_single_bos", judge)]
 
 
+def _known_prompts(ctx: Any) -> list[tuple[int, ...]]:
+    """The target's own prompts ([data] preference, align and scores rows, as objdebug frames
+    them, and each without its leading token when that is the declared BOS), longest first; []
+    where the target configures none (a row that cannot be read is not this check's business)."""
+    from objdebug.pipeline.datasets import preference_rows, text_samples
+
+    d, out = ctx.config.data, set()
+    try:
+        prompts = [r["prompt"] for r in preference_rows(ctx)] if d.preference else []
+        prompts += [s.prompt for s in text_samples(ctx)] if (d.align or d.scores) else []
+    except Exception:  # noqa: BLE001 - the stages that read those rows report them
+        return []
+    for p in prompts:
+        p = tuple(int(t) for t in p)
+        out.add(p)
+        if d.bos_id is not None and p[:1] == (d.bos_id,):
+            out.add(p[1:])
+    return sorted((p for p in out if p), key=len, reverse=True)
+
+
+def _prompt_end(f: PairFacts, prompts: list[tuple[int, ...]], lead: int | None) -> int | None:
+    """Where the longest prompt of `prompts` that both answers start with ends (after the
+    answers' own leading BOS tokens, `lead`), within the tokens they share; None: none does."""
+    ids = f.chosen.ids
+    skip = 0
+    while lead is not None and skip < f.common and ids[skip] == lead:
+        skip += 1
+    for start in sorted({0, skip}, reverse=True):
+        for p in prompts:
+            end = start + len(p)
+            if end <= f.common and tuple(ids[start:end].tolist()) == p:
+                return end
+    return None
+
+
+def _response_starts(ctx: Any, pairs: list[PairFacts], bos: int | None) -> list[tuple[int | None, str]]:
+    """Each pair's first response token and how it was found: from the prompt, not only from
+    where the answers part (two answers that open alike, "The eel of Ivo" / "The eel of Eva",
+    part after their first token, so an off-by-one dropping it in both showed nowhere):
+    - "pair": the longest prompt another pair proves (its answers part where its scoring
+      starts, so the tokens before are its prompt as the pipeline rendered it) both answers
+      start with;
+    - "prompt": else the longest of the target's own prompts (`_known_prompts`) they start with;
+    - "parting": else where the sides part, or where both start scoring if earlier (the pair alone).
+    A prompt found either way counts only where scoring starts at its end or one token after
+    (the off-by-one): a later turn of the same conversation starts with an earlier turn's prompt
+    too, and a template's assistant header after a configured prompt is no drop.
+    """
+    known = _known_prompts(ctx)
+    proven = set()
+    for f in pairs:
+        starts = [f.start(s) for s in SIDES]
+        if f.common and None not in starts and f.common <= min(starts):
+            proven.add(tuple(f.chosen.ids[:f.common].tolist()))
+    ways = (("pair", sorted(proven, key=len, reverse=True), None), ("prompt", known, bos))
+    out = []
+    for f in pairs:
+        starts = [f.start(s) for s in SIDES]
+        found = (f.response_start, "parting")
+        for how, prompts, lead in ways:
+            at = _prompt_end(f, prompts, lead) if prompts and None not in starts else None
+            if at is not None and at <= min(starts) <= at + 1:
+                found = (at, how)
+                break
+        out.append(found)
+    return out
+
+
+def _bos_of(ctx: Any, pairs: list[PairFacts]) -> int | None:
+    """data.bos_id, else the id every answer opens with (OBJ033's reading)."""
+    bos = ctx.config.data.bos_id
+    if bos is None:
+        firsts = Counter(int(getattr(f, s).ids[0]) for f in pairs for s in SIDES if len(getattr(f, s).ids))
+        top = firsts.most_common(1)
+        bos = top[0][0] if top and top[0][1] == sum(firsts.values()) and len(pairs) > 1 else None
+    return bos
+
+
 class PairFirstToken(_PairCheck):
     """OBJ034: the first response token is scored in both answers."""
 
@@ -194,26 +268,34 @@ class PairFirstToken(_PairCheck):
 
     def measure(self, ctx: Any, th: Any) -> dict[str, Any]:
         pairs = pairs_of(ctx, th)
-        dropped, judged = [], 0
-        for f in pairs:
-            at = f.response_start
+        dropped, judged, found_by = [], 0, Counter()
+        for f, (at, how) in zip(pairs, _response_starts(ctx, pairs, _bos_of(ctx, pairs))):
             if at is None:
                 continue
             judged += 1
+            found_by[how] += 1
             for s in SIDES:
                 side = getattr(f, s)
                 if at < len(side.ids) and not side.scored[at]:
                     dropped.append(f"{f.where} {s}: token {at} ({int(side.ids[at])}) unscored, "
                                    f"scoring from {f.start(s)}")
-        return {"pairs": judged, "dropped": dropped}
+        return {"pairs": judged, "dropped": dropped, "found_by": dict(found_by)}
 
     def conditions(self, th: Any) -> list[Condition]:
+        def how(v):
+            words = {"prompt": "the target's prompts", "pair": "another pair's prompt",
+                     "parting": "where the answers part"}
+            by = v.get("found_by", {})
+            return ", ".join(f"{n} by {words[k]}" for k, n in sorted(by.items()) if n)
+
         def judge(v):
             if v["dropped"]:
                 return Verdict.FAIL, (f"the first response token is not scored in "
                                       f"{len(v['dropped'])} answers ({'; '.join(v['dropped'][:EXAMPLES])}): "
-                                      f"a mask one token too long (the answers part there)"), float(len(v["dropped"]))
-            return Verdict.PASS, f"the first response token is scored in both answers of all {v['pairs']} pairs", 0.0
+                                      f"a mask one token too long (the answer's start found: {how(v)})"
+                                      ), float(len(v["dropped"]))
+            return Verdict.PASS, (f"the first response token is scored in both answers of all "
+                                  f"{v['pairs']} pairs (the answer's start found: {how(v)})"), 0.0
 
         return [Condition("OBJ034", "pair_first_token_scored", judge)]
 

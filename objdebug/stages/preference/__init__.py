@@ -319,13 +319,13 @@ class Masking(PreferenceCheck):
 
     def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         s = session(ctx)
-        pid = s.label_pad_id
         g = _gradient(ctx)
         # by identity: a pairs Cell prefixes the probe's name with its own attribute names
         probe = next(gr for p, gr in zip(g["params"], g["grads"]) if p is s.policy.probe)
         sq = probe.astype(np.float64)[..., 0] ** 2              # [B, T]: (sum_v dL/dx_v * x_v)^2
         b = s.batches[0]
-        c_scored, r_scored = b.c_labels != pid, b.r_labels != pid
+        # the logit positions each answer scores (its labels in their layout, `label_offset`)
+        c_scored, r_scored = s.scored_logits(b.c_labels), s.scored_logits(b.r_labels)
         # masked in both answers: the shared prompt, and the padding after both answers
         masked = ~c_scored & ~r_scored
         tol = float(th["leak_tolerance"])

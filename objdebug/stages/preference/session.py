@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -142,6 +142,21 @@ class Session:
     @property
     def label_pad_id(self) -> int:
         return self.ctx.config.data.label_pad_id
+
+    @property
+    def label_offset(self) -> int:
+        """d of the batches' labels (labels[t] is the token at t + d; `label_offset(cfg)`)."""
+        return label_offset(self.ctx.config)
+
+    def scored_logits(self, labels: np.ndarray) -> np.ndarray:
+        """bool [B, T]: the logit positions whose next token is scored (logits[u] predicts the
+        token at u + 1, whose label sits at u + 1 - d): where a correct objective reads the logits."""
+        scored = labels != self.label_pad_id
+        if self.label_offset == 1:
+            return scored
+        out = np.zeros_like(scored)
+        out[:, :-1] = scored[:, 1:]
+        return out
 
     def setting(self, name: str, default: float | None = None) -> float | None:
         """A declared setting (beta, gamma): from the kwargs, else the objective's attribute."""
@@ -421,10 +436,24 @@ def _truncate(row: dict[str, Any], max_length: int) -> dict[str, Any]:
     return out
 
 
+def label_offset(cfg: Any) -> int:
+    """d of the session's labels (labels[t] is the token at t + d): what their reader pairs.
+    Form "preference": objdebug's own reduction (`sequence_logps_host`, `cells.sequence_logps`)
+    reads them, and it pairs logits[t] with labels[t], so they always carry the next token
+    (d = 1), whatever the pipeline's layout: the user's loss sees log-probs, never these labels.
+    Form "preference-pairs": the user's Cell reads them, so they are in the pipeline's layout,
+    `[data] shift` (after the batches stage: the batches' measured offset, `adopt_conventions`),
+    as the batches stage's OBJ013 / OBJ019 read it (a Cell that shifts itself takes d = 0)."""
+    return 1 if cfg.preference_objective.call == "preference" or cfg.data.shift else 0
+
+
 def _pack_answers(rows: list[dict[str, Any]], key: str, length: int, cfg) -> tuple[np.ndarray, np.ndarray]:
     """prompt + answer `key` of each row, padded as every batch is (`[data] padding_side`, the
-    model's mask marks: objdebug/engine/model_inputs.py)."""
+    model's mask marks: objdebug/engine/model_inputs.py), labelled in `label_offset`'s layout."""
     samples = [Sample(id=str(i), prompt=list(r["prompt"]), response=list(r[key])) for i, r in enumerate(rows)]
+    shift = label_offset(cfg) == 1
+    if shift != cfg.data.shift:
+        cfg = replace(cfg, data=replace(cfg.data, shift=shift))
     return pack_for(cfg, samples, length)
 
 
