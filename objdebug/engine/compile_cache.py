@@ -209,6 +209,7 @@ class CompileCache:
         self._unproved: tuple[str, str] | None = None  # the hit whose answer is not proved yet
         self.proved_hits = 0      # hits whose first answer matched the Cell's without the graph
         self.proof_seconds = 0.0  # what the proofs cost (PyNative calls)
+        self.proof_by_graph: dict[str, float] = {}  # the proved graphs' proof seconds, by name
         self.saved_seconds = 0.0  # what the proved hits cost to compile when the cache was written
         self.rejected: list[str] = []  # graphs whose cached file answered unlike the Cell
         self.unprovable: list[str] = []  # proved by a fresh compile (the Cell cannot run eagerly)
@@ -429,13 +430,14 @@ class CompileCache:
         most of the compile it checks (the demo: 5.9 s of proof for 8.7 s of compile saved), and a
         gradient graph's PyNative call compiles through MindSpore's cache, whose files are numbered
         by compile order, so every later graph of the run compiles cold (docs/performance.md)."""
-        return self.active and self.named and self._unproved == (graph, signature)
+        return self.active and self._unproved == (graph, signature)
 
     def proved(self, graph: str, signature: str, seconds: float) -> None:
         """The hit answered like the Cell without its graph: it counts."""
         self._unproved = None
         self.proved_hits += 1
         self.proof_seconds += seconds
+        self.proof_by_graph[graph] = self.proof_by_graph.get(graph, 0.0) + seconds
         event = self.events[-1] if self.events else {}
         if (event.get("graph"), event.get("shapes")) == (graph, signature):
             self.saved_seconds += float(event.get("seconds") or 0.0)
@@ -517,9 +519,10 @@ class CompileCache:
             out["diverged_at"] = self.diverged_at
         if self.unsafe:
             out["unsafe"] = self.unsafe
-        if self.named and (self.hits or self.rejected or self.unprovable):  # each hit proved by its answer (cache_proof.py)
+        if self.hits or self.rejected or self.unprovable:  # each hit proved by its answer (cache_proof.py)
             out["proof"] = {"proved": self.proved_hits, "seconds": round(self.proof_seconds, 3),
-                            "cold_compile_seconds": round(self.saved_seconds, 3)}
+                            "cold_compile_seconds": round(self.saved_seconds, 3),
+                            "by_graph": {g: round(s, 3) for g, s in self.proof_by_graph.items()}}
         if self.rejected:
             out["rejected"] = list(self.rejected)
         if self.unprovable:
