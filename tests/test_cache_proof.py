@@ -33,19 +33,38 @@ def _quartic_grad(x):
 def test_the_true_gradient_passes_a_wrong_one_misses(seed):
     x = np.random.default_rng(seed).standard_normal((4, 7))
     f = lambda d: _quartic(x + d[0])  # noqa: E731
-    g = _quartic_grad(x)
-    assert directional_ok(f, [x], [g])
-    assert not directional_ok(f, [x], [1.05 * g])  # a 5% scale (another reduction's count)
-    assert not directional_ok(f, [x], [_quartic_grad(np.roll(x, 1))])  # another input's gradient
-    assert not directional_ok(f, [x], [np.zeros_like(g)])  # a zero claimed where f moves
+    g, f0 = _quartic_grad(x), _quartic(x)
+    assert directional_ok(f, f0, [x], [g])
+    assert not directional_ok(f, f0, [x], [1.05 * g])  # a 5% scale (another reduction's count)
+    assert not directional_ok(f, f0, [x], [_quartic_grad(np.roll(x, 1))])  # another input's gradient
+    assert not directional_ok(f, f0, [x], [np.zeros_like(g)])  # a zero claimed where f moves
 
 
 def test_a_zero_gradient_passes_where_f_is_flat_and_float32_rounding_passes():
     x = np.random.default_rng(3).standard_normal(50)
-    assert directional_ok(lambda d: 2.5, [x], [np.zeros_like(x)])
+    assert directional_ok(lambda d: 2.5, 2.5, [x], [np.zeros_like(x)])
     # the function evaluated in float32, as a graph does: the steps in STEPS keep its rounding out
     f32 = lambda d: float(np.sum(np.sin((x + d[0]).astype(np.float32)) * 3.0, dtype=np.float32))  # noqa: E731
-    assert directional_ok(f32, [x], [3.0 * np.cos(x)])
+    assert directional_ok(f32, f32([0.0]), [x], [3.0 * np.cos(x)])
+
+
+def test_a_nearly_zero_loss_far_from_linear_at_the_input_scale_passes():
+    """A trained model's loss (the demo's: ~3e-3, logits ~15): a step of 1e-3 of |logits| moves
+    it far beyond linear; steps relative to |f| do not (a cross-entropy, float64 reference)."""
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((64, 16)) * 2
+    y = rng.integers(0, 16, 64)
+    x[np.arange(64), y] += 14.0  # confident and right: loss ~1e-5 per row
+
+    def ce(z):
+        z = z - z.max(axis=1, keepdims=True)
+        return float(np.mean(np.log(np.exp(z).sum(axis=1)) - z[np.arange(64), y]))
+
+    p = np.exp(x - x.max(axis=1, keepdims=True))
+    p /= p.sum(axis=1, keepdims=True)
+    g = (p - np.eye(16)[y]) / 64
+    assert directional_ok(lambda d: ce(x + d[0]), ce(x), [x], [g])
+    assert not directional_ok(lambda d: ce(x + d[0]), ce(x), [x], [1.1 * g])
 
 
 # --------------------------------------------------------------------------- real graphs

@@ -1,14 +1,26 @@
 """A compile-cache hit proves itself by behaviour before its results count (issue 46).
 
 Whoever can write a cache folder can write a manifest that vouches for any graph file (a CI cache
-shared between branches, an artifact of a fork's job): no checksum stored beside the graphs can
-tell the user's graph from another model's. Only the graph's own behaviour can. So the first call
-of a graph MindSpore loaded from the cache is checked against an answer objdebug gets without that
-graph: the same Cell (or the engine's call of it) run once in PyNative mode on the very same
-inputs. Same inputs, not a separate probe: a graph compiled for fixed shapes would compile again
-on a probe of another shape, and MindSpore numbers its cache files by compile order, so one extra
-compile would shift every later file. A PyNative call compiles no graph (measured: a warm run
-that proves every hit still hits every later graph).
+shared between branches, an artifact of a fork's job, restored into the default ./.objdebug_cache
+or a folder named with --compile-cache): no checksum stored beside the graphs can tell the user's
+graph from another model's. Only the graph's own behaviour can. So the first call of EVERY graph
+MindSpore loaded from the cache, whichever folder, is checked against an answer objdebug gets
+without that graph (`answer`):
+
+- a forward graph: the same Cell run once in PyNative mode (`eager`) on the very same inputs (a
+  batch-first dynamic graph on its first row: no compile, it takes any batch size). Same inputs,
+  not a separate probe: a graph compiled for fixed shapes would compile again on another shape;
+- a gradient graph (a Cell that builds its gradient with `value_and_grad` below, or the model's
+  VJP): never a PyNative gradient, which builds and compiles its backward graph (~1 s on the demo's
+  objective: about the compile it checks). Its value comes from the forward in PyNative (the VJP:
+  from the proved `model.forward` graph), and the gradient g it claims must pass the
+  directional-derivative identity (f(x + e g) - f(x - e g)) / 2e = <g, g> on forward calls only
+  (`directional_ok`: inputs moved along g, parameters moved and restored exactly); another model's
+  gradient misses it by O(1);
+- every reference runs with MindSpore's compile cache paused (`cache_paused`): MindSpore numbers
+  its cache files by compile order, and anything compiled inside a proof (a Cell's own jit, a
+  gradient Cell that declares nothing) must take no index, or every later graph would load the
+  wrong file (measured: tests/test_cache_proof.py).
 
 A mismatch beyond float tolerance rejects the entry: the engine drops the loaded graph and
 compiles it afresh with the cache off from there on (`CompileCache.reject`), and its result is
@@ -131,7 +143,7 @@ def eager(fn: Callable, args: Sequence[Any]) -> Any:
 # gradient g by the directional-derivative identity <g, g> = d/de f(x + e g) at e = 0, taken as a
 # central difference of forward calls only. Another model's gradient misses by O(1).
 GRADIENT_OFF = "gradient off"  # what a claimed gradient that fails the identity answers as
-STEPS = (1e-3, 1e-2)  # a central difference's step, relative to the norm of what moves; the second if the first misses
+STEPS = (1e-2, 1e-3, 1e-1)  # what a central difference's step moves f by, relative to |f| (next if one misses)
 FD_RTOL = 2e-2        # |difference quotient - <g, g>| within this of <g, g>, float32
 FD_RTOL_LOW = 8e-2    # a gradient in float16 / bfloat16 (its own rounding is ~1e-3 per element)
 
@@ -208,12 +220,16 @@ def _moved(params: list, deltas: list[np.ndarray]) -> Iterator[None]:
             p.set_data(ms.Tensor(theta))
 
 
-def directional_ok(f: Callable[[list, list], float], bases: list[np.ndarray], grads: list[np.ndarray],
-                   low: bool = False) -> bool:
+def directional_ok(f: Callable[[list], float], scale: float, bases: list[np.ndarray],
+                   grads: list[np.ndarray], low: bool = False) -> bool:
     """Whether `grads` (float64, one per moved quantity) is the gradient of `f` at `bases`:
-    (f(x + e g) - f(x - e g)) / 2e against <g, g>, e from the step in `STEPS` (relative to the
-    norm of x); `f(plus_deltas, ...)` takes the deltas to add. A zero gradient is checked along
-    a fixed pseudo-random direction instead: f must not move."""
+    (f(x + e g) - f(x - e g)) / 2e against <g, g>; `f(deltas)` takes the deltas to add.
+
+    The step e moves f by a fraction `STEPS` of `scale` (|f| at x, or the size of its terms where
+    they cancel): small enough that f is linear over it, large enough that f's float32 rounding
+    stays under the tolerance; the next fraction is tried when one misses (a wrong gradient misses
+    at every step), and last a step of 1e-3 of |x|. A zero gradient is checked along a fixed
+    pseudo-random direction instead: f must not move."""
     s = float(sum(np.sum(g * g) for g in grads))
     if not np.isfinite(s):
         return True  # a non-finite gradient is compared by value (same_answer's NaN/Inf places)
@@ -223,11 +239,11 @@ def directional_ok(f: Callable[[list, list], float], bases: list[np.ndarray], gr
         rng = np.random.default_rng(0)
         d = [rng.standard_normal(g.shape) for g in grads]
         dn = float(np.sqrt(sum(np.sum(x * x) for x in d))) or 1.0
-        e = STEPS[0] * norm / dn
+        e = 1e-3 * norm / dn
         up, down = f([e * x for x in d]), f([-e * x for x in d])
-        return abs(up - down) <= tol * 1e-2 * max(abs(up), abs(down), 1e-30)
-    for step in STEPS:
-        e = step * norm / np.sqrt(s)
+        return abs(up - down) <= tol * 1e-2 * max(abs(up), abs(down), abs(scale), 1e-30)
+    steps = [r * abs(scale) / s for r in STEPS if scale] + [1e-3 * norm / np.sqrt(s)]
+    for e in steps:
         up, down = f([e * g for g in grads]), f([-e * g for g in grads])
         if abs((up - down) / (2 * e) - s) <= tol * s:
             return True
@@ -247,7 +263,8 @@ def gradient_answer(cell: Any, args: Sequence[Any], got: Any) -> Any:
 
     def stub(*a):
         seen["args"] = a
-        return spec.fn(*a), claimed
+        seen["value"] = spec.fn(*a)
+        return seen["value"], claimed
 
     real = cell.__dict__.get("grad_fn")
     object.__setattr__(cell, "grad_fn", stub)
@@ -271,7 +288,8 @@ def gradient_answer(cell: Any, args: Sequence[Any], got: Any) -> Any:
         with _moved(params, deltas[len(pos):]):
             return scalar(eager(spec.fn, x), spec.has_aux)
 
-    return want if directional_ok(f, bases, [_host(g) for g in moved], low) else GRADIENT_OFF
+    f0 = scalar(seen["value"], spec.has_aux)
+    return want if directional_ok(f, f0, bases, [_host(g) for g in moved], low) else GRADIENT_OFF
 
 
 def vjp_answer(cell: Any, args: Sequence[Any], got: Any, forward: Callable | None) -> Any:
@@ -291,7 +309,8 @@ def vjp_answer(cell: Any, args: Sequence[Any], got: Any, forward: Callable | Non
             return float(np.sum(_host(run(ids)) * u64))
 
     bases = [p.data.asnumpy() for p in params]
-    ok = directional_ok(f, bases, grads, any(_low(g) for g in got[1]))
+    terms = float(np.sum(np.abs(_host(out0) * u64)))  # <out, u> cancels: its terms' size is the scale
+    ok = directional_ok(f, terms, bases, grads, any(_low(g) for g in got[1]))
     return (out0, got[1]) if ok else GRADIENT_OFF
 
 
