@@ -67,6 +67,17 @@ def test_a_nearly_zero_loss_far_from_linear_at_the_input_scale_passes():
     assert not directional_ok(lambda d: ce(x + d[0]), ce(x), [x], [1.1 * g])
 
 
+def test_at_a_stationary_point_float32_noise_passes_a_real_gradient_does_not():
+    """A policy loss at its zero point: the true gradient is 0 and the graph's is float32 noise
+    (~1e-9), which the identity cannot check; f must then be stationary instead."""
+    x = np.random.default_rng(5).standard_normal(40)
+    bowl = lambda d: float(np.sum((x + d[0] - x) ** 2))  # noqa: E731  (minimum at x, f = 0)
+    noise = np.random.default_rng(6).standard_normal(40) * 1e-9
+    assert directional_ok(bowl, 0.0, [x], [noise])
+    tilted = lambda d: float(np.sum((x + d[0] - x) ** 2) + 0.1 * np.sum(d[0]))  # noqa: E731
+    assert not directional_ok(tilted, 0.0, [x], [noise])  # f moves at first order: not noise
+
+
 # --------------------------------------------------------------------------- real graphs
 @pytest.fixture(scope="module")
 def tiny():

@@ -220,34 +220,46 @@ def _moved(params: list, deltas: list[np.ndarray]) -> Iterator[None]:
             p.set_data(ms.Tensor(theta))
 
 
-def directional_ok(f: Callable[[list], float], scale: float, bases: list[np.ndarray],
-                   grads: list[np.ndarray], low: bool = False) -> bool:
-    """Whether `grads` (float64, one per moved quantity) is the gradient of `f` at `bases`:
-    (f(x + e g) - f(x - e g)) / 2e against <g, g>; `f(deltas)` takes the deltas to add.
+def directional_ok(f: Callable[[list], float], f0: float, bases: list[np.ndarray],
+                   grads: list[np.ndarray], low: bool = False, scale: float | None = None) -> bool:
+    """Whether `grads` (float64, one per moved quantity) is the gradient of `f` at `bases` (where
+    f is `f0`): (f(x + e g) - f(x - e g)) / 2e against <g, g>; `f(deltas)` takes the deltas to add.
 
-    The step e moves f by a fraction `STEPS` of `scale` (|f| at x, or the size of its terms where
-    they cancel): small enough that f is linear over it, large enough that f's float32 rounding
-    stays under the tolerance; the next fraction is tried when one misses (a wrong gradient misses
-    at every step), and last a step of 1e-3 of |x|. A zero gradient is checked along a fixed
-    pseudo-random direction instead: f must not move."""
+    The step e moves f by a fraction `STEPS` of `scale` (|f0| by default; the size of f's terms
+    where they cancel): small enough that f is linear over it, large enough that f's float32
+    rounding stays under the tolerance; the next fraction is tried when one misses (a wrong
+    gradient misses at every step), and last a step of 1e-3 of |x|. A gradient that is zero, or at
+    float32 noise (at a stationary point: a policy loss at its zero point), cannot pass that
+    identity: f must then be stationary along a fixed pseudo-random direction instead (`_flat`)."""
     s = float(sum(np.sum(g * g) for g in grads))
     if not np.isfinite(s):
         return True  # a non-finite gradient is compared by value (same_answer's NaN/Inf places)
+    scale = abs(f0) if scale is None else abs(scale)
     norm = float(np.sqrt(sum(np.sum(b.astype(np.float64) ** 2) for b in bases))) or 1.0
+    size = float(sum(b.size for b in bases)) or 1.0
     tol = FD_RTOL_LOW if low else FD_RTOL
-    if s == 0.0:
-        rng = np.random.default_rng(0)
-        d = [rng.standard_normal(g.shape) for g in grads]
-        dn = float(np.sqrt(sum(np.sum(x * x) for x in d))) or 1.0
-        e = 1e-3 * norm / dn
-        up, down = f([e * x for x in d]), f([-e * x for x in d])
-        return abs(up - down) <= tol * 1e-2 * max(abs(up), abs(down), abs(scale), 1e-30)
-    steps = [r * abs(scale) / s for r in STEPS if scale] + [1e-3 * norm / np.sqrt(s)]
-    for e in steps:
+    gmax = max((float(np.max(np.abs(g))) for g in grads if g.size), default=0.0)
+    if gmax * norm / np.sqrt(size) <= NOISE * max(scale, 1.0):
+        return _flat(f, f0, grads, norm, scale)  # zero, or float32 noise
+    for e in [r * scale / s for r in STEPS if scale] + [1e-3 * norm / np.sqrt(s)]:
         up, down = f([e * g for g in grads]), f([-e * g for g in grads])
         if abs((up - down) / (2 * e) - s) <= tol * s:
             return True
-    return False
+    return False  # a gradient that matters, and f does not follow it
+
+
+NOISE = 1e-6  # a gradient under this (times the inputs' rms, relative to |f|) is float32 noise
+
+
+def _flat(f: Callable[[list], float], f0: float, grads: list[np.ndarray], norm: float, scale: float) -> bool:
+    """Whether f is stationary at x: along a fixed pseudo-random direction of 1e-3 of |x| its odd
+    (first-order) part is under a tenth of its even part, or at float32 rounding."""
+    rng = np.random.default_rng(0)
+    d = [rng.standard_normal(g.shape) for g in grads]
+    dn = float(np.sqrt(sum(np.sum(x * x) for x in d))) or 1.0
+    e = 1e-3 * norm / dn
+    up, down = f([e * x for x in d]), f([-e * x for x in d])
+    return abs(up - down) <= 0.1 * (abs(up - f0) + abs(down - f0)) + 1e-5 * max(abs(f0), abs(up), abs(down), scale)
 
 
 def gradient_answer(cell: Any, args: Sequence[Any], got: Any) -> Any:
@@ -310,7 +322,8 @@ def vjp_answer(cell: Any, args: Sequence[Any], got: Any, forward: Callable | Non
 
     bases = [p.data.asnumpy() for p in params]
     terms = float(np.sum(np.abs(_host(out0) * u64)))  # <out, u> cancels: its terms' size is the scale
-    ok = directional_ok(f, terms, bases, grads, any(_low(g) for g in got[1]))
+    f0 = float(np.sum(_host(out0) * u64))
+    ok = directional_ok(f, f0, bases, grads, any(_low(g) for g in got[1]), scale=terms)
     return (out0, got[1]) if ok else GRADIENT_OFF
 
 
