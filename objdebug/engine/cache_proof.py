@@ -230,7 +230,8 @@ def directional_ok(f: Callable[[list], float], f0: float, bases: list[np.ndarray
     rounding stays under the tolerance; the next fraction is tried when one misses (a wrong
     gradient misses at every step), and last a step of 1e-3 of |x|. A gradient that is zero, or at
     float32 noise (at a stationary point: a policy loss at its zero point), cannot pass that
-    identity: f must then be stationary along a fixed pseudo-random direction instead (`_flat`)."""
+    identity: f stationary along a fixed pseudo-random direction passes it instead (`_flat`; a
+    small real gradient, where f is not stationary, goes on to the identity)."""
     s = float(sum(np.sum(g * g) for g in grads))
     if not np.isfinite(s):
         return True  # a non-finite gradient is compared by value (same_answer's NaN/Inf places)
@@ -239,8 +240,10 @@ def directional_ok(f: Callable[[list], float], f0: float, bases: list[np.ndarray
     size = float(sum(b.size for b in bases)) or 1.0
     tol = FD_RTOL_LOW if low else FD_RTOL
     gmax = max((float(np.max(np.abs(g))) for g in grads if g.size), default=0.0)
-    if gmax * norm / np.sqrt(size) <= NOISE * max(scale, 1.0):
-        return _flat(f, f0, grads, norm, scale)  # zero, or float32 noise
+    if gmax * norm / np.sqrt(size) <= NOISE * max(scale, 1.0) and _flat(f, f0, grads, norm, scale):
+        return True  # zero, or float32 noise where f is stationary (a small real gradient goes on)
+    if s == 0.0:
+        return False
     for e in [r * scale / s for r in STEPS if scale] + [1e-3 * norm / np.sqrt(s)]:
         up, down = f([e * g for g in grads]), f([-e * g for g in grads])
         if abs((up - down) / (2 * e) - s) <= tol * s:
