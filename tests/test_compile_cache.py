@@ -328,9 +328,8 @@ def test_cli_cache_on_by_default_no_cache_writes_nothing(tmp_path):
     warm, text = _cli(tmp_path)
     w = warm["extra"]["compile_cache"]
     assert w["status"] == "warm" and w["hits"] == c["compiles"] > 0 and w["misses"] == 0
-    # the default private cache is trusted by ownership: its hits are not proved by PyNative
-    # answers (only a named cache is, issue 46: tests/test_gate_cache.py)
-    assert "proof" not in w and "rejected" not in w
+    # every hit proves itself by its answer, the default cache's too (issue 46)
+    assert w["proof"]["proved"] == w["hits"] and "rejected" not in w and "unprovable" not in w
     plural = "s" if w["hits"] != 1 else ""
     assert f"compile cache warm: {w['hits']} hit{plural}, 0 misses" in text
     assert warm["compiles"]["seconds"] < cold["compiles"]["seconds"]

@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from objdebug.engine import compile_cache
+from objdebug.engine import compile_cache, row_scoring
 from objdebug.engine.compile_cache import MANIFEST, CompileCache, cache_key, key_parts
 from objdebug.core.config import load_config
 from objdebug.pipeline.profile import load_profile
@@ -182,22 +182,24 @@ def _rewrite(cache, index=1, text="per_sample@64 of another model (logits negate
 
 
 # --------------------------------------------------------------------------- proof by behaviour (issue 46)
-def test_a_named_cache_with_a_rewritten_manifest_is_caught_by_the_graphs_answer(tmp_path, monkeypatch):
+@pytest.mark.parametrize("named", [True, False])
+def test_a_named_cache_with_a_rewritten_manifest_is_caught_by_the_graphs_answer(tmp_path, monkeypatch, named):
     """A cache the user named is trusted as their choice, and its manifest can vouch for another
-    model's graph: the hit's first answer (against the Cell without the graph) rejects it."""
+    model's graph: the hit's first answer (against the Cell without the graph) rejects it. The
+    default cache the same (a CI cache restored into ./.objdebug_cache is this user's own folder)."""
     from objdebug.report import compile_cache_line
 
-    cold, _ = run_sequence(tmp_path, monkeypatch, SEQ)
+    cold, _ = run_sequence(tmp_path, monkeypatch, SEQ, named=named)
     _rewrite(cold)
-    warm, ran = run_sequence(tmp_path, monkeypatch, SEQ)
+    warm, ran = run_sequence(tmp_path, monkeypatch, SEQ, named=named)
     assert ran == EXPECTED  # before: "per_sample@64 of another model (logits negated)" ran
     assert warm.status == "warm" and warm.rejected == ["per_sample"]
     assert (warm.hits, warm.proved_hits, warm.misses) == (1, 1, 3)  # forward proved; the rest fresh
     line = compile_cache_line({"extra": {"compile_cache": warm.summary()}}, short=True)
     assert "compile cache entry rejected: its graph answers for another model" in line
     assert not (warm.dir / MANIFEST).exists() and not list(_graphs(warm).glob("*.mindir"))
-    cold2, ran = run_sequence(tmp_path, monkeypatch, SEQ)  # starts cold, writes a true manifest
-    again, ran = run_sequence(tmp_path, monkeypatch, SEQ)
+    cold2, ran = run_sequence(tmp_path, monkeypatch, SEQ, named=named)  # starts cold, writes a true manifest
+    again, ran = run_sequence(tmp_path, monkeypatch, SEQ, named=named)
     assert cold2.status == "cold" and ran == EXPECTED and again.hits == again.proved_hits == 4
     assert not again.rejected
 
@@ -317,11 +319,13 @@ def test_a_shared_default_cache_with_a_rewritten_manifest_changes_no_verdict(tin
 
 
 @pytest.mark.slow  # four real runs (~40 s on 2 cores); its CI twin: test_a_named_cache_with_a_rewritten_manifest_is_caught_by_the_graphs_answer
-def test_real_graphs_of_another_objective_with_a_rewritten_manifest_change_no_verdict(tiny_target, tmp_path):
-    """Issue 46 with real MindSpore graphs: a named cache (trusted as the user's choice) holds a
-    broken objective's graphs AND a manifest rewritten to vouch for them. Was exit 1 (the planted
-    graph's answer, 2 warm hits); now the hit's answer is checked against PyNative, the planted
-    graph is rejected and compiled afresh, the healthy target passes and the report says so."""
+@pytest.mark.parametrize("named", [True, False])
+def test_real_graphs_of_another_objective_with_a_rewritten_manifest_change_no_verdict(tiny_target, tmp_path, named):
+    """Issue 46 with real MindSpore graphs: a named cache (trusted as the user's choice) or the
+    default one (a CI cache restored into ./.objdebug_cache) holds a broken objective's graphs AND a
+    manifest rewritten to vouch for them. Was exit 1 (the planted graph's answer, 2 warm hits); now
+    the hit's answer is checked against PyNative, the planted graph is rejected and compiled afresh,
+    the healthy target passes and the report says so."""
     import shutil
     import subprocess
     import sys
@@ -332,11 +336,12 @@ def test_real_graphs_of_another_objective_with_a_rewritten_manifest_change_no_ve
     root = Path(__file__).resolve().parent.parent
     env = {k: v for k, v in os.environ.items() if k != "OBJDEBUG_NO_CACHE"}
     env["PYTHONPATH"] = str(root)
-    cache = tmp_path / "cache"
+    cache = tmp_path / "cache" if named else tiny_target / compile_cache.DEFAULT_DIR
+    where = ["--compile-cache", str(cache)] if named else []
 
     def run(*extra):
         return subprocess.run([sys.executable, "-m", "objdebug.cli", "run", "--stages", "align",
-                               "--compile-cache", str(cache), "--json", str(tmp_path / "r.json"),
+                               *where, "--json", str(tmp_path / "r.json"),
                                *extra], cwd=tiny_target, env=env, capture_output=True, text=True,
                               timeout=600)
 
@@ -356,7 +361,9 @@ def test_real_graphs_of_another_objective_with_a_rewritten_manifest_change_no_ve
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "compile cache entry rejected: its graph answers for another model" in proc.stdout
     c = json.loads((tmp_path / "r.json").read_text())["extra"]["compile_cache"]
-    assert c["rejected"] == ["objective.forward"] and c["proof"]["proved"] == c["hits"] >= 1
+    # the graph that holds the objective: the fused row graph of an align-only run (row_scoring.NAME)
+    assert c["rejected"] == [row_scoring.NAME] and c["proof"]["proved"] == c["hits"]  # the one graph: 0 hits
+    assert c["trust"] == ("named" if named else "default")
     run()  # cold: a true manifest
     proc = run()
     c = json.loads((tmp_path / "r.json").read_text())["extra"]["compile_cache"]

@@ -28,7 +28,9 @@ How objdebug makes it safe:
   leaves no manifest, and the next run starts from an empty directory);
 - only the first run of a process can use it (MindSpore's counter is per process), and one
   process at a time per directory (a lock);
-- any error in this bookkeeping turns the cache off for the run; it never fails a run.
+- any error in this bookkeeping turns the cache off for the run; it never fails a run;
+- a hit counts only once its first answer matched the Cell's without the graph (every hit, in any
+  folder: engine/cache_proof.py); a mismatch rejects it and compiles afresh.
 """
 
 from __future__ import annotations
@@ -189,7 +191,8 @@ class CompileCache:
     `named`: the directory was chosen by the user (`--compile-cache`, `run.compile_cache`) and is
     trusted as their choice; the default `./.objdebug_cache` is used only when this user owns it
     and no one else can write it (`cache_files.untrusted`), else the run goes without a cache
-    (status "untrusted", the reason in the report)."""
+    (status "untrusted", the reason in the report). Either way each hit proves itself by its
+    answer before it counts (`wants_proof`)."""
 
     def __init__(self, root: str | None, named: bool = True):
         self.root = root
@@ -209,6 +212,7 @@ class CompileCache:
         self._unproved: tuple[str, str] | None = None  # the hit whose answer is not proved yet
         self.proved_hits = 0      # hits whose first answer matched the Cell's without the graph
         self.proof_seconds = 0.0  # what the proofs cost (PyNative calls)
+        self.proof_by_graph: dict[str, float] = {}  # the proved graphs' proof seconds, by name
         self.saved_seconds = 0.0  # what the proved hits cost to compile when the cache was written
         self.rejected: list[str] = []  # graphs whose cached file answered unlike the Cell
         self.unprovable: list[str] = []  # proved by a fresh compile (the Cell cannot run eagerly)
@@ -419,23 +423,22 @@ class CompileCache:
 
     # ------------------------------------------------------------------ proof by behaviour
     def wants_proof(self, graph: str, signature: str) -> bool:
-        """Whether the first call that just ran loaded its graph from a cache the user named (a
-        hit): the engine then checks its answer (`Engine._prove`) before it counts.
+        """Whether the first call that just ran loaded its graph from the cache (a hit): the engine
+        then checks its answer (`Engine._prove`, engine/cache_proof.py) before it counts.
 
-        Only a named cache (`--compile-cache`, `run.compile_cache`) is proved: that is where a cache
-        restored from elsewhere (a CI cache shared between branches, a fork's artifact) comes in.
-        The default `./.objdebug_cache` is used only when this user owns it and no one else can
-        write it (`cache_files.untrusted`). Why not prove every hit: on CPU a PyNative answer costs
-        most of the compile it checks (the demo: 5.9 s of proof for 8.7 s of compile saved), and a
-        gradient graph's PyNative call compiles through MindSpore's cache, whose files are numbered
-        by compile order, so every later graph of the run compiles cold (docs/performance.md)."""
-        return self.active and self.named and self._unproved == (graph, signature)
+        Every hit, the default `./.objdebug_cache` included: a CI job that restores a shared cache
+        into the working directory owns that folder, so ownership (`cache_files.untrusted`) says
+        nothing about who wrote its graphs. The proof compiles nothing the cache numbers (gradient
+        graphs by forward calls only, every PyNative reference with the cache paused) and costs a
+        few percent of the compile a hit saves (docs/performance.md)."""
+        return self.active and self._unproved == (graph, signature)
 
     def proved(self, graph: str, signature: str, seconds: float) -> None:
         """The hit answered like the Cell without its graph: it counts."""
         self._unproved = None
         self.proved_hits += 1
         self.proof_seconds += seconds
+        self.proof_by_graph[graph] = self.proof_by_graph.get(graph, 0.0) + seconds
         event = self.events[-1] if self.events else {}
         if (event.get("graph"), event.get("shapes")) == (graph, signature):
             self.saved_seconds += float(event.get("seconds") or 0.0)
@@ -517,9 +520,10 @@ class CompileCache:
             out["diverged_at"] = self.diverged_at
         if self.unsafe:
             out["unsafe"] = self.unsafe
-        if self.named and (self.hits or self.rejected or self.unprovable):  # each hit proved by its answer (cache_proof.py)
+        if self.hits or self.rejected or self.unprovable:  # each hit proved by its answer (cache_proof.py)
             out["proof"] = {"proved": self.proved_hits, "seconds": round(self.proof_seconds, 3),
-                            "cold_compile_seconds": round(self.saved_seconds, 3)}
+                            "cold_compile_seconds": round(self.saved_seconds, 3),
+                            "by_graph": {g: round(s, 3) for g, s in self.proof_by_graph.items()}}
         if self.rejected:
             out["rejected"] = list(self.rejected)
         if self.unprovable:

@@ -187,13 +187,14 @@ class Engine:
         self._listeners.append(listener)
 
     def call(self, name: str, fn: Callable, *args: Any, signature: str | None = None,
-             probe: tuple[Callable, Callable[[], tuple]] | None = None) -> Any:
+             probe: tuple[Any, Sequence[Any], bool] | None = None) -> Any:
         """Call a compiled function; the first call per (name, input shapes) is logged as a compile.
 
         `signature`: what names the compile when the argument shapes would be a long list (the
         gradient statistics take one tensor per parameter); it must change where they change.
-        `probe`: (the Cell, a function giving smaller inputs it takes without a compile) that a
-        compile-cache hit of this graph is proved on (`_prove`), else the call's own inputs."""
+        `probe`: (the Cell, its inputs, whether every input is batch-first) when `fn` is a closure
+        over a Cell (a dynamic graph): a compile-cache hit of this graph is proved on that Cell
+        (`_prove`), on the first row alone when batch-first; else on `fn` and `args`."""
         sig = signature or ",".join(f"{getattr(a, 'dtype', type(a).__name__)}{list(getattr(a, 'shape', ()))}"
                                     for a in args)
         key = (name, sig)
@@ -248,7 +249,7 @@ class Engine:
         return self._prove(name, sig, fn, args, out, signature, probe)
 
     def _prove(self, name: str, sig: str, fn: Callable, args: tuple, out: Any,
-               signature: str | None, probe: tuple[Callable, Callable[[], tuple]] | None = None) -> Any:
+               signature: str | None, probe: tuple[Any, Sequence[Any], bool] | None = None) -> Any:
         """A graph loaded from the compile cache counts only once it answered like the Cell does
         without it (engine/cache_proof.py): else it is dropped, compiled afresh (the cache is off
         from there on) and the fresh output is the result."""
@@ -258,14 +259,18 @@ class Engine:
         start = time.perf_counter()
         why = ""
         got = out
+        subject, inputs, rows = fn, args, False
+        if probe is not None:  # a dynamic graph's Cell and inputs (engine/dynamic_graph.py)
+            subject, inputs, rows = probe[0], tuple(probe[1]), probe[2]
         try:
-            if probe is not None:  # a batch-first dynamic graph: proved on its first row
-                probe = (probe[0], tuple(probe[1]()))
-                got = probe[0](*probe[1])
+            if probe is not None and rows:  # batch-first: proved on its first row (no compile)
+                from objdebug.engine.dynamic_graph import first_row
+
+                inputs = first_row(inputs)
+                got = subject(*inputs)
                 reassert_signals()
-                want, eager = self.reference(probe[0], probe[1]), True
-            else:
-                want, eager = self.reference(fn, args), True
+            forward = self._proved_forward(subject)
+            want, eager = cache_proof.answer(subject, inputs, got, self.reference, forward), True
         except Exception as exc:  # a Cell that cannot run eagerly: a fresh compile answers instead
             raise_swallowed()
             want, eager = None, False
@@ -276,7 +281,7 @@ class Engine:
                 p.proved(name, sig, seconds)
             return out
         how = "eager" if eager else f"not eager: {why}"
-        if eager and not self._deterministic(*(probe or (fn, args)), want):
+        if eager and not self._deterministic(subject, inputs, got, want):
             how = "not deterministic"  # dropout in training mode: no answer to compare with
         for p in provers:  # MindSpore must miss from here on: the recompile cannot load a file
             p.reject(name, sig, seconds, how)
@@ -287,11 +292,23 @@ class Engine:
                 p.reject(name, sig, 0.0, "eager")
         return fresh
 
-    def _deterministic(self, fn: Callable, args: tuple, want: Any) -> bool:
+    def _proved_forward(self, subject: Any) -> Callable | None:
+        """The engine's `model.forward` graph as a plain call, for proving the VJP of the same
+        model (`cache_proof.vjp_answer`): only once it completed a call (a hit is proved on its
+        first call, a miss is a fresh compile) and takes any shape (not the static fallback, which
+        would compile per shape); else None (the proof runs the model in PyNative)."""
+        cell = self._cells.get(FORWARD)
+        if (not getattr(subject, "proof_vjp", False) or cell is None or FORWARD not in self._completed
+                or FORWARD in self.static_fallbacks or self._forward_of is not getattr(subject, "model", None)):
+            return None
+        return lambda x: cell(x)
+
+    def _deterministic(self, fn: Callable, args: tuple, got: Any, want: Any) -> bool:
         """Whether the Cell answers the same twice without its graph (else a mismatch proves
         nothing about the cached graph: it is recompiled, not called another model's)."""
         try:
-            return cache_proof.same_answer(self.reference(fn, args), want)
+            return cache_proof.same_answer(cache_proof.answer(fn, args, got, self.reference,
+                                                              self._proved_forward(fn)), want)
         except Exception:
             raise_swallowed()
             return False

@@ -38,8 +38,9 @@ def call(engine: Any, name: str, build: Callable[[], Any], dynamic: Sequence[Any
         # headroom rule before every call (measured: +3 GiB at [1, 618] on a 32000-token model)
         engine.make_room(name)
         try:  # no shape arguments: the compile log counts one compile for the dynamic graph
-            probe = (cell, lambda: first_row(tensors)) if rows else None  # cut only when a hit is proved
-            return engine.call(name, lambda: cell(*tensors), probe=probe)
+            # what a compile-cache hit is proved on: the Cell, its inputs (cut to the first row
+            # only when a hit is proved, `rows`)
+            return engine.call(name, lambda: cell(*tensors), probe=(cell, tensors, rows))
         except Exception:
             raise_swallowed()  # a ^C that MindSpore's compile turned into an error
             if engine.called(name):

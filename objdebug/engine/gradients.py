@@ -56,7 +56,7 @@ import mindspore as ms
 import numpy as np
 from mindspore import nn, ops
 
-from objdebug.engine import dynamic_graph
+from objdebug.engine import cache_proof, dynamic_graph
 from objdebug.engine.cells import BatchObjective, as_outputs, call_on_logits
 from objdebug.engine.data import Batch  # noqa: F401  (re-exported: objdebug.engine.gradients.Batch)
 from objdebug.core.naming import layer_of  # noqa: F401  (re-exported: objdebug.engine.gradients.layer_of)
@@ -178,7 +178,11 @@ class ObjectiveGradient(nn.Cell):
         super().__init__(auto_prefix=False)  # keep the user's parameter names
         self.forward = forward
         self.weights = ms.ParameterTuple(params)
-        self.grad_fn = ms.value_and_grad(self.forward, None, self.weights, has_aux=has_aux)
+        self.grad_fn = cache_proof.value_and_grad(self, self.forward, None, self.weights, has_aux=has_aux)
+
+    def proof_gradients(self, out):
+        """Where the output holds the gradient value_and_grad returns (engine/cache_proof.py)."""
+        return out[1]
 
     def construct(self, *inputs):
         return self.grad_fn(*inputs)
@@ -301,7 +305,11 @@ class ObjectiveLogitGrad(nn.Cell):
     def __init__(self, objective, flat: bool):
         super().__init__(auto_prefix=False)
         self.loss = ScaledObjective(objective, flat)
-        self.grad_fn = ms.value_and_grad(self.loss, 0, None, has_aux=True)
+        self.grad_fn = cache_proof.value_and_grad(self, self.loss, 0, None, has_aux=True)
+
+    def proof_gradients(self, out):
+        """Where the output holds the gradient value_and_grad returns (engine/cache_proof.py)."""
+        return out[1]
 
     def construct(self, logits, labels, scale):
         (_, outputs), g = self.grad_fn(logits, labels, scale)

@@ -14,6 +14,8 @@ import mindspore as ms
 import numpy as np
 from mindspore import nn, ops
 
+from objdebug.engine import cache_proof
+
 PROBE_NAME = "objdebug_policy_logit_probe"
 
 # the order in which objdebug hands the arrays to BoundLoss (our names)
@@ -53,7 +55,11 @@ class PolicyLossGrad(nn.Cell):
     def __init__(self, bound):
         super().__init__(auto_prefix=False)
         self.bound = bound
-        self.grad_fn = ms.value_and_grad(self.bound, 0, None)
+        self.grad_fn = cache_proof.value_and_grad(self, self.bound, 0, None)
+
+    def proof_gradients(self, out):
+        """Where the output holds the gradient value_and_grad returns (engine/cache_proof.py)."""
+        return out[1]
 
     def construct(self, logits, input_ids, completion_mask, advantages, old, ref):
         return self.grad_fn(logits, input_ids, completion_mask, advantages, old, ref)
@@ -104,7 +110,11 @@ class PolicyModelGrad(nn.Cell):
     def __init__(self, bound, probe):
         super().__init__(auto_prefix=False)
         self.bound = bound
-        self.grad_fn = ms.value_and_grad(self.bound, None, ms.ParameterTuple([probe]))
+        self.grad_fn = cache_proof.value_and_grad(self, self.bound, None, ms.ParameterTuple([probe]))
+
+    def proof_gradients(self, out):
+        """Where the output holds the gradient value_and_grad returns (engine/cache_proof.py)."""
+        return (out[1],)
 
     def construct(self, input_ids, completion_mask, advantages, old, ref):
         loss, grads = self.grad_fn(input_ids, input_ids, completion_mask, advantages, old, ref)

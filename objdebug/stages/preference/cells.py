@@ -23,6 +23,8 @@ import mindspore as ms
 import numpy as np
 from mindspore import Parameter, nn, ops
 
+from objdebug.engine import cache_proof
+
 PROBE_NAME = "objdebug_logit_probe"
 
 
@@ -103,7 +105,11 @@ class PreferenceLosses(nn.Cell):
         self.loss = LossOnLogps(loss)
         self.variants = nn.CellList([LossOnLogps(v) for v in variants])
         self.n_variants = len(variants)
-        self.grad_fn = ms.value_and_grad(self.loss, (0, 1), None, has_aux=True)
+        self.grad_fn = cache_proof.value_and_grad(self, self.loss, (0, 1), None, has_aux=True)
+
+    def proof_gradients(self, out):
+        """Where the output holds the gradient value_and_grad returns (engine/cache_proof.py)."""
+        return out[3], out[4]
 
     def construct(self, pc, pr, rc, rr):
         (loss, cr, rj), (dpc, dpr) = self.grad_fn(pc, pr, rc, rr)
@@ -162,7 +168,11 @@ class PreferenceGradient(nn.Cell):
         super().__init__(auto_prefix=False)
         self.objective = objective
         self.weights = ms.ParameterTuple(weights)
-        self.grad_fn = ms.value_and_grad(self.objective, None, self.weights, has_aux=True)
+        self.grad_fn = cache_proof.value_and_grad(self, self.objective, None, self.weights, has_aux=True)
+
+    def proof_gradients(self, out):
+        """Where the output holds the gradient value_and_grad returns (engine/cache_proof.py)."""
+        return tuple(out[3:])
 
     def construct(self, c_ids, c_labels, r_ids, r_labels, ref_c, ref_r):
         (loss, cr, rj), grads = self.grad_fn(c_ids, c_labels, r_ids, r_labels, ref_c, ref_r)
