@@ -40,7 +40,8 @@ HEAVY_FILES = (
     "test_demo_align.py",             # 22 s (3 tests)
     "test_reward.py",                 # ~90 s on the 2 shared cores (23 tests): two model compiles + reward twins
     "test_tasks_order.py",            # ~26 s (6 tests): the tagger's and the encoder's align twins
-    "test_tasks_stress.py",           # slow only (~100 s): the kinds' stress cases and twins
+    "test_tasks_stress.py",           # slow only (~115 s): the kinds' stress cases and twins
+    "test_tasks_correlate.py",        # slow only (~60 s): the kinds' correlate twins
 )
 
 
