@@ -42,7 +42,8 @@ HEAVY_FILES = (
     "test_tasks_order.py",            # ~26 s (6 tests): the tagger's and the encoder's align twins
     "test_tasks_stress.py",           # slow only (~115 s): the kinds' stress cases and twins
     "test_tasks_correlate.py",        # slow only (~60 s): the kinds' correlate twins
-    "test_tasks_decompose.py",        # slow only (~110 s): the kinds' composite objectives and twins
+    "test_tasks_decompose.py",        # slow only (~65 s): the kinds' composite objectives and twins
+    "test_tasks_fd.py",               # slow only (~55 s): the kinds' finite differences
 )
 
 

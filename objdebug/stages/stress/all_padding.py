@@ -15,7 +15,7 @@ import numpy as np
 from objdebug.pipeline.context import Context
 from objdebug.core.findings import Check, Condition, Verdict
 from objdebug.core.settings import Settings
-from objdebug.stages.stress import task_cases
+import objdebug.stages.stress.task_cases as task_cases
 from objdebug.stages.stress._common import loss_and_grad, short_length
 from objdebug.engine import position_limit
 

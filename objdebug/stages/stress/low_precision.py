@@ -23,7 +23,7 @@ from objdebug.pipeline.datasets import text_samples
 from objdebug.pipeline.run_data import grad_probe, library_logits, logit_checks_skip
 from objdebug.core.findings import Check, Condition, Verdict
 from objdebug.core.settings import Settings
-from objdebug.stages.stress import task_cases
+import objdebug.stages.stress.task_cases as task_cases
 from objdebug.stages.stress._common import (OBJECTIVE_ON_LOGITS, error_line, objective_on_logits,
     packed, rel_diff)
 

@@ -26,7 +26,7 @@ from objdebug.pipeline.context import Context
 from objdebug.engine.model_inputs import fill_padding, takes_mask
 from objdebug.core.findings import Check, Condition, Verdict
 from objdebug.core.settings import Settings
-from objdebug.stages.stress import task_cases
+import objdebug.stages.stress.task_cases as task_cases
 from objdebug.stages.stress._common import (flat_grads, loss_and_grad, packed, rel_diff,
     short_length, text_sample, token_stream)
 from objdebug.engine import position_limit

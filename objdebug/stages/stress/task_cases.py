@@ -39,36 +39,14 @@ def no_rows(ctx) -> str | None:
     return None
 
 
-def _labels(ctx, rows, length: int) -> np.ndarray:
-    if tasks.kind_of(ctx.config) == "classification":
-        return np.array([r.target for r in rows], np.int32)
-    return tasks.pad([r.target for r in rows], ctx.config.data.label_pad_id, length)
-
-
-def loss_and_grads(ctx, rows, length: int, ids_of=None) -> dict[str, Any]:
+def loss_and_grads(ctx, rows, length: int) -> dict[str, Any]:
     """The objective's loss and the model's parameter gradients (one float64 vector) on `rows`
-    padded to `length` (`ids_of(row) -> [ids, ...]`: the texts of a row, default the kind's)."""
-    import mindspore as ms
-
-    engine, pad = ctx.engine, ctx.engine.padding.pad_id
-    if tasks.kind_of(ctx.config) == "embedding":
-        triplet = all(r.negative is not None for r in rows)
-        texts = [[r.ids for r in rows], [r.positive for r in rows]] + ([[r.negative for r in rows]] if triplet else [])
-        ids = [tasks.pad(t, pad, length) for t in texts]
-        outputs, cot = tasks.pair_grad(engine, *[tasks.forward(engine, i) for i in ids])
-        grads = None
-        for i, g in zip(ids, cot):  # the model sees each text: its gradients add up
-            part = tasks.param_grad(engine, i, g)[1]
-            grads = part if grads is None else [a + b for a, b in zip(grads, part)]
-    else:
-        ids = tasks.pad([r.ids for r in rows], pad, length)
-        out = tasks.forward(engine, ids)
-        outputs, cot = tasks.logit_grad(engine, out, ms.Tensor(_labels(ctx, rows, length)))
-        grads = tasks.param_grad(engine, ids, cot)[1]
+    padded to `length` (pipeline/task_kind.py: the kind's graphs)."""
+    loss, grads = task_kind.loss_and_param_grads(ctx, rows, length)
     flat = np.concatenate([g.ravel() for g in grads])
     bad = sum(int(not np.isfinite(g).all()) for g in grads)
-    return {"loss": float(outputs[0]), "grad_norm": float(np.linalg.norm(flat)),
-            "nonfinite_params": bad, "n_params": len(grads), "grads": flat}
+    return {"loss": loss, "grad_norm": float(np.linalg.norm(flat)), "nonfinite_params": bad,
+            "n_params": len(grads), "grads": flat}
 
 
 # --------------------------------------------------------------------------- OBJ503
@@ -124,7 +102,7 @@ def outputs_batch(ctx):
                     for t in texts], None
         length = tasks.bucket(max(len(r.ids) for r in rows))
         out = tasks.forward(ctx.engine, tasks.pad([r.ids for r in rows], pad, length)).asnumpy()
-        return [out], ms.Tensor(_labels(ctx, rows, length))
+        return [out], ms.Tensor(task_kind.labels_of(ctx, rows, length))
     return ctx.provide(outputs_batch, build)
 
 
