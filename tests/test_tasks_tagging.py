@@ -80,3 +80,19 @@ def test_crf_healthy_passes_ci_gate():
 def test_crf_twins_fail(twin, checks, code):
     r = _run(twin, checks)
     assert code in _codes(r, "fail"), [f.message for f in r.findings]
+
+
+@pytest.mark.slow
+def test_crf_called_with_a_mask_is_checked_like_the_reference():
+    """A CRF layer called (emissions, tags, mask): objdebug derives the mask from the tags
+    (label_pad_id) and every check runs on it; its numbers are CRFLoss's; a layer that ignores
+    its mask fails OBJ221."""
+    checks = ["grad.crf", "grad.ignored-label", "align.tag-ranking"]
+    masked, ref = _run("crf_mask_healthy", checks), _run("crf_healthy", checks)
+    assert masked.exit_code == 0, [f.message for f in masked.findings if f.verdict.value != "pass"]
+    assert {"OBJ111", "OBJ221", "OBJ222", "OBJ223", "OBJ224", "OBJ225"} <= _codes(masked, "pass")
+    a, b = (next(x.value for x in r.results if x.check == "tag-ranking") for r in (masked, ref))
+    np.testing.assert_allclose([row["loss"] for row in a["table"]], [row["loss"] for row in b["table"]],
+                               rtol=1e-6)
+    twin = _run("crf_mask_ignored", ["grad.ignored-label"])
+    assert "OBJ221" in _codes(twin, "fail") and twin.exit_code == 1

@@ -389,3 +389,43 @@ def pair_grad(engine, anchor, positive, negative=None) -> tuple[np.ndarray, list
                                         negative if three else anchor)
     grads = [g.asnumpy().astype(np.float64) for g in grads[:3 if three else 2]]
     return outputs.asnumpy().astype(np.float64), grads
+
+
+# --------------------------------------------------------------------------- a CRF with a mask
+def takes_mask(objective) -> bool:
+    """Whether a tagging objective's construct takes a third input, the mask: (emissions, tags,
+    mask), as CRF layers (pytorch-crf's, MindNLP's) are called."""
+    import inspect
+
+    try:
+        params = list(inspect.signature(objective.construct).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) >= 3 and positional[2].default is inspect.Parameter.empty
+
+
+def with_mask(objective, ignore: int):
+    """The objective as every graph calls a tagging objective, (emissions, tags) -> loss: the mask
+    is the tags that are not `ignore` (padding, later word pieces), and those tags are given as tag
+    0 (a valid index), as a training step with a CRF layer passes them. The Cell keeps the
+    objective's parameter names and its `decode` (Viterbi, OBJ225)."""
+    from mindspore import nn, ops
+
+    class TagsAndMask(nn.Cell):
+        def __init__(self):
+            super().__init__(auto_prefix=False)
+            self.objective = objective
+            self.ignore = ignore
+
+        def construct(self, emissions, tags):
+            mask = tags != self.ignore
+            return self.objective(emissions, ops.where(mask, tags, ops.zeros_like(tags)), mask)
+
+        def decode(self, emissions):
+            return self.objective.decode(emissions)
+
+    cell = TagsAndMask()
+    if not hasattr(objective, "decode"):
+        del TagsAndMask.decode
+    return cell

@@ -90,6 +90,11 @@ def check_target(target, engine) -> dict[str, Any]:
     batch, length = engine.batch_size, PROBE_LENGTH
     ids = np.zeros((batch, length), np.int32)
     info: dict[str, Any] = {"kind": kind, "batch": batch, "length": length}
+    if kind == "tagging" and tasks.takes_mask(target.objective):
+        # a CRF called (emissions, tags, mask): every graph calls it through one adapter that
+        # derives the mask from the tags (label_pad_id: padding, later word pieces)
+        target.objective = tasks.with_mask(target.objective, cfg.data.label_pad_id)
+        info["mask"] = f"derived: tags != {cfg.data.label_pad_id}"
     try:
         out = tasks.forward(engine, ids)
         last = check_output(out, kind, batch, length, cfg.task.labels)
