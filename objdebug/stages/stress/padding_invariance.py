@@ -118,6 +118,7 @@ class PaddingInvariance(Check):
                     f" to stay within the model's {v['limit']} positions ({v['limit_source']})")
             if v.get("not_run"):  # a model that names no position limit: found here (position_limit.py)
                 msg += "; " + "; ".join(f"+{e} not run: {why}" for e, why in v["not_run"].items()) + (
+                    v.get("not_run_note") or  # a [task] kind's objective (task_cases.py)
                     "; the model names no position limit, so the longest length that ran is taken as it "
                     "(set data.max_length to say it)")
             mask_ok = True
