@@ -60,7 +60,7 @@ def test_crf_viterbi_is_the_brute_force_argmax():
 def test_token_ce_tagging_healthy_passes_and_padding_scored_fails():
     healthy = _run("tag_healthy")
     assert healthy.exit_code == 0, [f.message for f in healthy.findings if f.verdict.value.lower() != "pass"]
-    assert {"OBJ201", "OBJ220", "OBJ221"} <= _codes(healthy, "pass")
+    assert {"OBJ111", "OBJ201", "OBJ206", "OBJ220", "OBJ221"} <= _codes(healthy, "pass")
     twin = _run("tag_padding_scored", ["grad.ignored-label"])
     assert "OBJ221" in _codes(twin, "fail") and twin.exit_code == 1
 
