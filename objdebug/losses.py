@@ -586,7 +586,7 @@ class CRFLoss(nn.Cell):
 
     Inputs:
         - **emissions** (Tensor) - :math:`(B, T, K)` float.
-        - **tags** (Tensor) - :math:`(B, T)` int32; every row's first position is scored.
+        - **tags** (Tensor) - :math:`(B, T)` int32; a row with no scored position costs 0.
 
     Outputs:
         Tensor, a float32 scalar.
@@ -622,27 +622,40 @@ class CRFLoss(nn.Cell):
         return tags != self.ignore_index
 
     def _score(self, e, y, mask):
-        """s(y) per row: start, emissions and transitions along the scored positions, end."""
+        """s(y) per row: start, emissions and transitions along the scored positions, end; 0 for
+        a row with no scored position (the start transition goes on its first scored one)."""
         start, trans, end = self._parts()
+        started = mask[:, 0]
         first = y[:, 0]
-        score = ops.gather(start, first, 0) + ops.gather_d(e[:, 0], 1, first.reshape((-1, 1))).reshape((-1,))
+        step0 = ops.gather(start, first, 0) + ops.gather_d(e[:, 0], 1, first.reshape((-1, 1))).reshape((-1,))
+        score = ops.where(started, step0, ops.zeros_like(step0))
         prev = first
         for t in range(1, e.shape[1]):
             m = mask[:, t]
             yt = y[:, t]
-            step = trans[prev, yt] + ops.gather_d(e[:, t], 1, yt.reshape((-1, 1))).reshape((-1,))
+            emit = ops.gather_d(e[:, t], 1, yt.reshape((-1, 1))).reshape((-1,))
+            step = ops.where(started, trans[prev, yt], ops.gather(start, yt, 0)) + emit
             score = score + ops.where(m, step, ops.zeros_like(step))
             prev = ops.where(m, yt, prev)
-        return score + ops.gather(end, prev, 0)
+            started = ops.logical_or(started, m)
+        last = ops.gather(end, prev, 0)
+        return score + ops.where(started, last, ops.zeros_like(last))
 
     def _log_partition(self, e, mask):
-        """log sum_y exp s(y) per row: the forward algorithm over the scored positions."""
+        """log sum_y exp s(y) per row: the forward algorithm over the scored positions (0 for a row
+        with none, whose only path is the empty one)."""
         start, trans, end = self._parts()
+        started = mask[:, 0]
         alpha = start.reshape((1, -1)) + e[:, 0]
         for t in range(1, e.shape[1]):
+            m = mask[:, t].expand_dims(1)
             nxt = ops.logsumexp(alpha.expand_dims(2) + trans.expand_dims(0) + e[:, t].expand_dims(1), 1)
-            alpha = ops.where(mask[:, t].expand_dims(1), nxt, alpha)
-        return ops.logsumexp(alpha + end.reshape((1, -1)), 1)
+            first = start.reshape((1, -1)) + e[:, t]  # a row whose first scored position is t
+            nxt = ops.where(started.expand_dims(1), nxt, first)
+            alpha = ops.where(m, nxt, alpha)
+            started = ops.logical_or(started, mask[:, t])
+        log_z = ops.logsumexp(alpha + end.reshape((1, -1)), 1)
+        return ops.where(started, log_z, ops.zeros_like(log_z))
 
     def construct(self, emissions, tags):
         e = emissions.astype(ms.float32)

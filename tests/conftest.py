@@ -41,6 +41,11 @@ HEAVY_FILES = (
     "test_reward.py",                 # ~90 s on the 2 shared cores (23 tests): two model compiles + reward twins
     "test_reward_llama.py",           # 8 s default (1 test); 160 s with -m slow: the Llama reward model's compiles
     "test_chat_llama.py",             # ~22 s default (6 tests): one Llama objective probe; slow: the preference twins, whole runs
+    "test_tasks_order.py",            # ~26 s (6 tests): the tagger's and the encoder's align twins
+    "test_tasks_stress.py",           # slow only (~115 s): the kinds' stress cases and twins
+    "test_tasks_correlate.py",        # slow only (~60 s): the kinds' correlate twins
+    "test_tasks_decompose.py",        # slow only (~65 s): the kinds' composite objectives and twins
+    "test_tasks_fd.py",               # slow only (~55 s): the kinds' finite differences
 )
 
 

@@ -105,7 +105,9 @@ def test_healthy_contrastive_objectives_pass_ci_gate(emb_runs):
         r = emb_runs[name]
         assert r.exit_code == 0, [f.message for f in r.findings]
         value = r.results[0].value
-        assert value["loss"] == pytest.approx(value["reference"], rel=1e-5)
+        # the trained encoder's InfoNCE is 3e-4 nats, a difference of logits near 20: float32
+        # agrees with the float64 reference to 1e-6 nats absolute, not 1e-5 relative
+        assert value["loss"] == pytest.approx(value["reference"], rel=1e-5, abs=1e-6)
 
 
 @pytest.mark.slow

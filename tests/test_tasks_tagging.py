@@ -15,6 +15,8 @@ def _ref_nll(crf, e, tags, ignore=-100):
     scored positions of one row, s with start, emissions, transitions, end."""
     a, A, b = (p.asnumpy().astype(np.float64) for p in crf._parts())
     pos = [t for t in range(len(tags)) if tags[t] != ignore]
+    if not pos:  # nothing scored: the empty path is the only one
+        return 0.0
     k = e.shape[-1]
 
     def s(path):
@@ -26,7 +28,8 @@ def _ref_nll(crf, e, tags, ignore=-100):
     return log_z - s([tags[t] for t in pos])
 
 
-@pytest.mark.parametrize("tags", [[2], [0, 1], [1, 2, 0], [2, 0, -100, -100], [1, -100, 2]])
+@pytest.mark.parametrize("tags", [[2], [0, 1], [1, 2, 0], [2, 0, -100, -100], [1, -100, 2],
+                                  [-100, 1, 2], [-100, -100, 0, -100], [-100, -100]])
 def test_crf_loss_equals_brute_force_nll(tags):
     import mindspore as ms
 
@@ -57,7 +60,7 @@ def test_crf_viterbi_is_the_brute_force_argmax():
 def test_token_ce_tagging_healthy_passes_and_padding_scored_fails():
     healthy = _run("tag_healthy")
     assert healthy.exit_code == 0, [f.message for f in healthy.findings if f.verdict.value.lower() != "pass"]
-    assert {"OBJ201", "OBJ220", "OBJ221"} <= _codes(healthy, "pass")
+    assert {"OBJ111", "OBJ201", "OBJ206", "OBJ220", "OBJ221"} <= _codes(healthy, "pass")
     twin = _run("tag_padding_scored", ["grad.ignored-label"])
     assert "OBJ221" in _codes(twin, "fail") and twin.exit_code == 1
 
@@ -80,3 +83,19 @@ def test_crf_healthy_passes_ci_gate():
 def test_crf_twins_fail(twin, checks, code):
     r = _run(twin, checks)
     assert code in _codes(r, "fail"), [f.message for f in r.findings]
+
+
+@pytest.mark.slow
+def test_crf_called_with_a_mask_is_checked_like_the_reference():
+    """A CRF layer called (emissions, tags, mask): objdebug derives the mask from the tags
+    (label_pad_id) and every check runs on it; its numbers are CRFLoss's; a layer that ignores
+    its mask fails OBJ221."""
+    checks = ["grad.crf", "grad.ignored-label", "align.tag-ranking"]
+    masked, ref = _run("crf_mask_healthy", checks), _run("crf_healthy", checks)
+    assert masked.exit_code == 0, [f.message for f in masked.findings if f.verdict.value != "pass"]
+    assert {"OBJ111", "OBJ221", "OBJ222", "OBJ223", "OBJ224", "OBJ225"} <= _codes(masked, "pass")
+    a, b = (next(x.value for x in r.results if x.check == "tag-ranking") for r in (masked, ref))
+    np.testing.assert_allclose([row["loss"] for row in a["table"]], [row["loss"] for row in b["table"]],
+                               rtol=1e-6)
+    twin = _run("crf_mask_ignored", ["grad.ignored-label"])
+    assert "OBJ221" in _codes(twin, "fail") and twin.exit_code == 1

@@ -12,6 +12,10 @@ files' rows, never trained on.
 - tagging: the words of ``prompt + good response`` tagged O / NAME / COLOR / ANIMAL / FRUIT, each
   word's tag on its first byte (the other bytes -100, as subword pipelines label pieces), trained
   with the unweighted :class:`objdebug.losses.WeightedCrossEntropy` on `ContextTagger`'s emissions.
+- embedding: (prompt, good response) pairs of the training prompts, trained with the in-batch
+  :class:`objdebug.losses.InfoNCELoss` (cosine, temperature 0.05) on `BagEncoder`'s embeddings
+  (`encoder.ckpt`): the align check (OBJ112) judges the objective on the rows whose positive the
+  encoder ranks first, so the encoder must rank some (held-out rows: embedding.jsonl).
 """
 from __future__ import annotations
 
@@ -146,6 +150,40 @@ def train_classifier(seed: int, steps: int, out: str, lr: float = 1e-3) -> float
     return loss
 
 
+def train_encoder(seed: int, steps: int, out: str, lr: float = 3e-3, batch: int = 128) -> float:
+    import mindspore as ms
+    from mindspore import nn, Tensor
+
+    from objdebug.demo.task_models import BagEncoder
+    from objdebug.losses import InfoNCELoss
+
+    rng = random.Random(seed)
+    train_ex, _ = corpus.split_prompts(seed=seed)
+    rng.shuffle(train_ex)
+    a_all, p_all = _ids([e.prompt for e in train_ex]), _ids([e.good for e in train_ex])
+    model = BagEncoder()
+
+    class PairLoss(nn.Cell):
+        def __init__(self):
+            super().__init__(auto_prefix=False)
+            self.model, self.loss = model, InfoNCELoss(0.05, "cosine")
+
+        def construct(self, a, p):
+            return self.loss(self.model(a), self.model(p))
+
+    step = nn.TrainOneStepCell(PairLoss(), nn.Adam(model.trainable_params(), learning_rate=lr))
+    step.set_train()
+    loss = float("nan")
+    for s in range(steps):  # a fresh in-batch draw each step: the negatives vary
+        pick = np.asarray(rng.sample(range(len(train_ex)), batch))
+        loss = float(step(Tensor(a_all[pick]), Tensor(p_all[pick])).asnumpy())
+        if s % 100 == 0 or s == steps - 1:
+            print(f"step {s:4d} loss {loss:.5f}", flush=True)
+    ms.save_checkpoint(model, out)
+    os.chmod(out, 0o644)
+    return loss
+
+
 def write_jsonl(path, rows):
     with open(path, "w") as fh:
         for r in rows:
@@ -154,7 +192,7 @@ def write_jsonl(path, rows):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--task", choices=["classification", "tagging"], default="classification")
+    ap.add_argument("--task", choices=["classification", "tagging", "embedding"], default="classification")
     ap.add_argument("--steps", type=int, default=None)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
@@ -176,6 +214,8 @@ def main(argv=None):
             write_jsonl(os.path.join(HERE, "classification.jsonl"),
                         classification_rows(picked, rng, "c"))
             loss = train_classifier(args.seed, args.steps or 120, os.path.join(HERE, "classifier.ckpt"))
+        elif args.task == "embedding":  # embedding.jsonl's held-out rows are kept as they are
+            loss = train_encoder(args.seed, args.steps or 400, os.path.join(HERE, "encoder.ckpt"))
         else:
             write_jsonl(os.path.join(HERE, "tagging.jsonl"), tagging_rows(picked[::2], "t"))
             loss = train_tagger(args.seed, args.steps or 60, os.path.join(HERE, "tagger.ckpt"))

@@ -216,13 +216,14 @@ def _specs(out, labels):
             ms.Tensor(shape=[None] * len(labels.shape), dtype=labels.dtype))
 
 
-def objective(engine, out, labels):
+def objective(engine, out, labels, name: str = "task.objective"):
     """The objective's outputs float32[K] (total, components...) on Tensors (model output,
-    labels), forward only: the dynamic graph `task.objective`."""
+    labels), forward only: the dynamic graph `task.objective` (`name`: a graph of its own, for an
+    output in another dtype or a call that may raise: a graph that raised refuses later calls)."""
     from objdebug.engine import dynamic_graph
     from objdebug.engine.cells import ObjectiveForward
 
-    return dynamic_graph.call(engine, "task.objective", lambda: ObjectiveForward(engine.target.objective),
+    return dynamic_graph.call(engine, name, lambda: ObjectiveForward(engine.target.objective),
                               _specs(out, labels), out, labels)
 
 
@@ -346,3 +347,85 @@ def pair_objective(engine, anchor, positive, negative=None):
     return dynamic_graph.call(engine, name, lambda: _pair_cell(engine.target.objective, three),
                               (spec, spec, spec), anchor, positive,
                               negative if three else anchor)
+
+
+def _pair_grad_cell(objective, three: bool):
+    import mindspore as ms
+    from mindspore import nn, ops
+
+    forward = _pair_cell(objective, three)
+
+    class PairGrad(nn.Cell):
+        """(anchor, positive, negative) -> (outputs float32[K], d total / d each embedding)."""
+
+        def __init__(self):
+            super().__init__(auto_prefix=False)
+            self.forward = forward
+            self.grad = ops.GradOperation(get_all=True)
+
+        def total(self, a, p, n):
+            return self.forward(a, p, n)[0]
+
+        def construct(self, a, p, n):
+            return self.forward(a, p, n), self.grad(self.total)(a, p, n)
+
+    del ms
+    return PairGrad()
+
+
+def pair_grad(engine, anchor, positive, negative=None) -> tuple[np.ndarray, list[np.ndarray]]:
+    """An embedding objective's outputs and its gradient w.r.t. each embedding [B, D] (anchor,
+    positive[, negative]) as float64: the dynamic graph `task.pair_grad`. With `param_grad` on
+    each text's ids, the parameter gradient of one contrastive step."""
+    import mindspore as ms
+
+    from objdebug.engine import dynamic_graph
+
+    three = negative is not None
+    name = "task.pair_grad." + ("triplet" if three else "pair")
+    spec = ms.Tensor(shape=[None, anchor.shape[-1]], dtype=anchor.dtype)
+    outputs, grads = dynamic_graph.call(engine, name, lambda: _pair_grad_cell(engine.target.objective, three),
+                                        (spec, spec, spec), anchor, positive,
+                                        negative if three else anchor)
+    grads = [g.asnumpy().astype(np.float64) for g in grads[:3 if three else 2]]
+    return outputs.asnumpy().astype(np.float64), grads
+
+
+# --------------------------------------------------------------------------- a CRF with a mask
+def takes_mask(objective) -> bool:
+    """Whether a tagging objective's construct takes a third input, the mask: (emissions, tags,
+    mask), as CRF layers (pytorch-crf's, MindNLP's) are called."""
+    import inspect
+
+    try:
+        params = list(inspect.signature(objective.construct).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) >= 3 and positional[2].default is inspect.Parameter.empty
+
+
+def with_mask(objective, ignore: int):
+    """The objective as every graph calls a tagging objective, (emissions, tags) -> loss: the mask
+    is the tags that are not `ignore` (padding, later word pieces), and those tags are given as tag
+    0 (a valid index), as a training step with a CRF layer passes them. The Cell keeps the
+    objective's parameter names and its `decode` (Viterbi, OBJ225)."""
+    from mindspore import nn, ops
+
+    class TagsAndMask(nn.Cell):
+        def __init__(self):
+            super().__init__(auto_prefix=False)
+            self.objective = objective
+            self.ignore = ignore
+
+        def construct(self, emissions, tags):
+            mask = tags != self.ignore
+            return self.objective(emissions, ops.where(mask, tags, ops.zeros_like(tags)), mask)
+
+        def decode(self, emissions):
+            return self.objective.decode(emissions)
+
+    cell = TagsAndMask()
+    if not hasattr(objective, "decode"):
+        del TagsAndMask.decode
+    return cell

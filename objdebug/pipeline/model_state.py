@@ -119,6 +119,8 @@ def state(ctx: Context) -> dict[str, Any] | None:
 
 def untrained_reason(ctx: Context) -> str | None:
     """'untrained: loss 9.01 vs log V 9.01, ...' when the model is measured untrained, else None."""
+    if getattr(ctx.config.task, "kind", "causal-lm") != "causal-lm":
+        return None  # the measurement is the causal LM's (next-token loss vs log V): no excuse elsewhere
     v = state(ctx)
     if not v or not v.get("measured") or not v.get("untrained"):
         return None

@@ -47,6 +47,7 @@ RANGES: dict[str, str | tuple[str, ...]] = {
     "align.sanity_gap_pass": REAL, "align.sanity_gap_fail": REAL,
     "align.sanity_order_pass": SHARE, "align.sanity_order_fail": SHARE,
     "align.task_order_pass": SHARE, "align.task_order_fail": SHARE,
+    "align.task_order_gap": TOLERANCE,
     "grad.class_weight_rtol": TOLERANCE, "grad.ignored_tolerance": TOLERANCE,
     "grad.crf_enum_length": "[1, 8]", "grad.crf_enum_paths": "[1, inf)",
     "grad.crf_nll_tolerance": TOLERANCE, "grad.contrastive_rtol": TOLERANCE,

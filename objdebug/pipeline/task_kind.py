@@ -90,6 +90,11 @@ def check_target(target, engine) -> dict[str, Any]:
     batch, length = engine.batch_size, PROBE_LENGTH
     ids = np.zeros((batch, length), np.int32)
     info: dict[str, Any] = {"kind": kind, "batch": batch, "length": length}
+    if kind == "tagging" and tasks.takes_mask(target.objective):
+        # a CRF called (emissions, tags, mask): every graph calls it through one adapter that
+        # derives the mask from the tags (label_pad_id: padding, later word pieces)
+        target.objective = tasks.with_mask(target.objective, cfg.data.label_pad_id)
+        info["mask"] = f"derived: tags != {cfg.data.label_pad_id}"
     try:
         out = tasks.forward(engine, ids)
         last = check_output(out, kind, batch, length, cfg.task.labels)
@@ -158,3 +163,55 @@ def grad_rows(ctx) -> list[tasks.TaskRow]:
     when there is no align file)."""
     rows = align_rows(ctx) or score_rows(ctx)
     return rows[:ctx.engine.batch_size]
+
+
+# --------------------------------------------------------------------------- losses and gradients
+def _texts(ctx, rows, length: int) -> list[np.ndarray]:
+    """The rows' ids [B, length] (embedding: one array per text: anchor, positive[, negative])."""
+    pad = ctx.engine.padding.pad_id
+    if ctx.config.task.kind == "embedding":
+        seqs = [[r.ids for r in rows], [r.positive for r in rows]]
+        if all(r.negative is not None for r in rows):
+            seqs.append([r.negative for r in rows])
+        return [tasks.pad(s, pad, length) for s in seqs]
+    return [tasks.pad([r.ids for r in rows], pad, length)]
+
+
+def labels_of(ctx, rows, length: int) -> np.ndarray:
+    """Classification: the labels [B]; tagging: the tags [B, length], `label_pad_id` on padding."""
+    if ctx.config.task.kind == "classification":
+        return np.array([r.target for r in rows], np.int32)
+    return tasks.pad([r.target for r in rows], ctx.config.data.label_pad_id, length)
+
+
+def batch_loss(ctx, rows, length: int) -> float:
+    """The objective's total on `rows` padded to `length`, forward only (the shared graphs)."""
+    import mindspore as ms
+
+    ids = _texts(ctx, rows, length)
+    outs = [tasks.forward(ctx.engine, i) for i in ids]
+    if ctx.config.task.kind == "embedding":
+        return float(tasks.pair_objective(ctx.engine, *outs).asnumpy()[0])
+    return float(tasks.objective(ctx.engine, outs[0], ms.Tensor(labels_of(ctx, rows, length))).asnumpy()[0])
+
+
+def loss_and_param_grads(ctx, rows, length: int) -> tuple[float, list[np.ndarray]]:
+    """(the objective's total, d total / d each model parameter float64) on `rows` padded to
+    `length`: the objective's gradient w.r.t. the model's output (`task.logit_grad`, or
+    `task.pair_grad` for embeddings) carried back by the shared `model.vjp`; every text of an
+    embedding row goes through the model, so its gradients add up."""
+    import mindspore as ms
+
+    engine = ctx.engine
+    ids = _texts(ctx, rows, length)
+    outs = [tasks.forward(engine, i) for i in ids]
+    if ctx.config.task.kind == "embedding":
+        outputs, cots = tasks.pair_grad(engine, *outs)
+    else:
+        outputs, cot = tasks.logit_grad(engine, outs[0], ms.Tensor(labels_of(ctx, rows, length)))
+        cots = [cot]
+    grads = None
+    for i, g in zip(ids, cots):
+        part = tasks.param_grad(engine, i, g)[1]
+        grads = part if grads is None else [a + b for a, b in zip(grads, part)]
+    return float(outputs[0]), grads

@@ -285,5 +285,7 @@ class SynthesizedSanity(Check):
 
 def checks() -> list[Check]:
     from objdebug.stages.align.classification import ClassRanking  # [task] kinds (issue 47)
+    from objdebug.stages.align.task_order import PairRanking, TagRanking
 
-    return [AlignmentLoss(), LabelPadMasking(), SynthesizedSanity(), ClassRanking()]
+    return [AlignmentLoss(), LabelPadMasking(), SynthesizedSanity(), ClassRanking(), TagRanking(),
+            PairRanking()]

@@ -135,6 +135,7 @@ class ScoreCorrelation(Check):
     stage = "correlate"
     # tracking human judgement is learned; finiteness (OBJ402) is judged on any model
     needs_trained = ("OBJ401", "OBJ403", "OBJ404")
+    kinds = ("causal-lm", "classification", "tagging", "embedding")  # task_rows.py: the other kinds' losses
 
     def skip_reason(self, ctx: Context) -> str | None:
         if not ctx.config.data.scores:
@@ -144,6 +145,10 @@ class ScoreCorrelation(Check):
     def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         settings = th
         check_settings(settings, ctx.profile.source)
+        if ctx.config.task.kind != "causal-lm":  # one loss per row of the kind, same statistics
+            from objdebug.stages.correlate import task_rows
+
+            return measure_vectors(*task_rows.vectors(ctx), None, settings)
         data = response_losses(ctx)
         rows = data["rows"]
         return measure_vectors([r["id"] for r in rows], data["losses"], [r["score"] for r in rows],

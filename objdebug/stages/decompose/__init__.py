@@ -20,7 +20,9 @@ from objdebug.pipeline.datasets import text_samples
 from objdebug.core.errors import InputError
 from objdebug.core.findings import Check, Condition, Verdict, band
 from objdebug.core.settings import Settings
+from objdebug.stages.decompose import task_terms
 
+KINDS = ("causal-lm", "classification", "tagging", "embedding")  # the others through task_terms.py
 GRAPH_NAME = "decompose.component_grad"
 LOGIT_GRAPH_NAME = "decompose.component_logit_grad"
 
@@ -52,13 +54,17 @@ def component_names(ctx: Context, n_components: int) -> list[str]:
 def component_values(ctx: Context) -> dict[str, Any]:
     """Per-component statistics over the data (cached: both checks of this stage use them)."""
     def build() -> dict[str, Any]:
-        samples = _samples(ctx)
-        out = ctx.engine.evaluate(samples, label="decompose: components")
+        if task_terms.is_task(ctx):  # the kind's rows, one at a time (task_terms.py)
+            measured = task_terms.values(ctx)
+            out, batches, samples = measured["out"], measured["batches"], measured["out"]
+        else:
+            samples = _samples(ctx)
+            out = ctx.engine.evaluate(samples, label="decompose: components")
+            batches = engine_batches(ctx, samples)
         k = out.shape[1] - 1
         names = component_names(ctx, k)
         total = out[:, 0]
         comps = out[:, 1:] if k else out[:, :1]
-        batches = engine_batches(ctx, samples)
         means = np.array([np.mean(comps[:, j]) for j in range(comps.shape[1])])
         denom = float(np.sum(np.abs(means)))
         stats = []
@@ -183,17 +189,22 @@ def _component_grad(ctx: Context, ids: np.ndarray, labels: np.ndarray, w: np.nda
 
 def component_gradients(ctx: Context, n_components: int, batches) -> dict[str, Any]:
     """Norm of each component's mean gradient over `batches` (float64 accumulation)."""
-    params = shared_params(ctx)
+    task = task_terms.is_task(ctx)
+    params = task_terms.params(ctx) if task else shared_params(ctx)
     sums = [[np.zeros(p.shape, np.float64) for p in params] for _ in range(n_components)]
     values = np.zeros((n_components, len(batches)))
-    for b, (ids, labels) in enumerate(batches):
+    for b, batch in enumerate(batches):
         for k in range(n_components):
             w = np.zeros(n_components, np.float32)
             w[k] = 1.0
-            comps, grads = _component_grad(ctx, ids, labels, w)
-            values[k, b] = float(comps.asnumpy()[k])
+            if task:  # the kind's graphs (task_terms.py): numpy already
+                comps, grads = task_terms.component_grad(ctx, batch, w)
+            else:
+                comps, grads = _component_grad(ctx, *batch, w)
+                comps, grads = comps.asnumpy(), [g.asnumpy() for g in grads]
+            values[k, b] = float(comps[k])
             for acc, g in zip(sums[k], grads):
-                acc += g.asnumpy().astype(np.float64)
+                acc += g.astype(np.float64)
     norms = []
     for k in range(n_components):
         sq = sum(float(np.sum((acc / len(batches)) ** 2)) for acc in sums[k])
@@ -205,7 +216,10 @@ def measured_gradients(ctx: Context, n_components: int):
     """(batches, component_gradients): computed once, shared by OBJ304 and OBJ305."""
     def build():
         th = ctx.profile.section("decompose")
-        batches = gradient_batches(ctx, _samples(ctx), int(th["grad_batches"]))
+        if task_terms.is_task(ctx):
+            batches = task_terms.gradient_batches(ctx, task_terms.rows(ctx), int(th["grad_batches"]))
+        else:
+            batches = gradient_batches(ctx, _samples(ctx), int(th["grad_batches"]))
         return batches, component_gradients(ctx, n_components, batches)
     return ctx.provide(measured_gradients, build)
 
@@ -228,6 +242,7 @@ class ComponentValues(Check):
 
     name = "components"
     stage = "decompose"
+    kinds = KINDS
 
     def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         v = dict(component_values(ctx))
@@ -316,6 +331,7 @@ class GradientShare(Check):
 
     name = "gradient-share"
     stage = "decompose"
+    kinds = KINDS
 
     def skip_reason(self, ctx: Context) -> str | None:
         if not ctx.config.objective.components:
@@ -370,6 +386,7 @@ class PrimaryShare(Check):
 
     name = "primary-share"
     stage = "decompose"
+    kinds = KINDS
 
     def skip_reason(self, ctx: Context) -> str | None:
         return GradientShare().skip_reason(ctx)

@@ -15,6 +15,7 @@ import numpy as np
 from objdebug.pipeline.context import Context
 from objdebug.core.findings import Check, Condition, Verdict
 from objdebug.core.settings import Settings
+import objdebug.stages.stress.task_cases as task_cases
 from objdebug.stages.stress._common import loss_and_grad, short_length
 from objdebug.engine import position_limit
 
@@ -22,8 +23,15 @@ from objdebug.engine import position_limit
 class AllPadding(Check):
     name = "all-padding"
     stage = "stress"
+    # an embedding row has no ignore label: nothing to mask (task_cases.py)
+    kinds = ("causal-lm", "classification", "tagging")
+
+    def skip_reason(self, ctx: Context) -> str | None:
+        return task_cases.no_rows(ctx)
 
     def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
+        if task_cases.is_task(ctx):  # the kind's one row of padding, same measurement
+            return task_cases.all_padding(ctx, th)
         cfg = ctx.config.data
         length = position_limit.cap(short_length(th), ctx)  # within the model's positions
         ids = ctx.engine.padding.only((1, length))  # mask all 0 when the model takes one

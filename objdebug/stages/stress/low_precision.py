@@ -23,6 +23,7 @@ from objdebug.pipeline.datasets import text_samples
 from objdebug.pipeline.run_data import grad_probe, library_logits, logit_checks_skip
 from objdebug.core.findings import Check, Condition, Verdict
 from objdebug.core.settings import Settings
+import objdebug.stages.stress.task_cases as task_cases
 from objdebug.stages.stress._common import (OBJECTIVE_ON_LOGITS, error_line, objective_on_logits,
     packed, rel_diff)
 
@@ -105,11 +106,14 @@ def _fp32_losses(ctx: Context, th: dict[str, Any]) -> dict[str, Any]:
 class ExtremeLogits(Check):
     name = "extreme-logits"
     stage = "stress"
+    kinds = task_cases.ALL
 
     def skip_reason(self, ctx: Context) -> str | None:
-        return logit_checks_skip(ctx)
+        return task_cases.no_rows(ctx) if task_cases.is_task(ctx) else logit_checks_skip(ctx)
 
     def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
+        if task_cases.is_task(ctx):  # the kind's outputs (logits, emissions, embeddings) scaled
+            return {"shape": task_cases.shape(ctx), "rows": list(task_cases.scaled_losses(ctx, _scales(th)).values())}
         logits, _ = logits_batch(ctx)
         rows = list(_fp32_losses(ctx, th).values())
         return {"shape": list(logits.shape), "rows": rows}
@@ -117,7 +121,8 @@ class ExtremeLogits(Check):
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
         def judge(v):
             shown = "; ".join(f"x{r['scale']:g} (max |logit| {r['max_abs_logit']:.3g}): loss "
-                              f"{r['loss']:.5g} (reference CE {r['reference_ce']:.5g})" for r in v["rows"])
+                              f"{r['loss']:.5g}" + (f" (reference CE {r['reference_ce']:.5g})"
+                                                    if "reference_ce" in r else "") for r in v["rows"])
             bad = [r for r in v["rows"] if not math.isfinite(r["loss"])]
             msg = f"objective on float32 logits {v['shape']}: {shown}"
             if bad:
@@ -131,15 +136,26 @@ class ExtremeLogits(Check):
 class LowPrecision(Check):
     name = "low-precision"
     stage = "stress"
+    kinds = task_cases.ALL
 
     def skip_reason(self, ctx: Context) -> str | None:
-        return logit_checks_skip(ctx)
+        return task_cases.no_rows(ctx) if task_cases.is_task(ctx) else logit_checks_skip(ctx)
 
     def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         import mindspore as ms
 
-        logits, labels = logits_batch(ctx)
-        fp32 = _fp32_losses(ctx, th)
+        if task_cases.is_task(ctx):  # the kind's outputs (one per text for embeddings) in each dtype
+            outputs, labels = task_cases.outputs_batch(ctx)
+            logits, fp32 = outputs[0], task_cases.scaled_losses(ctx, _scales(th))
+
+            def measured(s, name):
+                return task_cases.loss_on(ctx, [o * np.float32(s) for o in outputs], labels, name)
+        else:
+            logits, labels = logits_batch(ctx)
+            fp32 = _fp32_losses(ctx, th)
+
+            def measured(s, name):
+                return loss_on(ctx, logits * np.float32(s), labels, name)
         out: dict[str, Any] = {}
         for name in th["low_precision_dtypes"]:
             dtype = getattr(ms, name, None)
@@ -153,7 +169,7 @@ class LowPrecision(Check):
                                  f"float16 max {_FP16_MAX:g}"})
                     continue
                 try:
-                    loss = loss_on(ctx, logits * np.float32(s), labels, name)
+                    loss = measured(s, name)
                 except Exception as exc:  # e.g. a kernel without this dtype on this device
                     lines = [ln.strip(" -") for ln in str(exc).splitlines()]
                     why = next((ln for ln in lines if "unsupported" in ln.lower()), error_line(exc))

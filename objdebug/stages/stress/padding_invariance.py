@@ -26,6 +26,7 @@ from objdebug.pipeline.context import Context
 from objdebug.engine.model_inputs import fill_padding, takes_mask
 from objdebug.core.findings import Check, Condition, Verdict
 from objdebug.core.settings import Settings
+import objdebug.stages.stress.task_cases as task_cases
 from objdebug.stages.stress._common import (flat_grads, loss_and_grad, packed, rel_diff,
     short_length, text_sample, token_stream)
 from objdebug.engine import position_limit
@@ -34,8 +35,14 @@ from objdebug.engine import position_limit
 class PaddingInvariance(Check):
     name = "padding-invariance"
     stage = "stress"
+    kinds = task_cases.ALL
+
+    def skip_reason(self, ctx: Context) -> str | None:
+        return task_cases.no_rows(ctx)
 
     def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
+        if task_cases.is_task(ctx):  # the kind's rows padded further, same measurement
+            return task_cases.padding_invariance(ctx, th)
         base = max(position_limit.cap(short_length(th), ctx) - 10, 2)
         asked = [int(e) for e in th["pad_extra"]]
         # padding never goes past the model's position limit: an extra that would is cut to fit
@@ -111,6 +118,7 @@ class PaddingInvariance(Check):
                     f" to stay within the model's {v['limit']} positions ({v['limit_source']})")
             if v.get("not_run"):  # a model that names no position limit: found here (position_limit.py)
                 msg += "; " + "; ".join(f"+{e} not run: {why}" for e, why in v["not_run"].items()) + (
+                    v.get("not_run_note") or  # a [task] kind's objective (task_cases.py)
                     "; the model names no position limit, so the longest length that ran is taken as it "
                     "(set data.max_length to say it)")
             mask_ok = True

@@ -1,0 +1,66 @@
+"""Decompose on the task kinds (issue 47): a composite objective's terms (OBJ300-OBJ305, the
+causal LM's measurements) on classification, tagging and embedding rows; each healthy composite
+passes --profile ci-gate, a seesaw (the penalty takes the update: OBJ305) and a silent penalty
+(2e4 times smaller than the task term: OBJ303) fail; the classifier's component means against
+numpy float64 on the checkpoint's logits. Each run compiles the kind's graphs: `slow`."""
+
+import json
+
+import numpy as np
+import pytest
+
+from .test_tasks_classification import ROOT, _codes, _run
+
+DECOMPOSE = ["decompose.components", "decompose.gradient-share", "decompose.primary-share"]
+_RUNS: dict = {}
+
+
+@pytest.fixture
+def runs():
+    class Lazy(dict):
+        def __missing__(self, name):
+            self[name] = _run(name, DECOMPOSE)
+            return self[name]
+    return _RUNS.setdefault("runs", Lazy())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("healthy", ["cls_composite_healthy", "tag_composite_healthy", "emb_composite_healthy"])
+def test_healthy_composites_pass_ci_gate(runs, healthy):
+    r = runs[healthy]
+    assert r.exit_code == 0, [f.message for f in r.findings if f.verdict.value != "pass"]
+    assert {"OBJ300", "OBJ301", "OBJ302", "OBJ303", "OBJ304", "OBJ305"} <= _codes(r, "pass")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("twin, healthy, code", [
+    ("cls_penalty_seesaw", "cls_composite_healthy", "OBJ305"),
+    ("emb_penalty_silent", "emb_composite_healthy", "OBJ303"),
+])
+def test_each_composite_twin_fails_with_a_code_its_healthy_twin_lacks(runs, twin, healthy, code):
+    r = runs[twin]
+    assert r.exit_code == 1 and code in _codes(r, "fail"), [f.message for f in r.findings]
+    assert code not in _codes(runs[healthy], "fail")
+
+
+@pytest.mark.slow
+def test_classifier_component_means_equal_the_reference(runs):
+    """Each row alone: ce = -log softmax(x)_y (the class weight cancels in a batch of one),
+    penalty = 0.05 mean(x^2); their means over the align rows (numpy float64, eager model)."""
+    import mindspore as ms
+
+    from objdebug.demo.task_models import BagClassifier
+
+    value = next(r.value for r in runs["cls_composite_healthy"].results if r.check == "components")
+    model = BagClassifier(classes=4)
+    ms.load_param_into_net(model, ms.load_checkpoint(str(ROOT / "objdebug/demo/tasks/classifier.ckpt")))
+    labels = ["owner", "count", "reverse", "shout"]
+    ce, pen = [], []
+    for line in open(ROOT / "objdebug/demo/tasks/classification.jsonl"):
+        row = json.loads(line)
+        x = model(ms.Tensor(np.array([list(row["text"].encode())], np.int32))).asnumpy().astype(np.float64)[0]
+        ce.append(np.log(np.exp(x - x.max()).sum()) + x.max() - x[labels.index(row["label"])])
+        pen.append(0.05 * np.mean(x ** 2))
+    means = {c["name"]: c["mean"] for c in value["components"]}
+    assert means["ce"] == pytest.approx(np.mean(ce), rel=1e-4)
+    assert means["logit_penalty"] == pytest.approx(np.mean(pen), rel=1e-4)

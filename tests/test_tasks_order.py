@@ -1,0 +1,74 @@
+"""Align on the task kinds beyond classification (issue 47): OBJ111 (tagging: gold tags < one
+tag changed < every tag changed) and OBJ112 (embedding: true positive < hard negative < far text),
+each healthy target passing --profile ci-gate and its twin failing; the measured losses against
+numpy float64 closed forms on the measured emissions / embeddings."""
+
+import numpy as np
+import pytest
+
+from .test_tasks_classification import _codes, _run
+
+ORDER = ["align.tag-ranking", "align.pair-ranking"]
+_RUNS: dict = {}
+
+
+@pytest.fixture
+def runs():
+    """Align-only runs made on first use and kept for the module."""
+    class Lazy(dict):
+        def __missing__(self, name):
+            self[name] = _run(name, ORDER)
+            return self[name]
+    return _RUNS.setdefault("runs", Lazy())
+
+
+def _value(result, check):
+    return next(r.value for r in result.results if r.check == check)
+
+
+@pytest.mark.parametrize("healthy, twin, code", [
+    ("tag_healthy", "tag_shifted", "OBJ111"),
+    ("emb_healthy", "emb_distance_logits", "OBJ112"),
+    pytest.param("triplet_healthy", "triplet_swapped", "OBJ112", marks=pytest.mark.slow),
+])
+def test_healthy_passes_ci_gate_and_its_twin_fails(runs, healthy, twin, code):
+    good, bad = runs[healthy], runs[twin]
+    assert good.exit_code == 0, [f.message for f in good.findings]
+    assert code in _codes(good, "pass")
+    assert bad.exit_code == 1 and code in _codes(bad, "fail"), [f.message for f in bad.findings]
+
+
+def test_tag_losses_move_by_the_emission_margins(runs):
+    """Token CE (mean over the row's scored tags): changing tags raises the loss by the emission
+    margins given up / the scored count (closed form, float64, on the measured emissions)."""
+    value = _value(runs["tag_healthy"], "tag-ranking")
+    assert value["correct"] >= 3
+    for row in value["table"]:
+        gold, near, far = row["loss"]
+        assert near - gold == pytest.approx(row["margins"][0] / row["many"], rel=1e-4, abs=1e-5)
+        assert far - gold == pytest.approx(row["margins"][1] / row["many"], rel=1e-4, abs=1e-5)
+
+
+def test_shifted_tags_leave_the_first_tag_unscored(runs):
+    """The shifted twin's rows whose near miss is the first word: the loss does not move at all."""
+    rows = [r for r in _value(runs["tag_shifted"], "tag-ranking")["table"] if r["position"] == 0]
+    assert rows and all(r["loss"][0] == r["loss"][1] and not r["ordered"] for r in rows)
+
+
+@pytest.mark.slow
+def test_triplet_losses_equal_the_closed_form(runs):
+    """Triplet, the true positive as the negative: loss = m + d(a, candidate) - d(a, positive)
+    (Euclidean, margin 1, numpy float64 distances of the measured embeddings)."""
+    value = _value(runs["triplet_healthy"], "pair-ranking")
+    assert value["form"] == "triplet" and value["correct"] >= 10
+    for row in value["table"]:
+        close = np.asarray(row["closeness"], np.float64)  # -distance
+        np.testing.assert_allclose(row["loss"], 1.0 + close[0] - close, rtol=1e-5, atol=1e-5)
+
+
+def test_in_batch_order_is_relative(runs):
+    """InfoNCE on a trained encoder saturates (the hard negative costs 1e-5..1e-2 nats more):
+    still ordered, since a step counts relative to its own losses."""
+    value = _value(runs["emb_healthy"], "pair-ranking")
+    assert value["ordered_share"] == 1.0
+    assert min(r["loss"][1] - r["loss"][0] for r in value["table"]) < 1e-3

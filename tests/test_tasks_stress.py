@@ -1,0 +1,63 @@
+"""Stress on the task kinds (issue 47): the causal LM's all-padding (OBJ503), padding invariance
+(OBJ504), extreme outputs (OBJ508) and low precision (OBJ509) cases, kind-aware, on each kind's
+healthy target (passes --profile ci-gate) and a twin per code. Each run compiles the kind's
+gradient graphs at three lengths: `slow`."""
+
+import pytest
+
+from .test_tasks_classification import _codes, _run
+
+STRESS = ["stress.all-padding", "stress.padding-invariance", "stress.extreme-logits",
+          "stress.low-precision"]
+_RUNS: dict = {}
+
+
+@pytest.fixture
+def runs():
+    class Lazy(dict):
+        def __missing__(self, name):
+            self[name] = _run(name, STRESS)
+            return self[name]
+    return _RUNS.setdefault("runs", Lazy())
+
+
+def _value(result, check):
+    return next(r.value for r in result.results if r.check == check)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("healthy, codes", [
+    ("cls_healthy", {"OBJ503", "OBJ504", "OBJ508", "OBJ509"}),
+    ("tag_healthy", {"OBJ503", "OBJ504", "OBJ508", "OBJ509"}),
+    ("emb_healthy", {"OBJ504", "OBJ508", "OBJ509"}),
+    ("emb_dot_healthy", {"OBJ504", "OBJ508", "OBJ509"}),
+])
+def test_healthy_kinds_pass_stress_on_ci_gate(runs, healthy, codes):
+    r = runs[healthy]
+    assert r.exit_code == 0, [f.message for f in r.findings if f.verdict.value != "pass"]
+    assert codes <= _codes(r, "pass")
+    # an embedding row has no ignore label: no all-padding result at all
+    assert ("OBJ503" in {f.code for f in r.findings}) == (healthy.startswith(("cls", "tag")))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("twin, healthy, code", [
+    ("cls_unguarded_mean", "cls_healthy", "OBJ503"),
+    ("tag_position_mean", "tag_healthy", "OBJ504"),
+    ("emb_naive_softmax", "emb_dot_healthy", "OBJ508"),
+])
+def test_each_stress_twin_fails_with_a_code_its_healthy_twin_lacks(runs, twin, healthy, code):
+    r = runs[twin]
+    assert r.exit_code == 1 and code in _codes(r, "fail"), [f.message for f in r.findings]
+    assert code not in _codes(runs[healthy], "fail")
+
+
+@pytest.mark.slow
+def test_position_mean_shrinks_as_the_reference_says(runs):
+    """A token loss averaged over every position: loss(+e) = loss(+0) * T / (T + e) for T real
+    positions (float64 closed form); the healthy twin's loss does not move at all."""
+    v = _value(runs["tag_position_mean"], "padding-invariance")
+    t, base = v["tokens"], v["rows"][0]["loss"]
+    for row in v["rows"][1:]:
+        assert row["loss"] == pytest.approx(base * t / (t + row["extra_pad"]), rel=1e-5)
+    assert _value(runs["tag_healthy"], "padding-invariance")["max_loss_rel_diff"] == 0.0
