@@ -99,7 +99,8 @@ def _state_ctx(untrained: bool, **options):
              "loss_ratio": 1.002, "entropy_ratio": 0.999}
     from objdebug.pipeline.context import RunOptions
 
-    return SimpleNamespace(options=RunOptions(**options), profile=load_profile("default"),
+    config = SimpleNamespace(task=SimpleNamespace(kind="causal-lm"))  # the model state is the causal LM's
+    return SimpleNamespace(options=RunOptions(**options), profile=load_profile("default"), config=config,
                            provide=lambda provider, build: state, provided=lambda provider: state)
 
 
