@@ -160,6 +160,7 @@ def test_mindformers_packed_rows_pass_with_their_actual_seq_len():
     assert 'boundary = "actual_seq_len"' in found["OBJ901"][1]
 
 
+@pytest.mark.slow
 def test_a_mindformers_boundary_label_fails_obj903():
     """Unshifted labels: the next document's first token labelled at its own position, which the
     objective pairs with the previous document's last logits."""

@@ -256,6 +256,7 @@ def _run(root: Path, overrides: dict | None = None) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_real_runs_another_model_size_gets_another_directory(tmp_path):
     # cold -> warm with the same numbers: test_cli_cache_on_by_default_no_cache_writes_nothing
     root = tmp_path / "cache"

@@ -188,6 +188,7 @@ def test_lost_logit_checks_are_one_warn_that_names_them(monkeypatch):
     assert lost_logit_checks(None, result.results) is None  # not a library model
 
 
+@pytest.mark.slow
 def test_a_model_pynative_cannot_run_is_probed_in_graph_mode(monkeypatch):
     """mindone's own loss on CPU: PyNative mode lacks a kernel its loss path uses (the hf_style
     fixture's `pynative_kernel_missing` knob imitates it), graph mode has it. The setup probe falls
@@ -283,7 +284,7 @@ def test_library_logit_gradient_equals_the_model_plus_objective_form(split, e2e)
     assert np.allclose(a["logits"][:, :n][real], b["logits"][real], rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("name", ["eco_hf_e2e", "eco_mf_e2e"])
+@pytest.mark.parametrize("name", ["eco_hf_e2e", pytest.param("eco_mf_e2e", marks=pytest.mark.slow)])
 def test_logit_checks_pass_on_the_library_loss(name):
     from objdebug.core.findings import Verdict
 
@@ -342,7 +343,8 @@ def test_a_plain_end_to_end_cell_skips_with_its_reason():
     assert "a plain construct(input_ids, labels) Cell" in got["OBJ207"].message
 
 
-@pytest.mark.parametrize("split, e2e", [("eco_hf", "eco_hf_e2e"), ("eco_mf", "eco_mf_e2e")])
+@pytest.mark.parametrize("split, e2e", [("eco_hf", "eco_hf_e2e"),
+                                        pytest.param("eco_mf", "eco_mf_e2e", marks=pytest.mark.slow)])
 def test_low_precision_runs_on_the_library_loss(split, e2e):
     from objdebug.core.findings import Verdict
 

@@ -131,6 +131,7 @@ def _int_lengths(records):
     return out
 
 
+@pytest.mark.slow
 def test_stress_inputs_stay_within_data_max_length():
     """The 2048/4096-token inputs (full's lengths up to 4096) and +500 padding on a model limited to
     160 positions: notes naming the limit, the longest length that fits runs, nothing built past it."""
@@ -469,6 +470,7 @@ def test_a_shape_error_past_an_unnamed_limit_is_learnable_only_without_a_limit()
     assert position_limit.learnable(gather, SimpleNamespace(engine=SimpleNamespace(max_length=512))) is None
 
 
+@pytest.mark.slow
 def test_an_unnamed_position_limit_is_the_longest_length_that_ran(tmp_path, monkeypatch):
     """A learned table of 192 positions the model does not name: +500 padding fails after T=128
     ran, so 128 is the limit from then on and the long input runs there (notes, no ERROR)."""

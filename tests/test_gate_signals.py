@@ -85,6 +85,7 @@ def _rss_mib(pid: int) -> float:
     return 0.0
 
 
+@pytest.mark.slow
 def test_sigterm_during_a_compile_that_never_returns(hanging):
     target, tmp = hanging
     proc = _popen(target, tmp, "--set", "model.factory=hang_model:build")

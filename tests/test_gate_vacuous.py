@@ -100,6 +100,7 @@ def test_config_ignore_matching_no_code_names_the_config(tiny_target):
     cli_exit_2(["run", "-c", cfg, "--stages", "align"], "run.ignore", str(cfg))
 
 
+@pytest.mark.slow
 def test_a_lower_case_selection_still_fails_a_failing_target(tiny_target):
     """`--select obj105` on a target whose OBJ105 fails: exit 1 (was: 0, 'PASSED: 0 pass')."""
     proc = _cli(["run", "--stages", "align", "-q", *FAILING, "--select", "obj105"], tiny_target)

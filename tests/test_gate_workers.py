@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from .conftest import messages
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -64,6 +66,7 @@ def _wait_for_workers(proc, tmp, limit=180.0):
         time.sleep(0.2)
 
 
+@pytest.mark.slow
 def test_timeout_covers_the_launcher_and_every_worker(tiny_target, tmp_path):
     """Before: exit 0 after ~150 s (the workers' factory slept 120 s); now exit 3 at the timeout,
     one line naming the workers, no process and no scratch folder left."""
@@ -110,6 +113,7 @@ def test_a_killed_job_takes_every_worker_and_leaves_no_report(tiny_target, tmp_p
             os.kill(int(line.split(":")[0]), signal.SIGKILL)
 
 
+@pytest.mark.slow
 def test_sigint_after_rank_0_finished_its_report_is_honest(tiny_target, tmp_path):
     """^C after rank 0 recorded its report but before the launcher reported: the line says what
     the file system holds. The report of a cancelled run is not committed: no r.json."""

@@ -48,6 +48,7 @@ def test_a_graph_that_raised_compiles_again_when_called_again(target):
     assert engine.compiles.to_dict()["retired"][0]["graph"] == "lookup"
 
 
+@pytest.mark.slow
 def test_the_shared_vjp_gradient_equals_the_fused_static_graph_per_shape(target):
     """The split form's parameter gradient through the shared graphs (model.forward ->
     objective.logit_grad -> model.vjp, one compile each for every length) equals the fused

@@ -210,6 +210,7 @@ def test_no_head_start_without_room_or_on_an_accelerator(target, monkeypatch):
     assert target.ctx.background == []
 
 
+@pytest.mark.slow
 def test_long_inputs_after_the_probes_compile_no_graph_again(tmp_path, monkeypatch):
     """Through the runner: long inputs are the stress stage's last check, after the out-of-range
     probes retired the shared graphs they were rejected on. Their short reference was taken when

@@ -160,6 +160,7 @@ def test_a_loss_that_shifts_inside_passes_the_gate():
     assert any("shifts the labels itself" in n for n in result.target["notes"])
 
 
+@pytest.mark.slow
 def test_packed_rows_with_a_loss_that_shifts_inside():
     result = api.run(load_config(TARGETS / "shift_packing_hf" / "objdebug.toml"), profile="ci-gate")
     assert _problems(result) == []

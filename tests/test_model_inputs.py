@@ -118,6 +118,7 @@ def test_model_call_builds_mask_and_positions_like_numpy(side, dtype):
         assert np.array_equal(got[k], ref[name].astype(np.float32)), name
 
 
+@pytest.mark.slow
 def test_left_and_right_padding_give_the_same_per_sample_losses():
     samples = _samples()
     right = _engine(_cfg("masked_model", tiny=False, **{"model.output": 0}), probe=False).evaluate(samples)

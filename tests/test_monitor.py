@@ -199,6 +199,7 @@ def _batches(n, batch=4, length=32, seed=0):
     return ids, labels
 
 
+@pytest.mark.slow
 def test_functional_loop_overhead_and_stop(tmp_path, ms_graph):
     import mindspore as ms
 

@@ -132,6 +132,7 @@ WRONG = ("does not reset positions", "an attention path that ignores it",
          "the leak runs through the whole next document", "the packed call itself")
 
 
+@pytest.mark.slow
 def test_a_block_mask_read_one_position_late_is_named_as_measured():
     _, _, f = _run(_cfg("packing_mask_late"))
     # the varlen path also reads the position-id resets: no other document reaches the first

@@ -95,6 +95,7 @@ def test_demo_o2_safe_objective_matches_float32(demo_o2):
     assert v["fp32_loss"] == pytest.approx(ref, rel=1e-4, abs=1e-6)
 
 
+@pytest.mark.slow
 def test_o2_loss_scale_unscales_to_the_float32_gradient():
     """OBJ515 on a tiny random demo-architecture model (fast; the demo's own run is the slow test
     below). No checkpoint: the float32 twin must copy the parameters, not draw a second init."""

@@ -252,6 +252,7 @@ def test_pairs_healthy_direction_and_masking(pairs):
     assert "reference receives no gradient" in f["OBJ806"].message
 
 
+@pytest.mark.slow
 def test_pairs_reference_gradient_fails(pairs):
     f = pairs("pref_pairs_reference_grad")
     assert f["OBJ806"].verdict is Verdict.FAIL and "reference.embed.weight" in f["OBJ806"].message

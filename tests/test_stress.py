@@ -512,6 +512,7 @@ def test_over_smoothing_without_scored_positions_skips(healthy):
     assert verdict == Verdict.SKIP and "no scored positions" in message and key is None
 
 
+@pytest.mark.slow
 def test_out_of_range_probes_compile_no_graph_of_their_own():
     """The probes run on graphs the checks before them compiled; a rejected probe retires its
     graph, which compiles again (counted) and answers the same when called again."""
