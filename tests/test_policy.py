@@ -62,7 +62,9 @@ def shared():
     return target, engine
 
 
-GRAPHS = ("policy.objective", "policy.settings")  # each fixture's own objective-only graphs
+# each fixture's own objective-only graphs (the dynamic one, its float16 twin, a static fallback)
+GRAPHS = ("policy.objective", "policy.objective.float16", "policy.objective.static",
+          "policy.objective.float16.static", "policy.settings")
 _CONTEXTS: dict = {}
 _ACTIVE: list = [None, {}]  # the context whose graphs the engine holds now; the others' graphs
 
@@ -85,6 +87,7 @@ def activate(ctx: Context) -> Context:
             saved[id(_ACTIVE[0])] = {k: cells.pop(k) for k in GRAPHS if k in cells}
         for k in GRAPHS:
             cells.pop(k, None)
+            ctx.engine.static_fallbacks.discard(k)  # a fixture whose loss could not compile dynamically
         cells.update(saved.get(id(ctx), {}))
         _ACTIVE[0] = ctx
     return ctx

@@ -7,7 +7,8 @@
   of its own rows, cycled: a batch of real rollouts, whose copies the reports leave out);
 - the advantages of every completion from its group's rewards (`[policy] group_advantages`);
 - the user's objective bound by construct's parameter names (cells.BoundLoss), in the objective-only
-  graph `policy.objective` (cells.PolicyLossGrad) with its setting variants.
+  graph `policy.objective` (cells.PolicyLossGrad, dynamic batch and length: one compile per logits
+  dtype) and its setting variants (`policy.settings`).
 
 The policy's log-probs, the logits and every quantity the checks read come from the model's shared
 forward graph (`Engine.logits`, `model.forward`) and are reduced on the host in float64; the
@@ -33,6 +34,8 @@ from objdebug.pipeline.context import Context
 from objdebug.pipeline.datasets import encoder
 from objdebug.stages.policy.rollouts import Completion, group_advantages, read_rollouts
 from objdebug.engine.weights import holding
+
+POLICY_OBJECTIVE = "policy.objective"  # the objective-only graph (dynamic shapes; `.float16` beside)
 
 # kwargs that name the clip range and the KL coefficient (TRL, verl, OpenRLHF, MindRLHF spellings)
 EPSILON_KEYS = ("epsilon", "clip_range", "cliprange", "clip_eps", "eps_clip", "clip_ratio")
@@ -219,8 +222,7 @@ class Session:
                                                  *self.arrays(batch, logits, adv, old, ref, mask, ids)[1:])
             dlogits = dlogits[:len(batch.ids)]  # a smaller batch (micro-batches) uses the probe's first rows
         else:
-            loss, dlogits = self.ctx.engine.call("policy.objective", self.loss_cell(),
-                                                 *self.arrays(batch, logits, adv, old, ref, mask, ids))
+            loss, dlogits = self.objective_call(self.arrays(batch, logits, adv, old, ref, mask, ids))
         return {"loss": float(loss.asnumpy()), "dlogits": dlogits.asnumpy().astype(np.float32, copy=False)}
 
     def variants(self, batch: RolloutBatch, logits: np.ndarray, adv: np.ndarray, old: np.ndarray,
@@ -237,11 +239,22 @@ class Session:
             self.cache["bound"] = BoundLoss(self.loss, self.picks)
         return self.cache["bound"]
 
-    def loss_cell(self) -> Any:
-        """`policy.objective`: the bound loss and its logit gradient."""
+    def objective_call(self, arrays: list) -> tuple:
+        """(loss, d loss / d logits) of the bound loss on the six Tensors, through the one
+        dynamic-shape graph `policy.objective` (one per logits dtype: `.float16`), so the batch, its
+        micro-batches and any other batch size or length share one compile; a loss that cannot
+        compile with dynamic shapes falls back to one static graph per shape (engine/dynamic_graph.py).
+        Every input is batch-first, so a compile-cache hit is proved on the first row."""
+        import mindspore as ms
+
+        from objdebug.engine import dynamic_graph
         from objdebug.stages.policy.cells import PolicyLossGrad
 
-        return self.ctx.engine.cell("policy.objective", lambda: PolicyLossGrad(self.bound_loss()))
+        dtype = arrays[0].dtype
+        name = POLICY_OBJECTIVE + ("" if dtype == ms.float32 else f".{str(dtype).lower()}")
+        specs = tuple(ms.Tensor(shape=[None] * len(a.shape), dtype=a.dtype) for a in arrays)
+        return dynamic_graph.call(self.ctx.engine, name, lambda: PolicyLossGrad(self.bound_loss()),
+                                  specs, *arrays, rows=True)
 
     def variants_cell(self) -> Any:
         """`policy.settings`: the bound loss and every setting variant, forward only."""
