@@ -131,3 +131,11 @@ def ratio_band(x: float, warn: float, fail: float):
     if x < 1 / fail or x > fail:
         return Verdict.FAIL
     return Verdict.WARN
+
+
+def max_rel(a: np.ndarray, b: np.ndarray) -> float:
+    """The largest relative difference of `a` from `b` (0 where both hold the same non-finite
+    values, NaN where only one side is finite)."""
+    if not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))):
+        return 0.0 if np.array_equal(a, b, equal_nan=True) else float("nan")
+    return float(np.max(np.abs(a - b) / np.maximum(np.abs(b), 1e-12)))

@@ -23,8 +23,7 @@ from objdebug.engine import position_limit
 class AllPadding(Check):
     name = "all-padding"
     stage = "stress"
-    # an embedding row has no ignore label: nothing to mask (task_cases.py)
-    kinds = ("causal-lm", "classification", "tagging")
+    kinds = task_cases.ALL  # embeddings: empty texts, finiteness only (task_cases.py)
 
     def skip_reason(self, ctx: Context) -> str | None:
         return task_cases.no_rows(ctx)
@@ -45,8 +44,10 @@ class AllPadding(Check):
 
         def judge(v):
             x, bad, n = v["loss"], v["nonfinite_params"], v["n_params"]
-            what = (f"batch of 1x{v['length']} padding (ids {v['pad_id']}, every label "
-                    f"{v['label_pad_id']}): loss {x:.4g}, gradient norm {v['grad_norm']:.3g}, "
+            texts = (f"{v['rows']} rows whose every text is {v['length']} pad ids ({v['pad_id']})"
+                     if v.get("kind") == "embedding" else
+                     f"batch of 1x{v['length']} padding (ids {v['pad_id']}, every label {v['label_pad_id']})")
+            what = (f"{texts}: loss {x:.4g}, gradient norm {v['grad_norm']:.3g}, "
                     f"{bad}/{n} parameters with NaN/Inf gradients")
             if bad:
                 return Verdict.FAIL, (what + "; one such batch turns every weight into NaN at the "
@@ -54,6 +55,8 @@ class AllPadding(Check):
             if not math.isfinite(x):
                 return Verdict.FAIL, (what + "; a NaN/Inf loss poisons loss averages, loss scaling "
                                       "and the NaN guards that skip steps or stop the run"), x
+            if v.get("kind") == "embedding":  # no label to mask: no loss it must equal
+                return Verdict.PASS, what + "; finite (an empty text has no label to mask)", x
             if abs(x) > tol:
                 return Verdict.FAIL, (what + f"; a batch with nothing to score must cost 0 "
                                       f"(|loss| <= {tol:g}): the objective scores padding"), x

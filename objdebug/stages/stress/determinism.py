@@ -1,6 +1,7 @@
 """Determinism: the same batch twice gives the same losses (OBJ510), and a sample's loss does not
 depend on the other rows of its batch (OBJ511): each sample alone (its batch filled with copies of
-itself, as the engine fills short batches) against the same sample among different rows.
+itself, as the engine fills short batches) against the same sample among different rows. On a
+`[task] kind` other than the causal LM the same measurement runs on the kind's rows (task_cases.py).
 """
 
 from __future__ import annotations
@@ -14,20 +15,21 @@ from objdebug.pipeline.context import Context
 from objdebug.pipeline.datasets import text_samples
 from objdebug.core.findings import Check, Condition, Verdict
 from objdebug.core.settings import Settings
-from objdebug.stages.stress._common import packed
-
-
-def _max_rel(a: np.ndarray, b: np.ndarray) -> float:
-    if not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))):
-        return 0.0 if np.array_equal(a, b, equal_nan=True) else float("nan")
-    return float(np.max(np.abs(a - b) / np.maximum(np.abs(b), 1e-12)))
+import objdebug.stages.stress.task_cases as task_cases
+from objdebug.stages.stress._common import max_rel, packed
 
 
 class Determinism(Check):
     name = "determinism"
     stage = "stress"
+    kinds = task_cases.ALL
+
+    def skip_reason(self, ctx: Context) -> str | None:
+        return task_cases.no_rows(ctx)
 
     def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
+        if task_cases.is_task(ctx):  # the kind's rows through its graphs, the same measurement
+            return task_cases.determinism(ctx, th)
         b = ctx.engine.batch_size
         rows = text_samples(ctx, b)
         rows = rows + [rows[i % len(rows)] for i in range(b - len(rows))]
@@ -42,9 +44,9 @@ class Determinism(Check):
             alone.append(float(ctx.engine.per_sample_raw(a_ids, a_labels)[0, 0]))
         alone_arr = np.array(alone)
         return {"shape": [b, length], "repeat_first": first, "repeat_second": second,
-                "repeat_max_rel": _max_rel(second, first), "sample_ids": [s.id for s in rows[:n_alone]],
+                "repeat_max_rel": max_rel(second, first), "sample_ids": [s.id for s in rows[:n_alone]],
                 "in_batch": first[:n_alone], "alone": alone_arr,
-                "batch_max_rel": _max_rel(alone_arr, first[:n_alone])}
+                "batch_max_rel": max_rel(alone_arr, first[:n_alone])}
 
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
         rtol = float(th["repeat_rtol"])

@@ -1,7 +1,9 @@
 """Garbage token ids: random in-vocabulary ids (OBJ505) and out-of-range ids (OBJ506, OBJ507).
 
 Random ids are unpredictable: a sound objective gives a finite loss near or above log(V) (an
-untrained model sits at log(V), a trained one above it).
+untrained model sits at log(V), a trained one above it). On a `[task] kind` other than the causal
+LM, the kind's rows with random ids and their own labels, against the labels' entropy
+(task_cases.py).
 
 Out-of-range ids: four probes, each one position of row 0 of a valid random batch: input id V,
 input id -1, label V, label -1 (skipped when -1 is the label_pad_id). Three outcomes, judged
@@ -54,8 +56,11 @@ from objdebug.core.settings import Settings
 from objdebug.engine.gradients import objective_logit_grad
 from objdebug.stages.stress._common import POISONED, error_line, loss_and_grad, packed, short_length
 from objdebug.engine import position_limit
+import objdebug.stages.stress.task_cases as task_cases
 
 _PROBE_POSITION = 5
+_NO_VOCAB_TASK = ("the input vocabulary is unknown (no tokenizer to read it from): set data.vocab_size "
+                  "to draw random ids")
 _NO_VOCAB = ("the vocabulary size is unknown (the end-to-end form does not expose logits): set "
              "data.vocab_size to draw random and out-of-range ids")
 
@@ -150,11 +155,16 @@ def label_graphs(ctx: Context, logits: Any) -> list[Callable[[np.ndarray, np.nda
 class RandomIds(Check):
     name = "random-ids"
     stage = "stress"
+    kinds = task_cases.ALL
 
     def skip_reason(self, ctx: Context) -> str | None:
+        if task_cases.is_task(ctx):
+            return task_cases.no_rows(ctx) or (None if task_cases.input_vocab(ctx) else _NO_VOCAB_TASK)
         return _vocab_skip(ctx)
 
     def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
+        if task_cases.is_task(ctx):  # the kind's rows with random ids, their labels kept
+            return task_cases.random_ids(ctx, th)
         ids, labels = random_batch(ctx)
         losses = ctx.engine.per_sample_raw(ids, labels)[:, 0]
         grad = loss_and_grad(ctx, *random_row(ctx))
@@ -169,17 +179,27 @@ class RandomIds(Check):
         low = float(th["random_ids_min_ratio"])
 
         def judge(v):
-            x, lv = v["mean_loss"], v["log_vocab"]
-            ratio = x / lv
-            msg = (f"{v['shape'][0]}x{v['shape'][1]} random ids: mean loss {x:.4g} (min {v['min_loss']:.4g})"
-                   f" = {ratio:.3g} x log(V={v['vocab']}) = {lv:.4g}; gradients of a random row: norm "
-                   f"{v['grad_norm']:.3g}, {v['nonfinite_params']}/{v['n_params']} non-finite")
-            if not np.all(np.isfinite(v["losses"])) or v["nonfinite_params"]:
+            x = v["mean_loss"]
+            grads = (f"gradients of {'a random row' if 'kind' not in v else 'the batch'}: norm "
+                     f"{v['grad_norm']:.3g}, {v['nonfinite_params']}/{v['n_params']} non-finite")
+            if "kind" not in v:  # the causal LM: chance is log(V)
+                base, what = v["log_vocab"], f"log(V={v['vocab']}) = {v['log_vocab']:.4g}"
+            else:  # a kind: the labels' entropy (None: a contrastive loss, finiteness only)
+                base, what = v["chance"], (None if v["chance"] is None else
+                                           f"the labels' entropy {v['chance']:.4g} (chance)")
+            shown = f"{v['shape'][0]}x{v['shape'][1]} random ids: mean loss {x:.4g} (min {v['min_loss']:.4g})"
+            ratio = x / base if base else None
+            msg = shown + (f" = {ratio:.3g} x {what}" if ratio is not None else "") + "; " + grads
+            if not np.all(np.isfinite(v["losses"])) or v["nonfinite_params"] or not math.isfinite(v["grad_loss"]):
                 return Verdict.FAIL, msg + "; NaN/Inf on random tokens", ratio
+            if ratio is None:
+                why = ("a contrastive loss's chance level depends on its form: finiteness judged"
+                       if v.get("kind") == "embedding" else "the rows' labels are one class: no chance level")
+                return Verdict.PASS, msg + f"; {why}", None
             if ratio < low:
-                return Verdict.WARN, (msg + f"; below {low:g} x log(V): the objective rewards "
-                                      f"unpredictable tokens"), ratio
-            return Verdict.PASS, msg + f"; pass >= {low:g} x log(V)", ratio
+                return Verdict.WARN, (msg + f"; below {low:g} x {'log(V)' if 'kind' not in v else 'chance'}: "
+                                      f"the objective rewards unpredictable tokens"), ratio
+            return Verdict.PASS, msg + f"; pass >= {low:g} x {'log(V)' if 'kind' not in v else 'chance'}", ratio
 
         return [Condition("OBJ505", f"random_ids_loss_at_least_{low:g}_log_vocab", judge)]
 

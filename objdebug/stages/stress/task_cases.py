@@ -3,13 +3,27 @@ as the causal LM's cases, so the same codes and the same conditions, on the kind
 graphs (engine/tasks.py: the shared `model.forward` / `model.vjp`, `task.objective`,
 `task.logit_grad`, and for embeddings `task.pair_grad`).
 
-- all padding (OBJ503, classification and tagging): one row of `short_length` pad ids whose
-  label (every tag) is `label_pad_id`: the loss must be 0 and finite, the gradients finite.
+- all padding (OBJ503): classification and tagging, one row of `short_length` pad ids whose
+  label (every tag) is `label_pad_id`: the loss must be 0 and finite, the gradients finite;
+  embedding, the gradient rows with every text all padding (an empty text: a mean pooling that
+  divides by the count of real tokens, a cosine of a zero vector): loss and gradients finite.
 - padding invariance (OBJ504, every kind): the first `batch_size` align rows padded to their
   longest length + 0, + each `pad_extra`: loss and parameter gradients must not move.
 - extreme outputs (OBJ508, every kind): the objective on the model's outputs times each of
   `logit_scales`, float32: finite.
 - low precision (OBJ509, every kind): the same outputs in float16 / bfloat16 against float32.
+- random ids (OBJ505, every kind): the gradient rows with their ids drawn at random from the input
+  vocabulary (each text at its own length; the labels and tags kept): loss and gradients finite,
+  and for classification and tagging the mean per-row loss at least `random_ids_min_ratio` x the
+  chance level of labels the input says nothing about: the entropy of the rows' (class-weighted)
+  label distribution, the least any prediction independent of the input scores (cross-entropy >=
+  entropy). A contrastive objective's chance level depends on its form (log B in-batch, the
+  margin for a triplet): only finiteness is judged there.
+- determinism (OBJ510, OBJ511, every kind): the gradient rows evaluated twice; each of the first
+  `batch_samples` rows run through the model in a batch of copies of itself against its outputs
+  in the mixed batch: its loss (classification, tagging: the row alone through the objective) or,
+  for embeddings, whose in-batch loss depends on the other rows by design, the batch's loss from
+  embeddings each computed alone.
 
 Every value has the keys the causal LM's conditions read, so each check keeps one judgement.
 """
@@ -22,7 +36,7 @@ import numpy as np
 
 from objdebug.engine import tasks
 from objdebug.pipeline import task_kind
-from objdebug.stages.stress._common import error_line, rel_diff
+from objdebug.stages.stress._common import error_line, max_rel, rel_diff
 
 CAUSAL_LM = tasks.CAUSAL_LM
 ALL = (CAUSAL_LM, "classification", "tagging", "embedding")
@@ -51,16 +65,26 @@ def loss_and_grads(ctx, rows, length: int) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- OBJ503
 def all_padding(ctx, th) -> dict[str, Any]:
-    """One row of pad ids, every label `label_pad_id` (classification, tagging)."""
+    """One row of pad ids, every label `label_pad_id` (classification, tagging); embedding: the
+    gradient rows with every text (anchor, positive, negative) `short_length` pad ids, an empty
+    text the pipeline let through (no label to mask: finiteness is what is judged)."""
     from objdebug.engine.tasks import TaskRow
 
     cfg = ctx.config.data
     length = int(th["short_length"])
-    target = cfg.label_pad_id if tasks.kind_of(ctx.config) == "classification" else [cfg.label_pad_id] * length
-    row = TaskRow("all-padding", 0, "", [cfg.pad_id] * length, target)
-    out = loss_and_grads(ctx, [row], length)
+    kind = tasks.kind_of(ctx.config)
+    if kind == "embedding":
+        empty = [cfg.pad_id] * length
+        rows = [TaskRow(f"all-padding-{i}", 0, "", empty, positive=empty,
+                        negative=None if r.negative is None else empty)
+                for i, r in enumerate(task_kind.grad_rows(ctx))]
+    else:
+        target = cfg.label_pad_id if kind == "classification" else [cfg.label_pad_id] * length
+        rows = [TaskRow("all-padding", 0, "", [cfg.pad_id] * length, target)]
+    out = loss_and_grads(ctx, rows, length)
     out.pop("grads")
-    return {"length": length, "pad_id": cfg.pad_id, "label_pad_id": cfg.label_pad_id, **out}
+    return {"kind": kind, "rows": len(rows), "length": length, "pad_id": cfg.pad_id,
+            "label_pad_id": cfg.label_pad_id, **out}
 
 
 # --------------------------------------------------------------------------- OBJ504
@@ -147,3 +171,117 @@ def scaled_losses(ctx, scales: list[float]) -> dict[float, dict[str, Any]]:
 
 def shape(ctx) -> list[int]:
     return list(outputs_batch(ctx)[0][0].shape)
+
+
+# --------------------------------------------------------------------------- OBJ505
+def input_vocab(ctx) -> int | None:
+    """The input vocabulary random ids are drawn from: `data.vocab_size`, else the tokenizer's
+    (the model's output is classes, tags or an embedding, not the vocabulary)."""
+    if ctx.config.data.vocab_size:
+        return int(ctx.config.data.vocab_size)
+    from objdebug.engine.data import make_tokenizer
+
+    try:
+        return int(make_tokenizer(ctx.config.data.tokenizer, ctx.config.base_dir).vocab_size)
+    except Exception:  # noqa: BLE001 - no tokenizer to read: the check skips saying so
+        return None
+
+
+def _texts_of(row) -> list[list[int]]:
+    return [s for s in (row.ids, row.positive, row.negative) if s is not None]
+
+
+def random_rows(ctx, th) -> list:
+    """The gradient rows, every text's ids drawn uniformly from the input vocabulary less the
+    pad id, at its own length; labels and tags kept."""
+    from dataclasses import replace
+
+    rng = np.random.default_rng(int(th["seed"]))
+    vocab, pad = input_vocab(ctx), ctx.engine.padding.pad_id
+
+    def draw(seq):
+        if seq is None:
+            return None
+        ids = rng.integers(0, vocab - 1, len(seq))
+        return [int(t) + int(t >= pad) for t in ids]  # never the pad id: the row keeps its length
+
+    return [replace(r, id=f"random-{r.id}", ids=draw(r.ids), positive=draw(r.positive),
+                    negative=draw(r.negative)) for r in task_kind.grad_rows(ctx)]
+
+
+def _chance(ctx, rows, length: int) -> float | None:
+    """The entropy (nats) of the rows' label distribution, class-weighted as the objective
+    declares: the least cross-entropy a prediction that ignores the input can score."""
+    classes = task_kind.classes(ctx)
+    labels = task_kind.labels_of(ctx, rows, length).reshape(-1)
+    labels_flat = labels[(labels >= 0) & (labels < classes)]
+    if not labels_flat.size:
+        return None
+    weight, _ = tasks.declared_class_weight(ctx.config, ctx.target.objective, classes)
+    mass = np.bincount(labels_flat, minlength=classes).astype(np.float64)
+    if weight is not None and weight.size == classes:
+        mass = mass * weight
+    p = mass[mass > 0] / mass.sum()
+    return float(-(p * np.log(p)).sum())
+
+
+def random_ids(ctx, th) -> dict[str, Any]:
+    rows = random_rows(ctx, th)
+    length = tasks.bucket(max(len(s) for r in rows for s in _texts_of(r)))
+    kind = tasks.kind_of(ctx.config)
+    grad = loss_and_grads(ctx, rows, length)
+    grad.pop("grads")
+    out: dict[str, Any] = {"kind": kind, "vocab": input_vocab(ctx), "shape": [len(rows), length],
+                           "grad_loss": grad["loss"], "grad_norm": grad["grad_norm"],
+                           "nonfinite_params": grad["nonfinite_params"], "n_params": grad["n_params"]}
+    if kind == "embedding":  # the batch's one in-batch loss
+        losses = np.array([grad["loss"]])
+        out["chance"] = None
+    else:
+        import mindspore as ms
+
+        outputs = tasks.forward(ctx.engine, tasks.pad([r.ids for r in rows], ctx.engine.padding.pad_id, length))
+        losses = tasks.per_row(ctx.engine, outputs, ms.Tensor(task_kind.labels_of(ctx, rows, length)))
+        out["chance"] = _chance(ctx, rows, length)
+    return {**out, "losses": losses, "mean_loss": float(np.mean(losses)), "min_loss": float(np.min(losses))}
+
+
+# --------------------------------------------------------------------------- OBJ510, OBJ511
+def _row_losses(ctx, rows, length: int, outputs: list) -> np.ndarray:
+    """Classification, tagging: each row's loss alone on `outputs` (the model's, one Tensor);
+    embedding: the batch's in-batch loss on the texts' embeddings (one per text)."""
+    import mindspore as ms
+
+    if tasks.kind_of(ctx.config) == "embedding":
+        return np.array([float(tasks.pair_objective(ctx.engine, *outputs).asnumpy()[0])])
+    return tasks.per_row(ctx.engine, outputs[0], ms.Tensor(task_kind.labels_of(ctx, rows, length)))
+
+
+def determinism(ctx, th) -> dict[str, Any]:
+    import mindspore as ms
+
+    rows = task_kind.grad_rows(ctx)
+    pad, engine = ctx.engine.padding.pad_id, ctx.engine
+    n_texts = len(_texts_of(rows[0]))
+    length = tasks.bucket(max(len(s) for r in rows for s in _texts_of(r)))
+
+    def texts(batch_rows):  # one [B, length] array per text: anchor, positive[, negative]
+        return [tasks.pad([_texts_of(r)[k] for r in batch_rows], pad, length) for k in range(n_texts)]
+
+    mixed = texts(rows)
+    first = _row_losses(ctx, rows, length, [tasks.forward(engine, t) for t in mixed])
+    second = _row_losses(ctx, rows, length, [tasks.forward(engine, t) for t in mixed])
+    n_alone = min(int(th["batch_samples"]), len(rows))
+    # each row through the model among copies of itself (as the engine fills a short batch)
+    alone_out = [[tasks.forward(engine, t).asnumpy()[0] for t in texts([r] * len(rows))]
+                 for r in (rows if tasks.kind_of(ctx.config) == "embedding" else rows[:n_alone])]
+    if tasks.kind_of(ctx.config) == "embedding":
+        stacked = [ms.Tensor(np.stack([a[k] for a in alone_out])) for k in range(n_texts)]
+        alone, in_batch, ids = _row_losses(ctx, rows, length, stacked), first, ["the batch's in-batch loss"]
+    else:
+        alone = np.array([_row_losses(ctx, [r], length, [ms.Tensor(a[0][None])])[0]
+                          for r, a in zip(rows, alone_out)])
+        in_batch, ids = first[:n_alone], [r.id for r in rows[:n_alone]]
+    return {"shape": [len(rows), length], "repeat_first": first, "repeat_second": second,
+            "repeat_max_rel": max_rel(second, first), "sample_ids": ids, "in_batch": in_batch,
+            "alone": alone, "batch_max_rel": max_rel(alone, in_batch)}

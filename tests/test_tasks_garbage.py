@@ -1,0 +1,173 @@
+"""Random ids (OBJ505), determinism (OBJ510, OBJ511) and the embedding kind's empty texts (OBJ503)
+on the task kinds (issue 47): the causal LM's measurements on the kind's rows and graphs
+(stages/stress/task_cases.py), against numpy float64 references, with a twin per code:
+
+- `cls_entropy_bonus` (a confidence penalty at weight 1): on random ids the loss falls below the
+  labels' chance level, OBJ505 WARN; the healthy classifier stays above it;
+- `cls_batch_centered` (features centred on the batch mean at evaluation): a row's loss depends on
+  its batch, OBJ511 FAIL; the healthy classifier's row gives the same loss alone and in a batch;
+- `emb_empty_text_nan` (a mean pooling unguarded against an empty text): NaN, OBJ503 FAIL; the
+  healthy encoder's empty texts embed alike, InfoNCE log B.
+
+One Context per target (module scope); only these checks run.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from objdebug.core.findings import Verdict
+
+from .conftest import TARGETS
+from .test_tasks_classification import _ref_weighted_ce
+
+WEIGHT = [1.0, 2.0, 4.0, 8.0]  # the classification targets' class_weight, label order
+CHECKS = ("random-ids", "determinism", "all-padding")
+
+
+@pytest.fixture(scope="module")
+def contexts():
+    from objdebug.core.config import load_config
+    from objdebug.engine import runtime
+    from objdebug.engine.core import Engine
+    from objdebug.engine.target import load_target
+    from objdebug.pipeline.context import Context
+    from objdebug.pipeline.profile import load_profile
+
+    profile = load_profile("ci-gate")
+    built = {}
+
+    def get(name):
+        if name not in built:
+            cfg = load_config(TARGETS / name / "objdebug.toml")
+            runtime.setup(cfg.run.device, cfg.run.mode, cfg.run.seed)
+            target = load_target(cfg)
+            engine = Engine(target, batch_size=profile.section("engine")["batch_size"])
+            engine.stage = "stress"
+            built[name] = Context(config=cfg, target=target, engine=engine, profile=profile)
+        return built[name]
+    return get
+
+
+_RESULTS: dict = {}
+
+
+def result(contexts, name, check):
+    from objdebug.pipeline.runner import run_check
+    from objdebug.stages import stage_checks
+
+    if (name, check) not in _RESULTS:
+        ctx = contexts(name)
+        found = next(c for c in stage_checks("stress") if c.name == check)
+        res = run_check(found, ctx, ctx.profile.section("stress"))
+        assert res.error is None, res.error
+        _RESULTS[(name, check)] = res
+    return _RESULTS[(name, check)]
+
+
+def verdicts(contexts, name) -> dict:
+    out = {}
+    for check in CHECKS:
+        out.update({f.code: f.verdict for f in result(contexts, name, check).findings})
+    return out
+
+
+def _outputs(ctx, seqs, length):
+    from objdebug.engine import tasks
+
+    return tasks.forward(ctx.engine, tasks.pad(seqs, ctx.engine.padding.pad_id, length)).asnumpy()
+
+
+# --------------------------------------------------------------------------- OBJ505
+def test_random_ids_on_a_classifier_match_numpy_and_sit_above_chance(contexts):
+    from objdebug.pipeline import task_kind
+    from objdebug.stages.stress.task_cases import random_rows
+
+    ctx = contexts("cls_healthy")
+    v = result(contexts, "cls_healthy", "random-ids").value
+    rows = random_rows(ctx, ctx.profile.section("stress"))
+    assert len(rows) == v["shape"][0] and all(0 not in r.ids for r in rows)  # the pad id never drawn
+    real = task_kind.grad_rows(ctx)
+    assert [len(r.ids) for r in rows] == [len(r.ids) for r in real]  # each row keeps its length
+    assert [r.target for r in rows] == [r.target for r in real]      # ... and its label
+    logits = _outputs(ctx, [r.ids for r in rows], v["shape"][1])
+    labels = np.array([r.target for r in rows])
+    want = [_ref_weighted_ce(logits[i:i + 1], labels[i:i + 1], WEIGHT) for i in range(len(rows))]
+    np.testing.assert_allclose(v["losses"], want, rtol=1e-5)
+    # chance: the entropy of the class-weighted label distribution (float64, here)
+    mass = np.bincount(labels, minlength=4) * np.asarray(WEIGHT)
+    p = mass[mass > 0] / mass.sum()
+    assert v["chance"] == pytest.approx(float(-(p * np.log(p)).sum()), rel=1e-12)
+    assert v["mean_loss"] >= 0.8 * v["chance"]
+    assert verdicts(contexts, "cls_healthy")["OBJ505"] is Verdict.PASS
+
+
+def test_an_entropy_bonus_warns_obj505_below_chance(contexts):
+    v = result(contexts, "cls_entropy_bonus", "random-ids").value
+    finding = result(contexts, "cls_entropy_bonus", "random-ids").findings[0]
+    assert finding.verdict is Verdict.WARN, finding.message
+    assert v["mean_loss"] < 0.8 * v["chance"] and "chance" in finding.message
+
+
+def test_random_ids_on_an_encoder_judge_finiteness_only(contexts):
+    res = result(contexts, "emb_healthy", "random-ids")
+    v, finding = res.value, res.findings[0]
+    assert v["chance"] is None and np.isfinite(v["losses"]).all() and v["nonfinite_params"] == 0
+    assert finding.verdict is Verdict.PASS and "finiteness judged" in finding.message
+
+
+# --------------------------------------------------------------------------- OBJ510, OBJ511
+def test_determinism_on_a_classifier_matches_numpy(contexts):
+    from objdebug.pipeline import task_kind
+
+    ctx = contexts("cls_healthy")
+    v = result(contexts, "cls_healthy", "determinism").value
+    rows, length = task_kind.grad_rows(ctx), v["shape"][1]
+    labels = np.array([r.target for r in rows])
+    mixed = _outputs(ctx, [r.ids for r in rows], length)
+    in_batch = [_ref_weighted_ce(mixed[i:i + 1], labels[i:i + 1], WEIGHT) for i in range(3)]
+    alone = [_ref_weighted_ce(_outputs(ctx, [rows[i].ids] * len(rows), length)[:1], labels[i:i + 1], WEIGHT)
+             for i in range(3)]
+    np.testing.assert_allclose(v["in_batch"], in_batch, rtol=1e-5)
+    np.testing.assert_allclose(v["alone"], alone, rtol=1e-5)
+    np.testing.assert_array_equal(v["repeat_first"], v["repeat_second"])
+    assert verdicts(contexts, "cls_healthy")["OBJ510"] is Verdict.PASS
+    assert verdicts(contexts, "cls_healthy")["OBJ511"] is Verdict.PASS
+
+
+def test_a_batch_centred_classifier_fails_obj511(contexts):
+    res = result(contexts, "cls_batch_centered", "determinism")
+    found = {f.code: f for f in res.findings}
+    assert found["OBJ511"].verdict is Verdict.FAIL, found["OBJ511"].message
+    assert "depends on the other rows" in found["OBJ511"].message
+    assert found["OBJ510"].verdict is Verdict.PASS  # the same batch twice is still the same
+    # a batch of copies centres every row to zero features: each row's loss is the head's bias alone
+    v = res.value
+    assert np.ptp(v["alone"]) < np.ptp(v["in_batch"])
+
+
+def test_determinism_on_an_encoder_compares_the_in_batch_loss(contexts):
+    res = result(contexts, "emb_healthy", "determinism")
+    v = res.value
+    assert v["sample_ids"] == ["the batch's in-batch loss"] and len(v["alone"]) == 1
+    assert v["alone"][0] == pytest.approx(v["in_batch"][0], rel=1e-6)
+    assert {f.code: f.verdict for f in res.findings} == {"OBJ510": Verdict.PASS, "OBJ511": Verdict.PASS}
+
+
+# --------------------------------------------------------------------------- OBJ503 on embeddings
+def test_empty_texts_on_a_healthy_encoder_cost_log_b(contexts):
+    """Every text all padding embeds alike: every in-batch similarity is the same, so InfoNCE is
+    -log(1/B) = log B exactly (float64 closed form)."""
+    res = result(contexts, "emb_healthy", "all-padding")
+    v = res.value
+    assert v["kind"] == "embedding" and v["rows"] == 8
+    assert v["loss"] == pytest.approx(np.log(v["rows"]), rel=1e-5)
+    assert v["nonfinite_params"] == 0 and res.findings[0].verdict is Verdict.PASS
+
+
+def test_an_unguarded_mean_pooling_fails_obj503_on_empty_texts(contexts):
+    res = result(contexts, "emb_empty_text_nan", "all-padding")
+    finding = res.findings[0]
+    assert finding.code == "OBJ503" and finding.verdict is Verdict.FAIL, finding.message
+    assert not np.isfinite(res.value["loss"]) and res.value["nonfinite_params"] == res.value["n_params"]
