@@ -7,7 +7,11 @@ on the task kinds (issue 47): the causal LM's measurements on the kind's rows an
 - `cls_batch_centered` (features centred on the batch mean at evaluation): a row's loss depends on
   its batch, OBJ511 FAIL; the healthy classifier's row gives the same loss alone and in a batch;
 - `emb_empty_text_nan` (a mean pooling unguarded against an empty text): NaN, OBJ503 FAIL; the
-  healthy encoder's empty texts embed alike, InfoNCE log B.
+  healthy encoder's empty texts embed alike, InfoNCE log B;
+- `cls_onehot_label` (the CE read through a one-hot product): a label outside the class list costs
+  -log 0 = inf, OBJ506 FAIL; the healthy weighted CE rejects it (GatherD's range error).
+
+The out-of-range probes come last: a probe that raises retires its graph (stress/garbage_ids.py).
 
 One Context per target (module scope); only these checks run.
 """
@@ -171,3 +175,33 @@ def test_an_unguarded_mean_pooling_fails_obj503_on_empty_texts(contexts):
     finding = res.findings[0]
     assert finding.code == "OBJ503" and finding.verdict is Verdict.FAIL, finding.message
     assert not np.isfinite(res.value["loss"]) and res.value["nonfinite_params"] == res.value["n_params"]
+
+
+# --------------------------------------------------------------------------- OBJ506, OBJ507 (last)
+def test_out_of_range_labels_and_ids_are_rejected_by_the_healthy_classifier(contexts):
+    res = result(contexts, "cls_healthy", "out-of-range-ids")
+    v, found = res.value, {f.code: f for f in res.findings}
+    assert v["label_bound"] == 4 and v["input_bound"] == 256 and v["label_shape"] == [8]
+    assert all(v["probes"][k]["rejected"] for k in ("label 4", "label -1", "input 256", "input -1"))
+    assert found["OBJ506"].verdict is Verdict.PASS and "out of [0, 4)" in found["OBJ506"].message
+    assert found["OBJ507"].verdict is Verdict.PASS and "out of [0, 256)" in found["OBJ507"].message
+
+
+def test_a_one_hot_cross_entropy_fails_obj506_with_inf(contexts):
+    res = result(contexts, "cls_onehot_label", "out-of-range-ids")
+    v, found = res.value, {f.code: f for f in res.findings}
+    assert found["OBJ506"].verdict is Verdict.FAIL, found["OBJ506"].message
+    for key in ("label 4", "label -1"):  # -log(0): the one-hot of a label outside [0, 4) is zeros
+        assert not v["probes"][key]["rejected"] and v["probes"][key]["value"] == np.inf
+    # labels in range: the same loss as the healthy weighted CE on the same row
+    assert v["label_valid_loss"] == pytest.approx(
+        result(contexts, "cls_healthy", "out-of-range-ids").value["label_valid_loss"], rel=1e-5)
+
+
+@pytest.mark.slow
+def test_an_encoder_has_no_label_to_probe(contexts):
+    res = result(contexts, "emb_healthy", "out-of-range-ids")
+    found = {f.code: f for f in res.findings}
+    assert found["OBJ506"].verdict is Verdict.SKIP and "no label" in found["OBJ506"].message
+    assert found["OBJ507"].verdict is Verdict.PASS
+    assert res.value["probes"]["input 256"]["rejected"]

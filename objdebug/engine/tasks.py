@@ -253,6 +253,13 @@ def logit_grad(engine, out, labels) -> tuple[np.ndarray, np.ndarray]:
 def param_grad(engine, ids: np.ndarray, cotangent: np.ndarray) -> tuple[list[str], list[np.ndarray]]:
     """dL/dparams from dL/d(model output) through the shared `model.vjp` graph (any output rank)
     -> (names, float64 gradients) of the model's trainable parameters."""
+    names, _, grads = vjp(engine, ids, cotangent)
+    return names, [g.asnumpy().astype(np.float64) for g in grads]
+
+
+def vjp(engine, ids: np.ndarray, cotangent: np.ndarray) -> tuple[list[str], Any, tuple]:
+    """The shared `model.vjp` graph on int32 ids and dL/d(model output) -> (the trainable
+    parameters' names, the model's output Tensor, the gradient Tensors)."""
     import mindspore as ms
 
     from objdebug.engine import dynamic_graph
@@ -264,9 +271,9 @@ def param_grad(engine, ids: np.ndarray, cotangent: np.ndarray) -> tuple[list[str
     cot = ms.Tensor(np.asarray(cotangent, np.float32))
     spec = (ms.Tensor(shape=[None, None], dtype=ms.int32),
             ms.Tensor(shape=[None] * (cot.ndim - 1) + [cot.shape[-1]], dtype=ms.float32))
-    _, grads = dynamic_graph.call(engine, MODEL_VJP, lambda: ModelVJP(model, params), spec,
-                                  ms.Tensor(np.asarray(ids, np.int32)), cot)
-    return [p.name for p in params], [g.asnumpy().astype(np.float64) for g in grads]
+    out, grads = dynamic_graph.call(engine, MODEL_VJP, lambda: ModelVJP(model, params), spec,
+                                    ms.Tensor(np.asarray(ids, np.int32)), cot)
+    return [p.name for p in params], out, tuple(grads)
 
 
 # --------------------------------------------------------------------------- settings

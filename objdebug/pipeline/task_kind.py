@@ -166,7 +166,7 @@ def grad_rows(ctx) -> list[tasks.TaskRow]:
 
 
 # --------------------------------------------------------------------------- losses and gradients
-def _texts(ctx, rows, length: int) -> list[np.ndarray]:
+def texts(ctx, rows, length: int) -> list[np.ndarray]:
     """The rows' ids [B, length] (embedding: one array per text: anchor, positive[, negative])."""
     pad = ctx.engine.padding.pad_id
     if ctx.config.task.kind == "embedding":
@@ -188,7 +188,7 @@ def batch_loss(ctx, rows, length: int) -> float:
     """The objective's total on `rows` padded to `length`, forward only (the shared graphs)."""
     import mindspore as ms
 
-    ids = _texts(ctx, rows, length)
+    ids = texts(ctx, rows, length)
     outs = [tasks.forward(ctx.engine, i) for i in ids]
     if ctx.config.task.kind == "embedding":
         return float(tasks.pair_objective(ctx.engine, *outs).asnumpy()[0])
@@ -203,7 +203,7 @@ def loss_and_param_grads(ctx, rows, length: int) -> tuple[float, list[np.ndarray
     import mindspore as ms
 
     engine = ctx.engine
-    ids = _texts(ctx, rows, length)
+    ids = texts(ctx, rows, length)
     outs = [tasks.forward(engine, i) for i in ids]
     if ctx.config.task.kind == "embedding":
         outputs, cots = tasks.pair_grad(engine, *outs)

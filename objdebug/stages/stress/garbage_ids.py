@@ -207,8 +207,11 @@ class RandomIds(Check):
 class OutOfRangeIds(Check):
     name = "out-of-range-ids"
     stage = "stress"
+    kinds = task_cases.ALL
 
     def skip_reason(self, ctx: Context) -> str | None:
+        if task_cases.is_task(ctx):
+            return task_cases.no_rows(ctx) or (None if task_cases.input_vocab(ctx) else _NO_VOCAB_TASK)
         return _vocab_skip(ctx)
 
     def _probe(self, run, ids: np.ndarray, labels: np.ndarray,
@@ -225,11 +228,12 @@ class OutOfRangeIds(Check):
         return {"rejected": False, "valid_loss": valid, "value": value}
 
     def _path(self, ctx: Context, path: str, graphs, ids: np.ndarray, labels: np.ndarray,
-              probes: dict[str, Any]) -> None:
-        """The probes of one path (input or label) on the batch (ids, labels) [B, T], each at
-        one position of row 0; `graphs`: (ids, labels) -> the loss of row 0, one per graph."""
-        vocab = ctx.engine.vocab_size()
-        p, pad = _PROBE_POSITION, ctx.config.data.label_pad_id
+              probes: dict[str, Any], bound: int | None = None, at: tuple = (0, _PROBE_POSITION)) -> None:
+        """The probes of one path (input or label) on the batch (ids, labels), each at index `at`
+        (one position of row 0); `graphs`: (ids, labels) -> the loss of row 0, one per graph;
+        `bound`: the path's range [0, bound) (default: the vocabulary)."""
+        vocab = bound or ctx.engine.vocab_size()
+        pad = ctx.config.data.label_pad_id
         graph = 0  # a rejected probe moves the next one to the next graph (the module docstring)
         for bad in (-1, vocab):  # -1 first: the one a standard model accepts keeps its graph
             key = f"{path} {bad}"
@@ -237,18 +241,20 @@ class OutOfRangeIds(Check):
                 probes[key] = {"skipped": "-1 is the label_pad_id"}
                 continue
             i, l = ids.copy(), labels.copy()
-            (i if path == "input" else l)[0, p] = bad
+            (i if path == "input" else l)[at] = bad
             run = graphs[min(graph, len(graphs) - 1)]
             probes[key] = r = self._probe(run, ids, labels, i, l)
             if not r["rejected"] and bad < 0 and math.isfinite(r["value"]):
                 # what was -1 read as? Gather's wrap-around reads it as V-1: the same graph, which
                 # did not raise, scores the batch with V-1 in its place
-                (i if path == "input" else l)[0, p] = bad + vocab
+                (i if path == "input" else l)[at] = bad + vocab
                 r["wrapped_value"] = run(i, l)
                 r["wraps"] = bool(abs(r["wrapped_value"] - r["value"]) <= 1e-6 * max(abs(r["value"]), 1.0))
             graph += int(r["rejected"])
 
     def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
+        if task_cases.is_task(ctx):  # the kind's rows, inputs out of the vocabulary, labels out of C
+            return self._measure_task(ctx, th)
         ids, labels = random_batch(ctx)
         vocab = ctx.engine.vocab_size()
         # the report's order: V before -1 (the probes run -1 first, see the module docstring)
@@ -268,13 +274,40 @@ class OutOfRangeIds(Check):
                 "position": _PROBE_POSITION, "row": 0, "shape": list(ids.shape),
                 "label_shape": list(label_labels.shape), "probes": probes}
 
+    def _measure_task(self, ctx: Context, th: Settings) -> dict[str, Any]:
+        """The same probes on a `[task] kind` (task_cases.out_of_range_paths): input ids V and -1
+        in row 0's first text; labels C and -1 (a tag at one position) into the objective alone on
+        the model's outputs; an embedding row has no label."""
+        paths = task_cases.out_of_range_paths(ctx, th)
+        probes: dict[str, Any] = {f"input {b}": None for b in (paths["vocab"], -1)}
+        if paths["label_graphs"] is None:
+            pass  # OBJ506 is a SKIP saying so (conditions)
+        else:
+            probes.update({f"label {b}": None for b in (paths["classes"], -1)})
+            # the labels' probes first: their graphs score the valid outputs taken before any probe
+            self._path(ctx, "label", paths["label_graphs"], paths["ids"], paths["labels"], probes,
+                       bound=paths["classes"], at=paths["label_at"])
+        self._path(ctx, "input", paths["input_graphs"], paths["ids"], paths["labels"], probes,
+                   bound=paths["vocab"], at=paths["input_at"])
+        valid = {path: next((r["valid_loss"] for k, r in probes.items()
+                             if k.startswith(path) and r and "valid_loss" in r), float("nan"))
+                 for path in ("input", "label")}
+        return {"kind": task_cases.tasks.kind_of(ctx.config), "vocab": paths["vocab"], "input_bound": paths["vocab"],
+                "label_bound": paths["classes"], "valid_loss": valid["input"],
+                "label_valid_loss": valid["label"], "position": paths["input_at"][1], "row": 0,
+                "shape": list(paths["ids"].shape), "label_shape": list(paths["labels"].shape),
+                "probes": probes}
+
     def conditions(self, th: dict[str, Any]) -> list[Condition]:
         def judge_path(path: str, setting: str):
             # validated when the conditions are built: a typo is a usage error, before any run
             silent_verdict = Verdict.from_setting(th[setting], f"[stress] {setting}")
 
             def judge(v):
+                bound = v.get(f"{path}_bound") or v["vocab"]  # a kind's labels: its C classes
                 mine = {k: r for k, r in v["probes"].items() if k.startswith(path)}
+                if path == "label" and v.get("kind") == "embedding":
+                    return Verdict.SKIP, "an embedding row has no label: no label to probe", None
                 parts, silent, nonfinite = [], [], []
                 for k, r in mine.items():
                     if "skipped" in r:
@@ -285,12 +318,12 @@ class OutOfRangeIds(Check):
                         parts.append(f"{k}: loss {r['value']:.4g}")
                         nonfinite.append(k)
                     else:
-                        read_as = (f" = the loss with {k.split()[0]} {int(k.split()[1]) + v['vocab']} "
+                        read_as = (f" = the loss with {k.split()[0]} {int(k.split()[1]) + bound} "
                                    "(wrapped)" if r.get("wraps") else "")
                         parts.append(f"{k}: accepted, loss {r['value']:.4g}{read_as}")
                         silent.append(k)
                 valid = v.get(f"{path}_valid_loss", v["valid_loss"])  # the batch of this path
-                msg = (f"{path} ids out of [0, {v['vocab']}) at one position (valid loss "
+                msg = (f"{path} ids out of [0, {bound}) at one position (valid loss "
                        f"{valid:.4g}): " + "; ".join(parts))
                 if nonfinite:
                     return Verdict.FAIL, msg + f"; NaN/Inf instead of an error for {', '.join(nonfinite)}", \
@@ -298,6 +331,8 @@ class OutOfRangeIds(Check):
                 if silent:
                     nature = ("MindSpore's GatherD accepts [-V, V), as nn.CrossEntropyLoss does; the "
                               "labels your pipeline writes are checked by OBJ105" if path == "label"
+                              and "kind" not in v else "MindSpore's GatherD accepts [-C, C): a label "
+                              "outside the class list is read as another class" if path == "label"
                               else "every standard MindSpore embedding (nn.Embedding, ops.gather) "
                               "wraps a negative id")
                     return silent_verdict, (msg + f"; silently scored ({nature}; profile "

@@ -19,6 +19,10 @@ graphs (engine/tasks.py: the shared `model.forward` / `model.vjp`, `task.objecti
   label distribution, the least any prediction independent of the input scores (cross-entropy >=
   entropy). A contrastive objective's chance level depends on its form (log B in-batch, the
   margin for a triplet): only finiteness is judged there.
+- out-of-range ids (OBJ506, OBJ507, every kind): the causal LM's probes (garbage_ids.py) on the
+  random rows: input ids V and -1 in row 0's first text through `model.forward`, then `model.vjp`;
+  labels C and -1 (classification: row 0's label; tagging: one tag) into the objective alone on
+  the model's outputs, `task.objective` then `task.logit_grad`; an embedding row has no label.
 - determinism (OBJ510, OBJ511, every kind): the gradient rows evaluated twice; each of the first
   `batch_samples` rows run through the model in a batch of copies of itself against its outputs
   in the mixed batch: its loss (classification, tagging: the row alone through the objective) or,
@@ -285,3 +289,44 @@ def determinism(ctx, th) -> dict[str, Any]:
     return {"shape": [len(rows), length], "repeat_first": first, "repeat_second": second,
             "repeat_max_rel": max_rel(second, first), "sample_ids": ids, "in_batch": in_batch,
             "alone": alone, "batch_max_rel": max_rel(alone, in_batch)}
+
+
+# --------------------------------------------------------------------------- OBJ506, OBJ507
+def out_of_range_paths(ctx, th) -> dict[str, Any]:
+    """What OutOfRangeIds probes on a kind: the random rows' first text `ids` [B, L] and `labels`
+    (classification [B], tagging [B, L]; embedding: a placeholder [B]), the index each path's
+    probe writes (`input_at`, `label_at`), and the graphs of each path, in order: (ids, labels)
+    -> the loss of row 0 (embedding: the batch's in-batch loss). Every valid output the probes
+    need is computed here, before any probe can make a graph raise."""
+    import mindspore as ms
+
+    from objdebug.stages.stress.garbage_ids import _PROBE_POSITION
+
+    engine, kind = ctx.engine, tasks.kind_of(ctx.config)
+    rows = random_rows(ctx, th)
+    length = tasks.bucket(max(len(s) for r in rows for s in _texts_of(r)))
+    texts = task_kind.texts(ctx, rows, length)
+    outs = [tasks.forward(engine, t) for t in texts]
+    position = min(_PROBE_POSITION, len(rows[0].ids) - 1)
+
+    def row0(out, labels):  # the loss of row 0 (embedding: the batch's, the others' texts as they were)
+        if kind == "embedding":
+            return float(tasks.pair_objective(engine, out, *outs[1:]).asnumpy()[0])
+        return float(tasks.objective(engine, out[:1], ms.Tensor(labels[:1])).asnumpy()[0])
+
+    def through_vjp(i, l):  # the gradient path's own graph: the model's output of its VJP
+        _, out, _ = tasks.vjp(engine, i, np.zeros(outs[0].shape, np.float32))
+        return row0(out, l)
+
+    paths: dict[str, Any] = {"vocab": input_vocab(ctx), "ids": texts[0], "input_at": (0, position),
+                             "input_graphs": [lambda i, l: row0(tasks.forward(engine, i), l), through_vjp]}
+    if kind == "embedding":
+        return {**paths, "classes": None, "labels": np.zeros(len(rows), np.int32), "label_at": (0,),
+                "label_graphs": None}
+    labels = task_kind.labels_of(ctx, rows, length)
+
+    def label_grad(_, l):
+        return float(tasks.logit_grad(engine, outs[0][:1], ms.Tensor(l[:1]))[0][0])
+    return {**paths, "classes": task_kind.classes(ctx), "labels": labels,
+            "label_at": (0,) if kind == "classification" else (0, position),
+            "label_graphs": [lambda _, l: row0(outs[0], l), label_grad]}
