@@ -11,6 +11,10 @@ on the task kinds (issue 47): the causal LM's measurements on the kind's rows an
 - `cls_onehot_label` (the CE read through a one-hot product): a label outside the class list costs
   -log 0 = inf, OBJ506 FAIL; the healthy weighted CE rejects it (GatherD's range error).
 
+- `tag_sum_reduction` (the token CE summed): a long input costs ~16x the short one, OBJ502 FAIL;
+  the healthy kinds' long rows pass, a trained encoder's near-zero losses within the absolute
+  tolerance whatever their ratio.
+
 The out-of-range probes come last: a probe that raises retires its graph (stress/garbage_ids.py).
 
 One Context per target (module scope); only these checks run.
@@ -27,7 +31,7 @@ from .conftest import TARGETS
 from .test_tasks_classification import _ref_weighted_ce
 
 WEIGHT = [1.0, 2.0, 4.0, 8.0]  # the classification targets' class_weight, label order
-CHECKS = ("random-ids", "determinism", "all-padding")
+CHECKS = ("random-ids", "determinism", "all-padding", "long-inputs")
 
 
 @pytest.fixture(scope="module")
@@ -175,6 +179,42 @@ def test_an_unguarded_mean_pooling_fails_obj503_on_empty_texts(contexts):
     finding = res.findings[0]
     assert finding.code == "OBJ503" and finding.verdict is Verdict.FAIL, finding.message
     assert not np.isfinite(res.value["loss"]) and res.value["nonfinite_params"] == res.value["n_params"]
+
+
+# --------------------------------------------------------------------------- OBJ501, OBJ502
+def test_long_inputs_on_a_classifier_match_numpy(contexts):
+    from objdebug.pipeline import task_kind
+    from objdebug.stages.stress.task_cases import long_rows
+
+    ctx = contexts("cls_healthy")
+    first = task_kind.grad_rows(ctx)[0]
+    res = result(contexts, "cls_healthy", "long-inputs")
+    v, found = res.value, {f.code: f.verdict for f in res.findings}
+    for length, got in ((128, v["reference"]), (2048, v["lengths"]["2048"])):
+        (row,) = long_rows(ctx, length)
+        n = len(first.ids)  # row 0's own text, repeated: its label stays right
+        assert len(row.ids) == length and row.ids[:n] == first.ids and row.ids[n:2 * n] == first.ids[:length - n]
+        assert row.target == first.target
+        logits = _outputs(ctx, [row.ids], length)
+        assert got["loss"] == pytest.approx(_ref_weighted_ce(logits, np.array([row.target]), WEIGHT), rel=1e-5)
+    assert found == {"OBJ501": Verdict.PASS, "OBJ502": Verdict.PASS}
+
+
+def test_a_summed_tag_loss_fails_obj502(contexts):
+    res = result(contexts, "tag_sum_reduction", "long-inputs")
+    v, found = res.value, {f.code: f for f in res.findings}
+    assert found["OBJ502"].verdict is Verdict.FAIL, found["OBJ502"].message
+    assert found["OBJ501"].verdict is Verdict.PASS  # finite: only its scale grows
+    # a sum over tagged tokens: 16x the tokens, ~16x the loss (the tagger's context differs at the joins)
+    assert v["lengths"]["2048"]["ratio"] == pytest.approx(2048 / 128, rel=0.05)
+
+
+def test_a_trained_encoders_near_zero_losses_pass_obj502_whatever_their_ratio(contexts):
+    res = result(contexts, "emb_healthy", "long-inputs")
+    v, found = res.value, {f.code: f for f in res.findings}
+    r = v["lengths"]["2048"]
+    assert r["ran"] and abs(r["loss"] - v["reference"]["loss"]) <= 0.01 < v["reference"]["loss"] + 1
+    assert found["OBJ501"].verdict is Verdict.PASS and found["OBJ502"].verdict is Verdict.PASS
 
 
 # --------------------------------------------------------------------------- OBJ506, OBJ507 (last)

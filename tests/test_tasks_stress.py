@@ -1,5 +1,5 @@
 """Stress on the task kinds (issue 47): the causal LM's all-padding (OBJ503), padding invariance
-(OBJ504), random ids (OBJ505), out-of-range ids (OBJ506, OBJ507), extreme outputs (OBJ508), low precision (OBJ509) and determinism
+(OBJ504), long inputs (OBJ501, OBJ502), random ids (OBJ505), out-of-range ids (OBJ506, OBJ507), extreme outputs (OBJ508), low precision (OBJ509) and determinism
 (OBJ510, OBJ511) cases, kind-aware, on each kind's
 healthy target (passes --profile ci-gate) and a twin per code. Each run compiles the kind's
 gradient graphs at three lengths: `slow`."""
@@ -9,8 +9,9 @@ import pytest
 from .test_tasks_classification import _codes, _run
 
 STRESS = ["stress.all-padding", "stress.padding-invariance", "stress.extreme-logits",
-          "stress.low-precision", "stress.random-ids", "stress.determinism", "stress.out-of-range-ids"]
-COMMON = {"OBJ503", "OBJ504", "OBJ505", "OBJ507", "OBJ508", "OBJ509", "OBJ510", "OBJ511"}  # every kind's
+          "stress.low-precision", "stress.random-ids", "stress.determinism", "stress.out-of-range-ids",
+          "stress.long-inputs"]
+COMMON = {"OBJ501", "OBJ502", "OBJ503", "OBJ504", "OBJ505", "OBJ507", "OBJ508", "OBJ509", "OBJ510", "OBJ511"}  # every kind's
 _RUNS: dict = {}
 
 
@@ -46,6 +47,7 @@ def test_healthy_kinds_pass_stress_on_ci_gate(runs, healthy, codes):
     ("tag_position_mean", "tag_healthy", "OBJ504"),
     ("emb_naive_softmax", "emb_dot_healthy", "OBJ508"),
     ("cls_batch_centered", "cls_healthy", "OBJ511"),
+    ("tag_sum_reduction", "tag_healthy", "OBJ502"),
 ])
 def test_each_stress_twin_fails_with_a_code_its_healthy_twin_lacks(runs, twin, healthy, code):
     r = runs[twin]

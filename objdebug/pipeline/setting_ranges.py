@@ -93,7 +93,7 @@ RANGES: dict[str, str | tuple[str, ...]] = {
     "reward.ci_level": LEVEL, "reward.seed": SEED,
     # [stress]
     "stress.seed": SEED, "stress.short_length": LENGTH, "stress.long_lengths": LENGTH,
-    "stress.long_ratio_warn": RATIO, "stress.long_ratio_fail": RATIO,
+    "stress.long_ratio_warn": RATIO, "stress.long_ratio_fail": RATIO, "stress.long_abs_tolerance": TOLERANCE,
     "stress.memory_safety": "(0, inf)", "stress.memory_calibration_lengths": LENGTH,
     "stress.isolate_above_gib": TOLERANCE,
     "stress.memory_logits_copies": "[0, inf)", "stress.memory_attention_copies": "[0, inf)",

@@ -23,6 +23,13 @@ graphs (engine/tasks.py: the shared `model.forward` / `model.vjp`, `task.objecti
   random rows: input ids V and -1 in row 0's first text through `model.forward`, then `model.vjp`;
   labels C and -1 (classification: row 0's label; tagging: one tag) into the objective alone on
   the model's outputs, `task.objective` then `task.logit_grad`; an embedding row has no label.
+- long inputs (OBJ501, OBJ502, every kind): row 0's text (tags with it) repeated to each
+  `long_lengths` length (capped at the model's position limit), batch 1; embeddings: every
+  gradient row's texts so repeated (an in-batch loss of one row is a constant): loss and
+  gradients finite, the loss within the band of the same construction at `short_length`. A length
+  whose static memory estimate x `memory_safety` exceeds what is available is not run (SKIP);
+  one the objective's graph cannot take (an unrolled CRF past MindSpore's call depth) is a note
+  naming the error: a clear error, not a wrong loss.
 - determinism (OBJ510, OBJ511, every kind): the gradient rows evaluated twice; each of the first
   `batch_samples` rows run through the model in a batch of copies of itself against its outputs
   in the mixed batch: its loss (classification, tagging: the row alone through the objective) or,
@@ -110,6 +117,7 @@ def padding_invariance(ctx, th) -> dict[str, Any]:
                 raise
             # a CRF written as a Python loop unrolls one graph step per position: MindSpore's call
             # depth limit (1000) stops it near 500 positions. The objective's limit, not padding's
+            length_failures(ctx)[base + extra] = error_line(exc)[:200]
             not_run[str(extra)] = (f"T={base + extra} does not run after T="
                                    f"{out_rows[-1]['length']} did: {error_line(exc)[:200]}")
             continue
@@ -330,3 +338,103 @@ def out_of_range_paths(ctx, th) -> dict[str, Any]:
     return {**paths, "classes": task_kind.classes(ctx), "labels": labels,
             "label_at": (0,) if kind == "classification" else (0, position),
             "label_graphs": [lambda _, l: row0(outs[0], l), label_grad]}
+
+
+# --------------------------------------------------------------------------- OBJ501, OBJ502
+def long_rows(ctx, length: int) -> list:
+    """Row 0's text repeated to exactly `length` tokens (its tags with it, its label kept);
+    embedding: every gradient row's texts so repeated."""
+    from dataclasses import replace
+
+    def fill(seq):
+        return (list(seq) * (-(-length // len(seq))))[:length]
+
+    rows = task_kind.grad_rows(ctx)
+    kind = tasks.kind_of(ctx.config)
+    if kind == "embedding":
+        return [replace(r, id=f"long-{length}-{r.id}", ids=fill(r.ids), positive=fill(r.positive),
+                        negative=None if r.negative is None else fill(r.negative)) for r in rows]
+    r = rows[0]
+    return [replace(r, id=f"long-{length}-{r.id}", ids=fill(r.ids),
+                    target=r.target if kind == "classification" else fill(r.target))]
+
+
+def length_failures(ctx) -> dict[int, str]:
+    """length -> the error a kind's batch of that length raised in this run (padding invariance,
+    long inputs): a longer input is not tried again (an unrolled CRF compiles for minutes before
+    MindSpore's call-depth error)."""
+    return ctx.provide(length_failures, dict)
+
+
+def _long_one(ctx, length: int) -> dict[str, Any]:
+    import time
+
+    from objdebug.stages.stress import memory
+
+    rows = long_rows(ctx, length)
+    with memory.PeakRss() as rss:
+        start = time.perf_counter()
+        m = loss_and_grads(ctx, rows, length)
+        seconds = time.perf_counter() - start
+    return {"length": length, "rows": len(rows), "ran": True, "loss": m["loss"], "grad_norm": m["grad_norm"],
+            "nonfinite_params": m["nonfinite_params"], "n_params": m["n_params"], "seconds": seconds,
+            "peak_rss_bytes": rss.peak_bytes, "peak_delta_bytes": rss.delta_bytes,
+            "memory_method": rss.method}
+
+
+def _long_bytes(rows: int, length: int, width: int, n_params: int, shape: dict[str, Any], th) -> int:
+    """memory.estimate_bytes' terms for `rows` texts of `length` tokens, the output `width` per
+    token (tag scores; 1 for a pooled output), at least one layer of activations (a model with no
+    attention Cell still holds its embeddings)."""
+    t = int(length)
+    per_row = (th["memory_logits_copies"] * t * width
+               + th["memory_attention_copies"] * shape["layers"] * shape["heads"] * t * t
+               + th["memory_activation_copies"] * max(shape["layers"], 1) * t * shape["width"])
+    return int(4 * (rows * per_row + 3 * n_params))
+
+
+def long_inputs(ctx, th, lengths: list[int]) -> dict[str, Any]:
+    """The value LongInputs' conditions read, measured on the kind's rows (see the docstring)."""
+    from objdebug.engine import position_limit
+    from objdebug.stages.stress import memory
+
+    kind = tasks.kind_of(ctx.config)
+    width = task_kind.classes(ctx) if kind == "tagging" else 1  # per-token outputs (tag scores)
+    n_params = sum(int(p.size) for p in ctx.target.trainable_params())
+    shape = memory.model_shape(ctx.target.model, input_vocab(ctx) or 0, th)
+    if "layers" not in shape["from_model"]:  # no attention Cell found: no T^2 term to assume
+        shape.update(layers=0, heads=0)
+    safety = float(th["memory_safety"])
+    reference = _long_one(ctx, position_limit.cap(int(th["short_length"]), ctx))
+    out: dict[str, Any] = {"kind": kind, "reference": reference, "vocab": width, "model_shape": shape,
+                           "memory_safety": safety, "lengths": {}, "calibration": None,
+                           "longest_fitting": None}
+    for asked, length in sorted(position_limit.capped_lengths(lengths, ctx).items()):
+        need = _long_bytes(len(long_rows(ctx, 1)), length, width, n_params, shape, th)
+        avail = memory.available_bytes()
+        row: dict[str, Any] = {"length": length, "estimate_bytes": need, "static_estimate_bytes": need,
+                               "estimate_from": "static estimate", "fit_lengths": None,
+                               "available_bytes": avail}
+        failed = min((t for t in length_failures(ctx) if t <= length), default=None)
+        if failed is not None:  # a shorter (or this) length raised already: a longer one is not tried
+            row.update(ran=False, raised=True, reason=(f"T={failed} raised already in this run "
+                                                       f"({length_failures(ctx)[failed]}), not tried"))
+        elif avail is not None and need * safety > avail:
+            row.update(ran=False, reason=(f"estimated {need / memory.GIB:.2f} GiB x safety {safety} > "
+                                          f"{avail / memory.GIB:.2f} GiB available"))
+        else:
+            try:
+                row.update(_long_one(ctx, length))
+            except Exception as exc:  # noqa: BLE001 - a length the model or objective cannot take
+                from objdebug.core.interrupts import raise_swallowed
+
+                raise_swallowed()
+                length_failures(ctx)[length] = error_line(exc)[:200]
+                row.update(ran=False, raised=True, reason=f"raises: {error_line(exc)[:200]}")
+        if row["ran"]:
+            row["ratio"] = (row["loss"] / reference["loss"]
+                            if reference["loss"] != 0.0 and np.isfinite(reference["loss"]) else float("nan"))
+        if asked != length:
+            row.update(asked=asked, capped_to=length, note=position_limit.note(asked, length, ctx))
+        out["lengths"][str(asked)] = row
+    return out
