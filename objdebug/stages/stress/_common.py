@@ -31,6 +31,7 @@ from objdebug.engine.data import Sample
 from objdebug.pipeline.datasets import text_samples
 
 OBJECTIVE_ON_LOGITS = "stress.objective_on_logits"
+PROBE_POSITION = 5  # the out-of-range probes write one position of row 0: this one (garbage_ids.py)
 
 
 def loss_and_grad(ctx: Context, ids: np.ndarray, labels: np.ndarray, static: bool = False) -> dict[str, Any]:

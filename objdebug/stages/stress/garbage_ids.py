@@ -54,11 +54,10 @@ from objdebug.core.findings import Check, Condition, Verdict
 from objdebug.core.interrupts import raise_swallowed
 from objdebug.core.settings import Settings
 from objdebug.engine.gradients import objective_logit_grad
-from objdebug.stages.stress._common import POISONED, error_line, loss_and_grad, packed, short_length
+from objdebug.stages.stress._common import POISONED, PROBE_POSITION, error_line, loss_and_grad, packed, short_length
 from objdebug.engine import position_limit
 import objdebug.stages.stress.task_cases as task_cases
 
-_PROBE_POSITION = 5
 _NO_VOCAB_TASK = ("the input vocabulary is unknown (no tokenizer to read it from): set data.vocab_size "
                   "to draw random ids")
 _NO_VOCAB = ("the vocabulary size is unknown (the end-to-end form does not expose logits): set "
@@ -228,7 +227,7 @@ class OutOfRangeIds(Check):
         return {"rejected": False, "valid_loss": valid, "value": value}
 
     def _path(self, ctx: Context, path: str, graphs, ids: np.ndarray, labels: np.ndarray,
-              probes: dict[str, Any], bound: int | None = None, at: tuple = (0, _PROBE_POSITION)) -> None:
+              probes: dict[str, Any], bound: int | None = None, at: tuple = (0, PROBE_POSITION)) -> None:
         """The probes of one path (input or label) on the batch (ids, labels), each at index `at`
         (one position of row 0); `graphs`: (ids, labels) -> the loss of row 0, one per graph;
         `bound`: the path's range [0, bound) (default: the vocabulary)."""
@@ -271,7 +270,7 @@ class OutOfRangeIds(Check):
                              if k.startswith(path) and "valid_loss" in r), float("nan"))
                  for path in ("input", "label")}
         return {"vocab": vocab, "valid_loss": valid["input"], "label_valid_loss": valid["label"],
-                "position": _PROBE_POSITION, "row": 0, "shape": list(ids.shape),
+                "position": PROBE_POSITION, "row": 0, "shape": list(ids.shape),
                 "label_shape": list(label_labels.shape), "probes": probes}
 
     def _measure_task(self, ctx: Context, th: Settings) -> dict[str, Any]:

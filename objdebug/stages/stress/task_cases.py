@@ -47,7 +47,7 @@ import numpy as np
 
 from objdebug.engine import tasks
 from objdebug.pipeline import task_kind
-from objdebug.stages.stress._common import error_line, max_rel, rel_diff
+from objdebug.stages.stress._common import PROBE_POSITION, error_line, max_rel, rel_diff
 
 CAUSAL_LM = tasks.CAUSAL_LM
 ALL = (CAUSAL_LM, "classification", "tagging", "embedding")
@@ -308,14 +308,12 @@ def out_of_range_paths(ctx, th) -> dict[str, Any]:
     need is computed here, before any probe can make a graph raise."""
     import mindspore as ms
 
-    from objdebug.stages.stress.garbage_ids import _PROBE_POSITION
-
     engine, kind = ctx.engine, tasks.kind_of(ctx.config)
     rows = random_rows(ctx, th)
     length = tasks.bucket(max(len(s) for r in rows for s in _texts_of(r)))
     texts = task_kind.texts(ctx, rows, length)
     outs = [tasks.forward(engine, t) for t in texts]
-    position = min(_PROBE_POSITION, len(rows[0].ids) - 1)
+    position = min(PROBE_POSITION, len(rows[0].ids) - 1)
 
     def row0(out, labels):  # the loss of row 0 (embedding: the batch's, the others' texts as they were)
         if kind == "embedding":
@@ -369,7 +367,7 @@ def length_failures(ctx) -> dict[int, str]:
 def _long_one(ctx, length: int) -> dict[str, Any]:
     import time
 
-    from objdebug.stages.stress import memory
+    import objdebug.stages.stress.memory as memory
 
     rows = long_rows(ctx, length)
     with memory.PeakRss() as rss:
@@ -396,7 +394,7 @@ def _long_bytes(rows: int, length: int, width: int, n_params: int, shape: dict[s
 def long_inputs(ctx, th, lengths: list[int]) -> dict[str, Any]:
     """The value LongInputs' conditions read, measured on the kind's rows (see the docstring)."""
     from objdebug.engine import position_limit
-    from objdebug.stages.stress import memory
+    import objdebug.stages.stress.memory as memory
 
     kind = tasks.kind_of(ctx.config)
     width = task_kind.classes(ctx) if kind == "tagging" else 1  # per-token outputs (tag scores)
