@@ -420,6 +420,9 @@ class FiniteDifferences(Check):
                         else float("inf"))
             pairs = "; ".join(f"{r['autodiff']:.4g} vs {r['finite_difference']:.4g}"
                               for r in v["directions"])
+            rounding = (f", counted beyond what the loss's measured float32 rounding "
+                        f"({v['rounding_noise']:.2g}) does to a difference quotient"
+                        if "rounding_noise" in v else "")  # the task kinds' (task_fd.py)
             return verdict, (
                 f"autodiff vs central finite differences along "
                 f"{'the gradient direction and ' if v['directions'][0]['direction'] == 'gradient' else ''}"
@@ -428,7 +431,7 @@ class FiniteDifferences(Check):
                 f"{', '.join(f'{e:.2g}' for e in v['epsilons'])} along random ones, each pair also "
                 f"Richardson-extrapolated, best agreement; "
                 f"random directions on the scale |g|/sqrt(P) = {v['typical_gdot']:.3g}): max relative "
-                f"error {x:.2g} ({worst['direction']}, {worst['method']}; g·d vs FD: {pairs}); "
+                f"error {x:.2g}{rounding} ({worst['direction']}, {worst['method']}; g·d vs FD: {pairs}); "
                 f"pass < {e_pass}, fail > {e_fail}"), x
 
         return [Condition("OBJ206", f"fd_rel_error_less_than_{e_pass}", judge)]
@@ -512,9 +515,7 @@ class TaskFiniteDifferences(FiniteDifferences):
     the kind's gradient and losses (stages/grad/task_fd.py)."""
 
     name = "task-finite-differences"  # the rule page of OBJ206 names both
-    # not yet on embeddings: a trained encoder's InfoNCE (3e-4 nats from logits near 20) is
-    # rounding-limited along random directions (1% off at every step) until the floor is measured
-    kinds = ("classification", "tagging")
+    kinds = ("classification", "tagging", "embedding")
 
     def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         from objdebug.stages.grad import task_fd
