@@ -68,24 +68,36 @@ class ClassRanking(Check):
                               for i in range(3)]}
 
     def conditions(self, th: Settings) -> list[Condition]:
-        lo, hi = th["task_order_fail"], th["task_order_pass"]
+        return [order_condition("OBJ110", ("true", "near miss", "far"), "classifies correctly", th,
+                                name="class_order")]
 
-        def judge(v):
-            if not v["correct"]:
-                return (Verdict.SKIP, f"the model classifies none of the {v['rows']} align rows "
-                                      f"correctly: the order would measure the model, not the objective", None)
-            x = v["ordered_share"]
-            verdict = Verdict.FAIL if not v["finite"] else band(x, pass_if=lambda a: a >= hi,
-                                                                fail_if=lambda a: a < lo)
-            t, n, f = v["mean_loss"]
-            return verdict, (
-                f"loss(true) < loss(near miss) < loss(far) on {x:.0%} of the {v['correct']} rows the "
-                f"model gets right (accuracy {v['accuracy']:.0%} of {v['rows']}); mean loss true "
-                f"{t:.4g}, near {n:.4g}, far {f:.4g}; pass >= {hi:.0%}, fail < {lo:.0%}"
-                + (f"; out of order: {listing(v['disordered'])}" if v["disordered"] else "")
-                + ("" if v["finite"] else "; a loss is NaN/Inf")), x
 
-        return [Condition("OBJ110", f"class_order_at_least_{hi}", judge)]
+def order_condition(code: str, names: tuple[str, str, str], right: str, th: Settings,
+                    gap: float | None = None, name: str | None = None) -> Condition:
+    """The kinds' order judgement (OBJ110-OBJ112): the share of the rows the model gets right
+    (`right` says how) whose losses are ordered true < near < far (each step up by more than `gap`
+    x the larger loss, where given); a NaN/Inf loss fails; no row right: SKIP (the order would
+    measure the model)."""
+    lo, hi = th["task_order_fail"], th["task_order_pass"]
+    true, near, far = names
+
+    def judge(v):
+        if not v["correct"]:
+            return (Verdict.SKIP, f"the model gets none of the {v['rows']} align rows right ({right}): "
+                                  f"the order would measure the model, not the objective", None)
+        x = v["ordered_share"]
+        verdict = Verdict.FAIL if not v["finite"] else band(x, pass_if=lambda a: a >= hi,
+                                                            fail_if=lambda a: a < lo)
+        t, n, f = v["mean_loss"]
+        step = "" if gap is None else f" each step up by > {gap:g} relative"
+        return verdict, (
+            f"loss({true}) < loss({near}) < loss({far}){step} on {x:.0%} of the {v['correct']} rows "
+            f"the model gets right ({v['accuracy']:.0%} of {v['rows']}); mean loss {true} {t:.4g}, "
+            f"{near} {n:.4g}, {far} {f:.4g}; pass >= {hi:.0%}, fail < {lo:.0%}"
+            + (f"; out of order: {listing(v['disordered'])}" if v["disordered"] else "")
+            + ("" if v["finite"] else "; a loss is NaN/Inf")), x
+
+    return Condition(code, f"{name or code.lower() + '_order'}_at_least_{hi}", judge)
 
 
 def checks() -> list[Check]:

@@ -29,9 +29,10 @@ from typing import Any
 
 import numpy as np
 
-from objdebug.core.findings import Check, Condition, Verdict, band, listing
+from objdebug.core.findings import Check, Condition
 from objdebug.core.settings import Settings
 from objdebug.pipeline import task_kind
+from objdebug.stages.align.classification import order_condition
 
 
 def _ordered(losses, gap: float) -> bool:
@@ -49,29 +50,6 @@ def _summary(rows: int, table: list[dict], bad: list[str]) -> dict[str, Any]:
             "finite": finite, "disordered": bad, "table": table,
             "mean_loss": [float(np.mean([r["loss"][i] for r in table])) if table else float("nan")
                           for i in range(3)]}
-
-
-def _judgement(code: str, names: tuple[str, str, str], right: str, th: Settings) -> Condition:
-    """OBJ110's judgement for another kind: the share of ordered rows among those the model gets right."""
-    lo, hi, gap = th["task_order_fail"], th["task_order_pass"], th["task_order_gap"]
-    true, near, far = names
-
-    def judge(v):
-        if not v["correct"]:
-            return (Verdict.SKIP, f"the model gets none of the {v['rows']} align rows right ({right}): "
-                                  f"the order would measure the model, not the objective", None)
-        x = v["ordered_share"]
-        verdict = Verdict.FAIL if not v["finite"] else band(x, pass_if=lambda a: a >= hi,
-                                                            fail_if=lambda a: a < lo)
-        t, n, f = v["mean_loss"]
-        return verdict, (
-            f"loss({true}) < loss({near}) < loss({far}) each step up by > {gap:g} relative on {x:.0%} "
-            f"of the {v['correct']} rows the model gets right ({v['accuracy']:.0%} of {v['rows']}); "
-            f"mean loss {true} {t:.4g}, {near} {n:.4g}, {far} {f:.4g}; pass >= {hi:.0%}, fail < {lo:.0%}"
-            + (f"; out of order: {listing(v['disordered'])}" if v["disordered"] else "")
-            + ("" if v["finite"] else "; a loss is NaN/Inf")), x
-
-    return Condition(code, f"{code.lower()}_order_at_least_{hi}", judge)
 
 
 def _no_align(example: str):
@@ -135,8 +113,8 @@ class TagRanking(Check):
         return _summary(len(rows), table, bad)
 
     def conditions(self, th: Settings) -> list[Condition]:
-        return [_judgement("OBJ111", ("gold", "one tag changed", "every tag changed"),
-                           "every scored tag the argmax of its emissions", th)]
+        return [order_condition("OBJ111", ("gold", "one tag changed", "every tag changed"),
+                                "every scored tag the argmax of its emissions", th, gap=th["task_order_gap"])]
 
 
 # --------------------------------------------------------------------------- embedding
@@ -208,8 +186,9 @@ class PairRanking(Check):
         return out
 
     def conditions(self, th: Settings) -> list[Condition]:
-        return [_judgement("OBJ112", ("true positive", "hard negative", "far text"),
-                           "the positive the closest of the rows' texts to its anchor", th)]
+        return [order_condition("OBJ112", ("true positive", "hard negative", "far text"),
+                                "the positive the closest of the rows' texts to its anchor", th,
+                                gap=th["task_order_gap"])]
 
 
 def _embed(ctx, seqs):
