@@ -217,6 +217,19 @@ def test_a_trained_encoders_near_zero_losses_pass_obj502_whatever_their_ratio(co
     assert found["OBJ501"].verdict is Verdict.PASS and found["OBJ502"].verdict is Verdict.PASS
 
 
+# --------------------------------------------------------------------------- the real library's loss
+def test_mindspores_own_weighted_cross_entropy_on_the_classification_kind(contexts):
+    """`mindspore.nn.CrossEntropyLoss(weight=..., ignore_index=-100)` (MindSpore 2.10), unchanged:
+    its class weights are the declared ones, read off its gradient (OBJ220), and a batch whose
+    every label is ignored is 0 / 0 = NaN (OBJ503), as its causal-LM use is (OBJ503's page)."""
+    weights = result(contexts, "cls_mindspore_ce", "class-weights", stage="grad")
+    assert {f.code: f.verdict for f in weights.findings} == {"OBJ220": Verdict.PASS}, weights.findings
+    res = result(contexts, "cls_mindspore_ce", "all-padding")
+    assert res.findings[0].verdict is Verdict.FAIL and np.isnan(res.value["loss"]), res.findings[0].message
+    # the same batch through the healthy weighted CE costs exactly 0
+    assert result(contexts, "cls_healthy", "all-padding").value["loss"] == 0.0
+
+
 # --------------------------------------------------------------------------- OBJ206 on embeddings
 def test_a_trained_encoders_finite_differences_pass_within_its_measured_rounding(contexts):
     """The trained encoder's InfoNCE (3e-4 nats, a difference of logits near 20) disagreed with
