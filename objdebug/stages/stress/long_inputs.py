@@ -119,7 +119,11 @@ class LongInputs(Check):
         that will run in a process of its own (see the module docstring), when the run can
         spare the cores and the memory for it now."""
         if task_cases.is_task(ctx):
-            return  # a kind's lengths run in this process, when the check's turn comes
+            # a kind's lengths run in this process when the check's turn comes; its short
+            # reference now, before the out-of-range probes retire the graphs it runs on
+            length = position_limit.cap(short_length(th), ctx)
+            reference_ahead(ctx)[length] = task_cases.long_one(ctx, length)
+            return
         if not th["memory_calibration_lengths"]:  # (with calibration: a point of the fit, later)
             length = position_limit.cap(short_length(th), ctx)
             reference_ahead(ctx)[length] = self._one(ctx, length, static=False)
@@ -208,7 +212,8 @@ class LongInputs(Check):
 
     def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         if task_cases.is_task(ctx):  # the kind's row 0 repeated to each length (task_cases.py)
-            return task_cases.long_inputs(ctx, th, _lengths(th))
+            ref_len = position_limit.cap(short_length(th), ctx)
+            return task_cases.long_inputs(ctx, th, _lengths(th), reference_ahead(ctx).pop(ref_len, None))
         try:
             return self._measure(ctx, th)
         finally:  # what `prepare` started and this run did not use (or a crash) goes now

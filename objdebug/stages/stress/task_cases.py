@@ -364,7 +364,7 @@ def length_failures(ctx) -> dict[int, str]:
     return ctx.provide(length_failures, dict)
 
 
-def _long_one(ctx, length: int) -> dict[str, Any]:
+def long_one(ctx, length: int) -> dict[str, Any]:
     import time
 
     import objdebug.stages.stress.memory as memory
@@ -391,8 +391,10 @@ def _long_bytes(rows: int, length: int, width: int, n_params: int, shape: dict[s
     return int(4 * (rows * per_row + 3 * n_params))
 
 
-def long_inputs(ctx, th, lengths: list[int]) -> dict[str, Any]:
-    """The value LongInputs' conditions read, measured on the kind's rows (see the docstring)."""
+def long_inputs(ctx, th, lengths: list[int], reference: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The value LongInputs' conditions read, measured on the kind's rows (see the docstring);
+    `reference`: the short length's, taken when the stage started (LongInputs.prepare), before
+    the out-of-range probes retired the graphs it runs on."""
     from objdebug.engine import position_limit
     import objdebug.stages.stress.memory as memory
 
@@ -403,7 +405,7 @@ def long_inputs(ctx, th, lengths: list[int]) -> dict[str, Any]:
     if "layers" not in shape["from_model"]:  # no attention Cell found: no T^2 term to assume
         shape.update(layers=0, heads=0)
     safety = float(th["memory_safety"])
-    reference = _long_one(ctx, position_limit.cap(int(th["short_length"]), ctx))
+    reference = reference or long_one(ctx, position_limit.cap(int(th["short_length"]), ctx))
     out: dict[str, Any] = {"kind": kind, "reference": reference, "vocab": width, "model_shape": shape,
                            "memory_safety": safety, "lengths": {}, "calibration": None,
                            "longest_fitting": None}
@@ -422,7 +424,7 @@ def long_inputs(ctx, th, lengths: list[int]) -> dict[str, Any]:
                                           f"{avail / memory.GIB:.2f} GiB available"))
         else:
             try:
-                row.update(_long_one(ctx, length))
+                row.update(long_one(ctx, length))
             except Exception as exc:  # noqa: BLE001 - a length the model or objective cannot take
                 from objdebug.core.interrupts import raise_swallowed
 
