@@ -104,6 +104,24 @@ def without_plain_row_skips(found: dict) -> dict:
     return found
 
 
+def target_context(name: str, profile, stage: str):
+    """A Context on the fixture target `fixtures/targets/<name>` as the runner builds one (the
+    runtime set up from its [run], its target loaded, an Engine at the profile's batch size), for
+    running a stage's checks one at a time: `profile` a Profile, `stage` the engine's stage."""
+    from objdebug.core.config import load_config
+    from objdebug.engine import runtime
+    from objdebug.engine.core import Engine
+    from objdebug.engine.target import load_target
+    from objdebug.pipeline.context import Context
+
+    cfg = load_config(TARGETS / name / "objdebug.toml")
+    runtime.setup(cfg.run.device, cfg.run.mode, cfg.run.seed)
+    target = load_target(cfg)
+    engine = Engine(target, batch_size=profile.section("engine")["batch_size"])
+    engine.stage = stage
+    return Context(config=cfg, target=target, engine=engine, profile=profile)
+
+
 def messages(text: str) -> list[str]:
     """What a command said, less the progress lines a non-terminal stream gets while it runs
     (`objdebug: align (1/7): started`, ...): an input error must still be exactly one line."""

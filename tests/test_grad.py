@@ -19,10 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # fixtures.grad_losses is referenced by the fixture configs
     sys.path.insert(0, str(ROOT))
 
-from objdebug.engine import runtime  # noqa: E402
-from objdebug.core.config import load_config  # noqa: E402
 from objdebug.pipeline.context import Context  # noqa: E402
-from objdebug.engine.core import Engine  # noqa: E402
 from objdebug.core.errors import InputError  # noqa: E402
 from objdebug.core.findings import Verdict  # noqa: E402
 from objdebug.engine.gradients import layer_of, reference_mean_ce_grad  # noqa: E402
@@ -30,10 +27,10 @@ from objdebug.pipeline.profile import load_profile  # noqa: E402
 from objdebug.rules import get_rule  # noqa: E402
 from objdebug.stages import grad as G  # noqa: E402
 from objdebug.stages import stage_checks  # noqa: E402
-from objdebug.engine.target import load_target  # noqa: E402
 from objdebug.pipeline.runner import run_check  # noqa: E402  (the runner reviews verdicts)
 
-TARGETS = ROOT / "fixtures" / "targets"
+from .conftest import target_context  # noqa: E402
+
 PROFILE = load_profile("default")
 TH = PROFILE.section("grad")
 
@@ -53,12 +50,7 @@ def ctx_of():
 
     def get(name: str) -> Context:
         if name not in cache:
-            cfg = load_config(TARGETS / name / "objdebug.toml")
-            runtime.setup(cfg.run.device, cfg.run.mode, cfg.run.seed)
-            target = load_target(cfg)
-            engine = Engine(target, batch_size=PROFILE.section("engine")["batch_size"])
-            engine.stage = "grad"
-            cache[name] = Context(config=cfg, target=target, engine=engine, profile=PROFILE)
+            cache[name] = target_context(name, PROFILE, "grad")
         return cache[name]
     return get
 

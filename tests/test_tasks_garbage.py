@@ -27,7 +27,7 @@ import pytest
 
 from objdebug.core.findings import Verdict
 
-from .conftest import TARGETS
+from .conftest import target_context
 from .test_tasks_classification import _ref_weighted_ce
 
 WEIGHT = [1.0, 2.0, 4.0, 8.0]  # the classification targets' class_weight, label order
@@ -36,11 +36,6 @@ CHECKS = ("random-ids", "determinism", "all-padding", "long-inputs")
 
 @pytest.fixture(scope="module")
 def contexts():
-    from objdebug.core.config import load_config
-    from objdebug.engine import runtime
-    from objdebug.engine.core import Engine
-    from objdebug.engine.target import load_target
-    from objdebug.pipeline.context import Context
     from objdebug.pipeline.profile import load_profile
 
     profile = load_profile("ci-gate")
@@ -48,12 +43,7 @@ def contexts():
 
     def get(name):
         if name not in built:
-            cfg = load_config(TARGETS / name / "objdebug.toml")
-            runtime.setup(cfg.run.device, cfg.run.mode, cfg.run.seed)
-            target = load_target(cfg)
-            engine = Engine(target, batch_size=profile.section("engine")["batch_size"])
-            engine.stage = "stress"
-            built[name] = Context(config=cfg, target=target, engine=engine, profile=profile)
+            built[name] = target_context(name, profile, "stress")
         return built[name]
     return get
 
