@@ -55,7 +55,7 @@ from objdebug.core.interrupts import raise_swallowed
 from objdebug.core.settings import Settings
 from objdebug.engine.gradients import objective_logit_grad
 from objdebug.stages.stress._common import POISONED, PROBE_POSITION, error_line, loss_and_grad, packed, short_length
-from objdebug.engine import position_limit
+from objdebug.engine import position_limit, tasks
 import objdebug.stages.stress.task_cases as task_cases
 
 _NO_VOCAB_TASK = ("the input vocabulary is unknown (no tokenizer to read it from): set data.vocab_size "
@@ -279,9 +279,7 @@ class OutOfRangeIds(Check):
         the model's outputs; an embedding row has no label."""
         paths = task_cases.out_of_range_paths(ctx, th)
         probes: dict[str, Any] = {f"input {b}": None for b in (paths["vocab"], -1)}
-        if paths["label_graphs"] is None:
-            pass  # OBJ506 is a SKIP saying so (conditions)
-        else:
+        if paths["label_graphs"] is not None:  # (an embedding row has none: OBJ506 a SKIP saying so)
             probes.update({f"label {b}": None for b in (paths["classes"], -1)})
             # the labels' probes first: their graphs score the valid outputs taken before any probe
             self._path(ctx, "label", paths["label_graphs"], paths["ids"], paths["labels"], probes,
@@ -291,7 +289,7 @@ class OutOfRangeIds(Check):
         valid = {path: next((r["valid_loss"] for k, r in probes.items()
                              if k.startswith(path) and r and "valid_loss" in r), float("nan"))
                  for path in ("input", "label")}
-        return {"kind": task_cases.tasks.kind_of(ctx.config), "vocab": paths["vocab"], "input_bound": paths["vocab"],
+        return {"kind": tasks.kind_of(ctx.config), "vocab": paths["vocab"], "input_bound": paths["vocab"],
                 "label_bound": paths["classes"], "valid_loss": valid["input"],
                 "label_valid_loss": valid["label"], "position": paths["input_at"][1], "row": 0,
                 "shape": list(paths["ids"].shape), "label_shape": list(paths["labels"].shape),
