@@ -111,16 +111,22 @@ def healthy():
     return ctx, run(ctx, *R.checks())
 
 
-def test_healthy_bradley_terry_passes_every_check(healthy):
-    ctx, findings = healthy
+def assert_healthy_bradley_terry(ctx, findings):
+    """Every reward check PASSes; OBJ850 is log(1 + e^0.5) (the margin 0.5's zero point); the
+    reward read per token; no graph of the reward checks holds the model (the shared forward and
+    VJP serve)."""
     assert set(findings) == set(ALL)
     bad = {c: (f.verdict, f.message) for c, f in findings.items() if f.verdict is not Verdict.PASS}
     assert not bad
     assert findings["OBJ850"].value == pytest.approx(math.log1p(math.exp(0.5)), rel=1e-6)
     assert ctx.target.info["contract"]["reward_output"] == "token"
-    # no graph of the reward checks holds the model: the shared forward and VJP serve
     holding = {r.graph for r in ctx.engine.compiles.records if r.holds_model}
     assert holding == {"model.forward", "model.vjp"}
+
+
+def test_healthy_bradley_terry_passes_every_check(healthy):
+    ctx, findings = healthy
+    assert_healthy_bradley_terry(ctx, findings)
     assert "reward.objective" in {r.graph for r in ctx.engine.compiles.records}
 
 

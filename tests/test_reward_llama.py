@@ -10,8 +10,6 @@ Every Llama compile is costly on the shared cores, so all but the fixtures' stri
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
 
@@ -21,7 +19,8 @@ from objdebug.engine.target import load_target
 from objdebug.stages.policy import reward as R
 from objdebug.stages.policy.reward_session import session
 
-from .test_reward import ALL, ROOT, TARGETS, loss_twin, make_ctx, ref_bt, run, verdicts
+from .test_reward import (ROOT, TARGETS, assert_healthy_bradley_terry, loss_twin, make_ctx, ref_bt, run,
+                          verdicts)
 
 FIXTURES = sorted(p.name for p in TARGETS.glob("reward_llama_*"))
 SLOW = pytest.mark.slow
@@ -68,13 +67,7 @@ def healthy():
 @SLOW
 def test_healthy_bradley_terry_on_llama_passes_the_gate(healthy):
     ctx, findings = healthy
-    assert set(findings) == set(ALL)
-    bad = {c: (f.verdict, f.message) for c, f in findings.items() if f.verdict is not Verdict.PASS}
-    assert not bad
-    assert findings["OBJ850"].value == pytest.approx(math.log1p(math.exp(0.5)), rel=1e-6)
-    assert ctx.target.info["contract"]["reward_output"] == "token"
-    holding = {r.graph for r in ctx.engine.compiles.records if r.holds_model}
-    assert holding == {"model.forward", "model.vjp"}
+    assert_healthy_bradley_terry(ctx, findings)
 
 
 @SLOW

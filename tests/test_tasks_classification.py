@@ -64,6 +64,24 @@ def _codes(result, verdict):
     return {f.code for f in result.findings if f.verdict.value.lower() == verdict}
 
 
+def _value(result, check):
+    """The measured value of `check` in a run's results."""
+    return next(r.value for r in result.results if r.check == check)
+
+
+class LazyRuns(dict):
+    """target name -> `_run(name, checks)`, made on first use and kept by the module that holds
+    it (the default suite pays only for the targets its tests ask for)."""
+
+    def __init__(self, checks):
+        super().__init__()
+        self.checks = checks
+
+    def __missing__(self, name):
+        self[name] = _run(name, self.checks)
+        return self[name]
+
+
 @pytest.fixture(scope="module")
 def runs():
     weights = ["grad.class-weights"]

@@ -9,18 +9,14 @@ import json
 import numpy as np
 import pytest
 
-from .test_tasks_classification import ROOT, TARGETS, _codes, _run
+from .test_tasks_classification import LazyRuns, ROOT, TARGETS, _codes
 
-_RUNS: dict = {}
+_RUNS = LazyRuns(["correlate.score-correlation"])
 
 
 @pytest.fixture
 def runs():
-    class Lazy(dict):
-        def __missing__(self, name):
-            self[name] = _run(name, ["correlate.score-correlation"])
-            return self[name]
-    return _RUNS.setdefault("runs", Lazy())
+    return _RUNS
 
 
 @pytest.mark.slow

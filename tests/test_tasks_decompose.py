@@ -9,19 +9,15 @@ import json
 import numpy as np
 import pytest
 
-from .test_tasks_classification import ROOT, _codes, _run
+from .test_tasks_classification import LazyRuns, ROOT, _codes
 
 DECOMPOSE = ["decompose.components", "decompose.gradient-share", "decompose.primary-share"]
-_RUNS: dict = {}
+_RUNS = LazyRuns(DECOMPOSE)
 
 
 @pytest.fixture
 def runs():
-    class Lazy(dict):
-        def __missing__(self, name):
-            self[name] = _run(name, DECOMPOSE)
-            return self[name]
-    return _RUNS.setdefault("runs", Lazy())
+    return _RUNS
 
 
 @pytest.mark.slow

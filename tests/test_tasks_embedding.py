@@ -77,21 +77,17 @@ def _tensor(shape):
 
 
 # --------------------------------------------------------------------------- the contrastive checks
-from .test_tasks_classification import _codes, _run  # noqa: E402
+from .test_tasks_classification import LazyRuns, _codes  # noqa: E402
 
 
-_RUNS: dict = {}
+_RUNS = LazyRuns(["grad.contrastive"])
 
 
 @pytest.fixture
 def emb_runs():
     """Runs made on first use, kept for the module: the default suite pays for three targets,
     `-m slow` for the other twins."""
-    class Lazy(dict):
-        def __missing__(self, name):
-            self[name] = _run(name, ["grad.contrastive"])
-            return self[name]
-    return _RUNS.setdefault("runs", Lazy())
+    return _RUNS
 
 
 def test_double_temperature_fails_where_the_healthy_twin_passes(emb_runs):

@@ -6,24 +6,16 @@ numpy float64 closed forms on the measured emissions / embeddings."""
 import numpy as np
 import pytest
 
-from .test_tasks_classification import _codes, _run
+from .test_tasks_classification import LazyRuns, _codes, _value
 
 ORDER = ["align.tag-ranking", "align.pair-ranking"]
-_RUNS: dict = {}
+_RUNS = LazyRuns(ORDER)
 
 
 @pytest.fixture
 def runs():
     """Align-only runs made on first use and kept for the module."""
-    class Lazy(dict):
-        def __missing__(self, name):
-            self[name] = _run(name, ORDER)
-            return self[name]
-    return _RUNS.setdefault("runs", Lazy())
-
-
-def _value(result, check):
-    return next(r.value for r in result.results if r.check == check)
+    return _RUNS
 
 
 @pytest.mark.parametrize("healthy, twin, code", [

@@ -6,26 +6,18 @@ gradient graphs at three lengths: `slow`."""
 
 import pytest
 
-from .test_tasks_classification import _codes, _run
+from .test_tasks_classification import LazyRuns, _codes, _value
 
 STRESS = ["stress.all-padding", "stress.padding-invariance", "stress.extreme-logits",
           "stress.low-precision", "stress.random-ids", "stress.determinism", "stress.out-of-range-ids",
           "stress.long-inputs"]
 COMMON = {"OBJ501", "OBJ502", "OBJ503", "OBJ504", "OBJ505", "OBJ507", "OBJ508", "OBJ509", "OBJ510", "OBJ511"}  # every kind's
-_RUNS: dict = {}
+_RUNS = LazyRuns(STRESS)
 
 
 @pytest.fixture
 def runs():
-    class Lazy(dict):
-        def __missing__(self, name):
-            self[name] = _run(name, STRESS)
-            return self[name]
-    return _RUNS.setdefault("runs", Lazy())
-
-
-def _value(result, check):
-    return next(r.value for r in result.results if r.check == check)
+    return _RUNS
 
 
 @pytest.mark.slow
