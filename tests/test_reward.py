@@ -142,18 +142,24 @@ def test_rewards_are_read_at_the_last_real_token(healthy):
         assert rc[k] == pytest.approx(float(alone), abs=1e-4)
 
 
-def test_loss_and_gradient_match_numpy(healthy):
-    ctx, _ = healthy
-    s = session(ctx)
-    rc, rr = s.real_inputs()
+def assert_evaluate_is_bradley_terry(s, rc, rr, b: int):
+    """The session's objective on the rewards (rc, rr), batch by batch (a short batch filled with
+    its first row), against numpy float64 Bradley-Terry at margin 0.5: each loss and the
+    derivatives by each reward."""
     out = s.evaluate(rc, rr)
-    b = ctx.engine.batch_size
     for k, (start, end) in enumerate(s.chunks(len(rc))):
         rows = list(range(start, end)) + [start] * (b - (end - start))
         loss, dc, dr = ref_bt(rc[rows], rr[rows], 0.5)
         assert out["losses"][k] == pytest.approx(loss, rel=1e-5)
         np.testing.assert_allclose(out["da"][start:end], dc[:end - start], rtol=1e-4, atol=1e-7)
         np.testing.assert_allclose(out["db"][start:end], dr[:end - start], rtol=1e-4, atol=1e-7)
+
+
+def test_loss_and_gradient_match_numpy(healthy):
+    ctx, _ = healthy
+    s = session(ctx)
+    rc, rr = s.real_inputs()
+    assert_evaluate_is_bradley_terry(s, rc, rr, ctx.engine.batch_size)
     # the swap point: Bradley-Terry's mirror, swapped - preferred = log(1+e^(1+m)) - log(1+e^(m-1))
     swap = run(ctx, R.RewardSwap())["OBJ851"]
     assert "swapped - preferred = +1.227" in swap.message

@@ -19,8 +19,8 @@ from objdebug.engine.target import load_target
 from objdebug.stages.policy import reward as R
 from objdebug.stages.policy.reward_session import session
 
-from .test_reward import (ROOT, TARGETS, assert_healthy_bradley_terry, loss_twin, make_ctx, ref_bt, run,
-                          verdicts)
+from .test_reward import (ROOT, TARGETS, assert_evaluate_is_bradley_terry, assert_healthy_bradley_terry,
+                          loss_twin, make_ctx, run, verdicts)
 
 FIXTURES = sorted(p.name for p in TARGETS.glob("reward_llama_*"))
 SLOW = pytest.mark.slow
@@ -81,14 +81,7 @@ def test_llama_rewards_and_loss_match_the_references(healthy):
         sample = s.chosen().samples[k]
         ids = np.array([sample.prompt + sample.response] * ctx.engine.batch_size, np.int32)
         assert rc[k] == pytest.approx(float(s.output(ids)[0, -1]), abs=1e-4)
-    out = s.evaluate(rc, rr)
-    b = ctx.engine.batch_size
-    for k, (start, end) in enumerate(s.chunks(len(rc))):
-        rows = list(range(start, end)) + [start] * (b - (end - start))
-        loss, dc, dr = ref_bt(rc[rows], rr[rows], 0.5)
-        assert out["losses"][k] == pytest.approx(loss, rel=1e-5)
-        np.testing.assert_allclose(out["da"][start:end], dc[:end - start], rtol=1e-4, atol=1e-7)
-        np.testing.assert_allclose(out["db"][start:end], dr[:end - start], rtol=1e-4, atol=1e-7)
+    assert_evaluate_is_bradley_terry(s, rc, rr, ctx.engine.batch_size)
 
 
 # --------------------------------------------------------------------------- loss-only twins

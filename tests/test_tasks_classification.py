@@ -69,6 +69,13 @@ def _value(result, check):
     return next(r.value for r in result.results if r.check == check)
 
 
+def assert_twin_fails(runs, twin: str, healthy: str, code: str) -> None:
+    """The twin's run exits 1 failing `code`, which its healthy twin's run does not fail."""
+    r = runs[twin]
+    assert r.exit_code == 1 and code in _codes(r, "fail"), [f.message for f in r.findings]
+    assert code not in _codes(runs[healthy], "fail")
+
+
 class LazyRuns(dict):
     """target name -> `_run(name, checks)`, made on first use and kept by the module that holds
     it (the default suite pays only for the targets its tests ask for)."""

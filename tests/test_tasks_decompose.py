@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from .test_tasks_classification import LazyRuns, ROOT, _codes
+from .test_tasks_classification import ROOT, LazyRuns, _codes, assert_twin_fails
 
 DECOMPOSE = ["decompose.components", "decompose.gradient-share", "decompose.primary-share"]
 _RUNS = LazyRuns(DECOMPOSE)
@@ -34,9 +34,7 @@ def test_healthy_composites_pass_ci_gate(runs, healthy):
     ("emb_penalty_silent", "emb_composite_healthy", "OBJ303"),
 ])
 def test_each_composite_twin_fails_with_a_code_its_healthy_twin_lacks(runs, twin, healthy, code):
-    r = runs[twin]
-    assert r.exit_code == 1 and code in _codes(r, "fail"), [f.message for f in r.findings]
-    assert code not in _codes(runs[healthy], "fail")
+    assert_twin_fails(runs, twin, healthy, code)
 
 
 @pytest.mark.slow

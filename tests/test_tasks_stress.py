@@ -6,7 +6,7 @@ gradient graphs at three lengths: `slow`."""
 
 import pytest
 
-from .test_tasks_classification import LazyRuns, _codes, _value
+from .test_tasks_classification import LazyRuns, _codes, _value, assert_twin_fails
 
 STRESS = ["stress.all-padding", "stress.padding-invariance", "stress.extreme-logits",
           "stress.low-precision", "stress.random-ids", "stress.determinism", "stress.out-of-range-ids",
@@ -42,9 +42,7 @@ def test_healthy_kinds_pass_stress_on_ci_gate(runs, healthy, codes):
     ("tag_sum_reduction", "tag_healthy", "OBJ502"),
 ])
 def test_each_stress_twin_fails_with_a_code_its_healthy_twin_lacks(runs, twin, healthy, code):
-    r = runs[twin]
-    assert r.exit_code == 1 and code in _codes(r, "fail"), [f.message for f in r.findings]
-    assert code not in _codes(runs[healthy], "fail")
+    assert_twin_fails(runs, twin, healthy, code)
 
 
 @pytest.mark.slow
