@@ -19,8 +19,9 @@ DEMO = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
 def graph_mode():
     old = os.getcwd()
     os.chdir(tempfile.mkdtemp(prefix="objdebug-test-"))
-    ms.set_context(mode=ms.GRAPH_MODE)
-    ms.set_device("CPU")
+    from objdebug.engine import runtime
+
+    runtime.setup("CPU", "graph", 0)  # not ms.set_device: MindSpore 2.7 refuses it once a kernel ran
     yield
     os.chdir(old)
 

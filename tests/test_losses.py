@@ -18,8 +18,9 @@ def graph_mode():
     old = os.getcwd()
     tmp = tempfile.mkdtemp(prefix="objdebug-test-")   # MindSpore may drop rank_0/ here
     os.chdir(tmp)
-    ms.set_context(mode=ms.GRAPH_MODE)
-    ms.set_device("CPU")
+    from objdebug.engine import runtime
+
+    runtime.setup("CPU", "graph", 0)  # not ms.set_device: MindSpore 2.7 refuses it once a kernel ran
     yield
     os.chdir(old)
 

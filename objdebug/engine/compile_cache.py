@@ -158,9 +158,10 @@ def _signature(args: tuple) -> str:
 def _any_graph_compiled() -> bool:
     """True when this process already compiled a graph (MindSpore's counter is past 0)."""
     try:
-        from mindspore.graph import api as graph_api
+        from objdebug.engine.ms_versions import graph_api
 
-        return bool(graph_api.ms_compile_cache) or any(graph_api.cells_compile_cache.values())
+        api = graph_api()
+        return bool(api.ms_compile_cache) or any(api.cells_compile_cache.values())
     except Exception:  # an internal that moved: assume the worst
         return True
 
@@ -171,9 +172,9 @@ def _entry_script_problem() -> str:
     import ast
 
     try:
-        from mindspore.graph import api as graph_api
+        from objdebug.engine.ms_versions import graph_api
 
-        path = graph_api.entry_script_path
+        path = graph_api().entry_script_path
     except Exception:  # an internal that moved: do not risk it
         return "cannot find MindSpore's entry script"
     try:

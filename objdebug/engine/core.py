@@ -378,8 +378,9 @@ class Engine:
     def _drop_phases(self, name: str, cell: Any) -> None:
         """MindSpore's compiled phases of `cell` go (`del_net_res`), and the graph `name` counts
         as never compiled: its next call is a compile (`release`, `retire`)."""
-        from mindspore.graph.api import _cell_graph_executor
+        from objdebug.engine.ms_versions import graph_api
 
+        _cell_graph_executor = graph_api()._cell_graph_executor
         phases = getattr(cell, "compile_cache", None)
         if phases:
             _cell_graph_executor.del_net_res(cell, set(phases))

@@ -75,6 +75,10 @@ def setup(device: str = "CPU", mode: str = "graph", seed: int = 0) -> None:
 
     current = _state.get("device")
     if current is None:
+        from objdebug.engine.ms_versions import unsupported_reason
+
+        if why := unsupported_reason(str(ms.__version__)):  # installed with --no-deps beside an old one
+            raise InputError(why)
         try:
             ms.set_device(device)
         except (RuntimeError, ValueError) as exc:

@@ -46,7 +46,10 @@ def render(report: dict[str, Any], colour: bool = False, verbose: bool = False) 
     cfg = report["config"]
     target = report.get("target", {})
     comp = report.get("compiles", {})
-    lines.append(f"objdebug {report['versions'].get('objdebug', '')} · target {cfg.get('source')}")
+    versions = report["versions"]
+    # the MindSpore that ran it: users do not choose it (their Ascend image and MindFormers release do)
+    ms = f" · MindSpore {versions['mindspore']}" if versions.get("mindspore") else ""
+    lines.append(f"objdebug {versions.get('objdebug', '')}{ms} · target {cfg.get('source')}")
     lines.append(f"  {target.get('form', '')}: objective {target.get('objective')}"
                  + (f", model {target.get('model')}" if target.get("model") else "")
                  + f" · device {report['device']} · mode {report['mode']} · seed {report['seed']}"

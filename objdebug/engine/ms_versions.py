@@ -1,0 +1,59 @@
+"""What differs between the MindSpore releases objdebug supports (2.7 to 2.10), in one place.
+
+Users do not choose their MindSpore: their Ascend image (and its CANN) and their MindFormers
+release do (MindFormers 1.6-1.8 pair with 2.7.x, 1.9 with 2.9.0, 2.0 with 2.10.0). So objdebug
+never asks for one version (pyproject.toml admits the range) and every internal it reaches is
+looked up here, per version, instead of assuming the newest layout.
+
+Measured differences (this project's CI runs 2.10 in full and a subset on 2.7.2):
+- the graph executor and the per-process compile counters live in `mindspore.graph.api` from 2.9
+  on (2.9.0, 2.10.0 measured); before, in `mindspore.common.api` (2.7.2 measured). 2.9 and 2.10
+  keep the old name as a deprecated alias that logs a warning on import, so the new one is tried
+  first. A failed lookup had turned the compile cache off for every run on 2.7 ("this process
+  already compiled graphs").
+- `mindspore.set_device` raises once a kernel has run in the process on 2.7, even for the same
+  device; `runtime.setup` accepts that case on every release.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+SUPPORTED = ((2, 7), (2, 10))  # the oldest and the newest minor release, inclusive
+
+
+def parse(version: str) -> tuple[int, int]:
+    """'2.7.1.post1' -> (2, 7); anything unreadable -> (0, 0)."""
+    parts = version.split(".")
+    try:
+        return int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        return (0, 0)
+
+
+def installed() -> str:
+    from objdebug.engine.runtime import import_mindspore
+
+    return str(import_mindspore().__version__)
+
+
+def unsupported_reason(version: str) -> str:
+    """'' for a release in the supported range, else one line saying what to install."""
+    got = parse(version)
+    low, high = SUPPORTED
+    if low <= got <= high:
+        return ""
+    return (f"MindSpore {version} is outside the range objdebug supports "
+            f"({low[0]}.{low[1]} to {high[0]}.{high[1]}); install one of those")
+
+
+@functools.lru_cache(maxsize=1)
+def graph_api() -> Any:
+    """The module holding `_cell_graph_executor`, `ms_compile_cache`, `cells_compile_cache` and
+    `entry_script_path`: `mindspore.graph.api` (2.9+) or `mindspore.common.api` (before 2.9)."""
+    try:
+        from mindspore.graph import api
+    except ImportError:  # before MindSpore 2.9
+        from mindspore.common import api
+    return api
