@@ -37,6 +37,7 @@ def _without_eos_checks(found):
     return without_plain_row_skips(found)
 
 
+@pytest.mark.mindspore_range  # one stage per family on the oldest MindSpore too (.ci/run)
 def test_the_healthy_collator_passes_every_check_under_ci_gate():
     cfg = load_config(TARGETS / "batches_healthy" / "objdebug.toml")
     res = api.run(cfg, stages=["batches"], profile="ci-gate", compile_cache=False)
