@@ -64,6 +64,10 @@ def _match(ids: np.ndarray, at: int, seq: list[int]) -> bool:
 
 def split_row(ids: np.ndarray, roles: Any, eos_id: int | None) -> tuple[list[Turn], np.ndarray, np.ndarray, np.ndarray]:
     """(turns, role [n], kind [n], turn [n]) of one row's real tokens `ids`."""
+    if getattr(roles, "by_text", False):  # [chat] template: the row read as its text
+        from objdebug.stages.batches.chat_text import split_text
+
+        return split_text(ids, roles, eos_id)
     n = len(ids)
     role, kind, turn_of = np.full(n, "", object), np.full(n, "", object), np.zeros(n, int)
     starts = []
