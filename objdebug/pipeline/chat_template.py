@@ -14,6 +14,10 @@ Two ways, as the config says:
 - `markers`: each role's header as an id list or a string (encoded through `[data] tokenizer`),
   and `end_of_turn` (an id, a string, an id list, or "next-role").
 
+A template's texts, and markers given as strings, are matched in each row's decoded text
+(`stages/batches/chat_text.py`: a tokenizer's merges and dummy prefixes do not move a turn);
+markers given as ids are matched as id sequences.
+
 Texts become ids through `[data] tokenizer`. A template that does not render, jinja2 missing, a
 marker id outside the vocabulary: InputError (exit 2, one line). MindSpore-free.
 """
@@ -85,7 +89,7 @@ def _resolve(cfg: Any, c: Any, vocab: int | None) -> ChatRoles:
         stop, nxt = _end_of_turn(c.end_of_turn, tok)
         roles.closing = {r: stop for r in roles.headers}
         roles.next_role = nxt
-        text = c.end_of_turn if isinstance(c.end_of_turn, str) and not nxt else \
+        text = tok.text_form(c.end_of_turn) if isinstance(c.end_of_turn, str) and not nxt else \
             ("".join(tok.pieces(stop)) if stop and hasattr(tok, "pieces") else "")
         roles.closing_texts = {r: text for r in roles.headers}
         roles.tail_texts = {r: "" for r in roles.headers}
@@ -130,7 +134,17 @@ def _from_markers(markers: dict[str, Any], end_of_turn: Any, tok: Any) -> ChatRo
     headers = {r: _encode(v, tok, f"chat.markers.{r}") for r, v in markers.items()}
     stop, nxt = _end_of_turn(end_of_turn, tok)
     texts = {r: v if isinstance(v, str) else str(v) for r, v in markers.items()}
-    return ChatRoles("[chat] markers", headers, {r: stop for r in headers}, next_role=nxt, texts=texts)
+    roles = ChatRoles("[chat] markers", headers, {r: stop for r in headers}, next_role=nxt, texts=texts)
+    if all(isinstance(v, str) for v in markers.values()) and hasattr(tok, "pieces") \
+            and (nxt or isinstance(end_of_turn, str) or end_of_turn is None):
+        # markers as text: rows are read as text, as with a template (a tokenizer's merges and
+        # dummy prefixes do not hide them); markers as ids are id sequences
+        roles.tok = tok
+        roles.header_texts = {r: [tok.text_form(v)] for r, v in markers.items()}
+        eot = "" if nxt or end_of_turn is None else tok.text_form(end_of_turn)
+        roles.closing_texts = {r: eot for r in markers}
+        roles.tail_texts = {r: "" for r in markers}
+    return roles
 
 
 # --------------------------------------------------------------------------- templates

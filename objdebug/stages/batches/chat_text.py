@@ -31,8 +31,8 @@ _RANK = {CONTENT: 5, STOP: 4, HEADER: 3, FIXED: 2, TAIL: 1, PREAMBLE: 0}
 def pattern(text: str, specials: list[str], lead: bool = False) -> re.Pattern:
     """`text` as a regex that lets a dummy-prefix space open any piece of it: a tokenizer starts a
     segment after each special token, and a pipeline that encodes pieces apart starts one
-    wherever it cuts (`lead`: before the text itself, when it follows a special token: a
-    closing's tail). Only spaces are added; every character of `text` must be there, in order."""
+    wherever it cuts (`lead`: before the text itself too). Only spaces are added; every
+    character of `text` must be there, in order."""
     marks = sorted((s for s in specials if s and s in text), key=len, reverse=True)
     parts = re.split("(" + "|".join(re.escape(m) for m in marks) + ")", text) if marks else [text]
     atoms = []  # a special token whole, else one character
@@ -55,9 +55,7 @@ def _patterns(roles: Any) -> dict:
         specials = roles.tok.specials() if hasattr(roles.tok, "specials") else []
         cached = {"headers": {r: [(pattern(v, specials), v) for v in vs] for r, vs in roles.header_texts.items()},
                   "base": {r: pattern(min(vs, key=len), specials) for r, vs in roles.header_texts.items()},
-                  "closing": {r: pattern(v, specials) for r, v in roles.closing_texts.items() if v},
-                  "tail": {r: pattern(v, specials, lead=bool(roles.closing_texts.get(r, "")[-1:]
-                                                                and any(roles.closing_texts[r].endswith(x) for x in specials))) for r, v in roles.tail_texts.items() if v}}
+                  "closing": {r: pattern(v, specials) for r, v in roles.closing_texts.items() if v}}
         roles._patterns = cached
     return cached
 
@@ -98,9 +96,7 @@ def split_text(ids: np.ndarray, roles: Any, eos_id: int | None):
             if m:
                 cend, closed = m.start(), True
                 ckind[m.start():m.end()] = STOP
-                tail = pats["tail"].get(role)
-                t = tail.match(text, m.end(), limit) if tail is not None else None
-                ckind[m.end():t.end() if t else limit] = TAIL
+                ckind[m.end():limit] = TAIL  # "\n" after <|im_end|>, an appended EOS: neither
         ckind[e:cend] = CONTENT
         spans.append(closed)
     kind = np.full(n, "", object)
