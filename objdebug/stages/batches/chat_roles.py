@@ -5,7 +5,9 @@ declared) is found in the row's real tokens; its content runs to its closing (th
 ids; a whitespace tail after them), or, with "next-role" (GLM), to the next header, whose first
 token is then the turn's stop, or to a final EOS. Tokens before the first header are the
 preamble (BOS, `[gMASK]<sop>`); a template-fixed span right after an assistant header (an empty
-`<think></think>` block) is FIXED. numpy only; whether a label is ignored comes from the real
+`<think></think>` block) is FIXED. With a template or markers as strings the row is read as
+its decoded text instead (`chat_text.py`: one character-to-token mapping that a tokenizer's
+merges and dummy prefixes do not move); markers as ids are matched here as id sequences. numpy only; whether a label is ignored comes from the real
 objective (`audit.Audit.classes`, OBJ010's probe).
 """
 
