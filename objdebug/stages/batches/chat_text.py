@@ -82,7 +82,7 @@ def split_text(ids: np.ndarray, roles: Any, eos_id: int | None):
             end = s - neg
     ckind = np.full(len(text), PREAMBLE, object)
     cturn = np.zeros(len(text), int)
-    spans = []  # per turn: (content begin, content end) in characters, closed or not
+    closed_turns = []  # per turn: its closing found (False: the row ends inside it)
     for k, (s, e, role) in enumerate(heads):
         limit = heads[k + 1][0] if k + 1 < len(heads) else len(text)
         cturn[s:limit] = k + 1
@@ -98,7 +98,7 @@ def split_text(ids: np.ndarray, roles: Any, eos_id: int | None):
                 ckind[m.start():m.end()] = STOP
                 ckind[m.end():limit] = TAIL  # "\n" after <|im_end|>, an appended EOS: neither
         ckind[e:cend] = CONTENT
-        spans.append(closed)
+        closed_turns.append(closed)
     kind = np.full(n, "", object)
     turn_of = np.zeros(n, int)
     for j in range(n):
@@ -130,7 +130,7 @@ def split_text(ids: np.ndarray, roles: Any, eos_id: int | None):
                 content = [j for j in content if j != n - 1]
             else:
                 truncated = True
-        elif not spans[k]:
+        elif not closed_turns[k]:
             truncated = True
         after_header = [j for j in mine if kind[j] not in (HEADER, FIXED)]
         begin = int(content[0]) if content else (int(after_header[0]) if after_header else start)
