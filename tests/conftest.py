@@ -41,6 +41,8 @@ HEAVY_FILES = (
     "test_reward.py",                 # ~90 s on the 2 shared cores (23 tests): two model compiles + reward twins
     "test_reward_llama.py",           # 8 s default (1 test); 160 s with -m slow: the Llama reward model's compiles
     "test_chat_llama.py",             # ~22 s default (6 tests): one Llama objective probe; slow: the preference twins, whole runs
+    "test_chat_docs.py",              # ~22 s (67 tests): docs' [chat] blocks x forms x twins, one Llama objective probe
+    "test_chat_template_tokens.py",   # ~17 s (21 tests): a real tokenizer's rows, one Llama objective probe
     "test_tasks_order.py",            # ~26 s (6 tests): the tagger's and the encoder's align twins
     "test_tasks_stress.py",           # slow only (~115 s): the kinds' stress cases and twins
     "test_tasks_correlate.py",        # slow only (~60 s): the kinds' correlate twins

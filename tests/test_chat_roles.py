@@ -291,7 +291,7 @@ def test_init_batches_proposes_a_chat_section_for_conversation_rows(tmp_path):
     assert "chat" not in single.values
 
 
-@pytest.mark.parametrize("block,fmt", [(0, "chatml"), (1, "chatml_ids")])
+@pytest.mark.parametrize("block,fmt", [(0, "chatml"), (1, "chatml_ids"), (2, "chatml")])
 def test_the_docs_chat_examples_find_every_turn(tmp_path, block, fmt):
     """docs/config.md's [chat] examples (template; markers) load and split the fixture rows into
     every turn of every conversation."""
@@ -302,7 +302,7 @@ def test_the_docs_chat_examples_find_every_turn(tmp_path, block, fmt):
     from .doc_snippets import section_blocks
 
     blocks = section_blocks("### Conversations: `[chat]`")
-    assert len(blocks) == 2
+    assert len(blocks) == 3
     base = (TARGETS / "chat_ids" / "objdebug.toml").read_text()
     base = base[:base.index("[chat]")] + blocks[block] + "\n[run]\ndevice = \"CPU\"\n"
     cfg_path = tmp_path / "objdebug.toml"

@@ -189,6 +189,49 @@ def test_token_weighting_matches_the_token_count_reference(healthy):
     assert v["token_share"]["cosine"] == pytest.approx(1.0, abs=1e-6)
 
 
+@pytest.fixture(scope="module")
+def declared():
+    """The healthy per-batch mean under a declared accumulation of 2 micro-batches (4-row batch)."""
+    return Target("healthy", overrides={"run.grad_accumulation_steps": 2})
+
+
+def test_declared_accumulation_fails_a_per_micro_batch_mean(declared):
+    """[run] grad_accumulation_steps = 2: the loop averages 2 micro-batch means (transformers
+    #34191): OBJ706 measures those 2 micro-batches and FAILs, whatever the profile's note."""
+    res = declared.run("token-weighting")
+    (f,) = res.findings
+    v = res.value
+    assert v["micro_batches"] == 2 and v["rows_per_micro_batch"] == 2 and v["declared"] == 2
+    counts = v["tokens_per_micro_batch"]
+    assert v["mean"]["max_min"] == pytest.approx(max(counts) / min(counts), rel=1e-3)  # n_k reference
+    assert f.verdict is Verdict.FAIL, f.message
+    assert "(run.grad_accumulation_steps = 2: the trainer averages them)" in f.message
+    assert "the declared accumulation trains a different objective" in f.message
+
+
+def test_declared_accumulation_passes_a_loss_over_the_global_token_count():
+    """transformers' fixed loss (sum / the accumulated batch's token count,
+    fixtures/invariant_losses.py:GlobalCountCE) under the same declaration: every token weighs the
+    same, PASS; the same loss without the count (its per-batch mean) FAILs."""
+    fixed = Target("global_count")
+    (f,) = fixed.run("token-weighting").findings
+    assert f.verdict is Verdict.PASS and "tokens weigh equally" in f.message, f.message
+    mean = Target("global_count", overrides={"objective.kwargs": {"ignore_index": -100}})
+    (g,) = mean.run("token-weighting").findings
+    assert g.verdict is Verdict.FAIL, g.message
+
+
+def test_declared_accumulation_must_be_a_positive_divisor(tmp_path):
+    text = (TARGETS / "inv_global_count" / "objdebug.toml").read_text().replace("../../../", f"{ROOT}/")
+    cfg = tmp_path / "objdebug.toml"
+    cfg.write_text(text.replace("grad_accumulation_steps = 2", "grad_accumulation_steps = 0"))
+    with pytest.raises(InputError, match="run.grad_accumulation_steps"):
+        load_config(cfg)
+    three = Target("global_count", overrides={"run.grad_accumulation_steps": 3})
+    with pytest.raises(InputError, match=r"For 'run.grad_accumulation_steps', the value must divide the batch's 4 rows"):
+        three.run("token-weighting")
+
+
 def test_token_weighting_verdict_follows_the_profile(healthy):
     v = healthy.run("token-weighting").value
     for setting, verdict in (("info", Verdict.INFO), ("warn", Verdict.WARN), ("fail", Verdict.FAIL)):

@@ -159,6 +159,8 @@ class RunSpec:
     amp_dtype: str = "float16"        # the low precision: "float16" | "bfloat16"
     amp_objective: bool = False       # the objective converted too (amp applied to model + loss)
     loss_scale: float | None = None   # static loss scale of training: gradients of scale * loss
+    # the trainer averages the losses (gradients) of this many micro-batches per step (OBJ706)
+    grad_accumulation_steps: int | None = None
 
 
 @dataclass
@@ -225,6 +227,7 @@ class Config:
 # (section, key, default): left out of Config.to_dict() at their default
 _QUIET_DEFAULTS = (("run", "amp_level", "O0"), ("run", "amp_dtype", "float16"),
                    ("run", "amp_objective", False), ("run", "loss_scale", None),
+                   ("run", "grad_accumulation_steps", None),
                    ("data", "bos_id", None), ("data", "eos_id", None),
                    ("data", "batches", None), ("data", "batches_kwargs", {}),
                    ("data", "batch_columns", None), ("data", "columns", {}),
@@ -601,7 +604,8 @@ def _validate_batches(d: DataSpec, src: _Sources) -> None:
 
 
 def _validate_precision(r: RunSpec, src: _Sources) -> None:
-    """`[run] amp_level`, `amp_dtype`, `amp_objective`, `loss_scale` (see docs/config.md)."""
+    """`[run] amp_level`, `amp_dtype`, `amp_objective`, `loss_scale`, `grad_accumulation_steps`
+    (see docs/config.md)."""
     if r.amp_level not in AMP_LEVELS:
         raise InputError(f"For 'run.amp_level', the value must be in {list(AMP_LEVELS)}, but got "
                          f"{r.amp_level!r}.", source=src.of("run.amp_level"))
@@ -615,6 +619,9 @@ def _validate_precision(r: RunSpec, src: _Sources) -> None:
             raise InputError(f"For 'run.loss_scale', the value must be a finite number > 0, but got "
                              f"{r.loss_scale!r}.", source=src.of("run.loss_scale"))
         r.loss_scale = float(r.loss_scale)
+    if r.grad_accumulation_steps is not None:
+        _check_type(r.grad_accumulation_steps, int, "run.grad_accumulation_steps", src)
+        _check_range(r.grad_accumulation_steps, 1, INT32_MAX, "run.grad_accumulation_steps", src)
 
 
 def _validate_model_io(cfg: Config, src: _Sources) -> None:

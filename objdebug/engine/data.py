@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,17 @@ class BytesTokenizer:
     def decode(self, ids: list[int]) -> str:
         return bytes(i for i in ids if 0 <= i < 256).decode("utf-8", errors="replace")
 
+    def pieces(self, ids: list[int]) -> list[str]:
+        """Each token's text in `text_form`'s space: one byte, one character (latin-1)."""
+        return [chr(i) if 0 <= i < 256 else "\ufffd" for i in ids]
+
+    def text_form(self, text: str) -> str:
+        """A rendered text in the space `pieces` writes: its UTF-8 bytes as latin-1 characters."""
+        return text.encode("utf-8").decode("latin-1")
+
+    def specials(self) -> list[str]:
+        return []
+
 
 class HFTokenizer:
     """A local `tokenizer.json` through the `tokenizers` package (optional extra)."""
@@ -62,6 +74,33 @@ class HFTokenizer:
 
     def decode(self, ids: list[int]) -> str:
         return self._tok.decode(ids)
+
+    def pieces(self, ids: list[int], window: int = 6) -> list[str]:
+        """Each token's text as the row decodes it (special tokens kept): the text `window` tokens
+        and this one decode to, less what the `window` tokens alone decode to. A decoder's
+        context (a sentencepiece dummy-prefix space stripped only at the start, a UTF-8
+        character split over byte tokens) is the same in both, so the pieces join into the
+        row's text; a token whose text the next one completes is given it there."""
+        ids = [int(i) for i in ids]
+        out = []
+        for k in range(len(ids)):
+            s = max(0, k - window)
+            before = self._tok.decode(ids[s:k], skip_special_tokens=False) if k > s else ""
+            upto = self._tok.decode(ids[s:k + 1], skip_special_tokens=False)
+            if upto.startswith(before):
+                out.append(upto[len(before):])
+            else:  # a character completed by this token: the previous pieces held a stand-in
+                common = len(os.path.commonprefix([before, upto]))
+                out.append(upto[common:])
+        return out
+
+    def text_form(self, text: str) -> str:
+        return text
+
+    def specials(self) -> list[str]:
+        """The added tokens' texts (`<|im_start|>`): where a sentencepiece tokenizer starts a new
+        segment, hence may put a dummy-prefix space."""
+        return [t.content for t in self._tok.get_added_tokens_decoder().values() if t.content]
 
     def special_ids(self) -> dict[str, int]:
         """{"bos": id, "eos": id, "pad": id, "unk": id} as far as the tokenizer tells: the

@@ -14,6 +14,10 @@ Two ways, as the config says:
 - `markers`: each role's header as an id list or a string (encoded through `[data] tokenizer`),
   and `end_of_turn` (an id, a string, an id list, or "next-role").
 
+A template's texts, and markers given as strings, are matched in each row's decoded text
+(`stages/batches/chat_text.py`: a tokenizer's merges and dummy prefixes do not move a turn);
+markers given as ids are matched as id sequences.
+
 Texts become ids through `[data] tokenizer`. A template that does not render, jinja2 missing, a
 marker id outside the vocabulary: InputError (exit 2, one line). MindSpore-free.
 """
@@ -47,6 +51,16 @@ class ChatRoles:
     train_on: tuple[str, ...] = ("assistant",)
     last_turn_only: bool = False
     texts: dict[str, str] = field(default_factory=dict)       # role -> header text (messages)
+    # the template path: rows are read as text (`stages/batches/chat_text.py`), not id sequences
+    tok: Any = None                                            # decodes a row's ids to its text
+    header_texts: dict[str, list[str]] = field(default_factory=dict)  # role -> its headers, longest first
+    closing_texts: dict[str, str] = field(default_factory=dict)       # role -> its stop's text
+    tail_texts: dict[str, str] = field(default_factory=dict)          # role -> the text after the stop
+    preamble_text: str = ""
+
+    @property
+    def by_text(self) -> bool:
+        return bool(self.header_texts) and self.tok is not None and hasattr(self.tok, "pieces")
 
 
 def chat_roles(cfg: Any, vocab: int | None = None) -> ChatRoles | None:
@@ -75,6 +89,10 @@ def _resolve(cfg: Any, c: Any, vocab: int | None) -> ChatRoles:
         stop, nxt = _end_of_turn(c.end_of_turn, tok)
         roles.closing = {r: stop for r in roles.headers}
         roles.next_role = nxt
+        text = tok.text_form(c.end_of_turn) if isinstance(c.end_of_turn, str) and not nxt else \
+            ("".join(tok.pieces(stop)) if stop and hasattr(tok, "pieces") else "")
+        roles.closing_texts = {r: text for r in roles.headers}
+        roles.tail_texts = {r: "" for r in roles.headers}
     roles.train_on, roles.last_turn_only = tuple(c.train_on), bool(c.last_turn_only)
     _check_vocab(roles, vocab)
     missing = [r for r in c.train_on if r not in roles.headers]
@@ -116,7 +134,17 @@ def _from_markers(markers: dict[str, Any], end_of_turn: Any, tok: Any) -> ChatRo
     headers = {r: _encode(v, tok, f"chat.markers.{r}") for r, v in markers.items()}
     stop, nxt = _end_of_turn(end_of_turn, tok)
     texts = {r: v if isinstance(v, str) else str(v) for r, v in markers.items()}
-    return ChatRoles("[chat] markers", headers, {r: stop for r in headers}, next_role=nxt, texts=texts)
+    roles = ChatRoles("[chat] markers", headers, {r: stop for r in headers}, next_role=nxt, texts=texts)
+    if all(isinstance(v, str) for v in markers.values()) and hasattr(tok, "pieces") \
+            and (nxt or isinstance(end_of_turn, str) or end_of_turn is None):
+        # markers as text: rows are read as text, as with a template (a tokenizer's merges and
+        # dummy prefixes do not hide them); markers as ids are id sequences
+        roles.tok = tok
+        roles.header_texts = {r: [tok.text_form(v)] for r, v in markers.items()}
+        eot = "" if nxt or end_of_turn is None else tok.text_form(end_of_turn)
+        roles.closing_texts = {r: eot for r in markers}
+        roles.tail_texts = {r: "" for r in markers}
+    return roles
 
 
 # --------------------------------------------------------------------------- templates
@@ -215,6 +243,7 @@ def _from_template(path: str, tok: Any, data: Any) -> ChatRoles:
     full = render(msgs)
     headers: dict[str, list[str]] = {}
     closings: dict[str, list[str]] = {}
+    gaps = []  # (k, the text between message k-1's content and message k's): closing + header
     done = 0  # where the text of the messages before k ends in `full`
     for k, m in enumerate(msgs):
         content = m["content"]
@@ -228,46 +257,65 @@ def _from_template(path: str, tok: Any, data: Any) -> ChatRoles:
             before = None
         if before is not None and full.startswith(before) and len(before) <= at:
             if k:  # the previous message's closing: its content's end to where the short rendering ends
-                prev = msgs[k - 1]
-                end = full.find(prev["content"]) + len(prev["content"])
-                closings.setdefault(prev["role"], []).append(before[end:])
+                closings.setdefault(msgs[k - 1]["role"], []).append(full[done:len(before)])
             headers.setdefault(m["role"], []).append(full[max(len(before), done):at])
+        else:  # the shorter rendering differs (Qwen3 writes a reasoning block into a last turn)
+            gaps.append((k, full[done:at]))
         done = at + len(content)
     last = msgs[-1]
     closings.setdefault(last["role"], []).append(full[done:])
+    for k, gap in gaps:  # a gap that opens with the previous role's known closing: the rest is the header
+        prev = msgs[k - 1]["role"] if k else None
+        known = sorted((c for c in closings.get(prev, []) if c.strip() and gap.startswith(c)), key=len)
+        if k and known:
+            headers.setdefault(msgs[k]["role"], []).append(gap[len(known[-1]):])
+        elif not k:
+            headers.setdefault(msgs[k]["role"], []).append(gap)
     if "assistant" not in headers:
         raise InputError("For 'chat.template', the assistant header must be found by prefix "
                          "rendering, but the template renders no stable prefix", source=path)
-    roles = ChatRoles(f"the chat_template of '{Path(path).name}'", {}, {})
+    # a bos_token or preamble before the first message's header is not the header
+    pre = render([]) if _renders_empty(render) else ""
+    pre = pre or specials.get("bos_token") or ""
+    first = msgs[0]["role"]
+    headers[first] = [h[len(pre):] if pre and h.startswith(pre) and len(h) > len(pre) else h
+                      for h in headers[first]]
+    roles = ChatRoles(f"the chat_template of '{Path(path).name}'", {}, {}, tok=tok)
+    roles.preamble_text = pre
     for role, found in headers.items():
+        found = [h for h in found if h]
+        if not found:
+            continue
         base = min(found, key=len)
         roles.texts[role] = base
-        roles.headers[role] = tok.encode(base) if base else []
+        roles.headers[role] = tok.encode(base)
+        variants = {base}
         for h in found:  # a longer header of the same role: the template's fixed span after it
             extra = h[len(base):] if h.startswith(base) else ""
             if extra.strip():
+                variants.add(h)
                 ids = tok.encode(extra)
                 if ids not in roles.fixed:
                     roles.fixed.append(ids)
-    roles.headers = {r: v for r, v in roles.headers.items() if v}
-    # a bos_token or preamble before the first message's header is not the header
-    first = msgs[0]["role"]
-    pre = render([]) if _renders_empty(render) else ""
-    if pre and roles.texts.get(first, "").startswith(pre) and len(roles.texts[first]) > len(pre):
-        roles.texts[first] = roles.texts[first][len(pre):]
-        roles.headers[first] = tok.encode(roles.texts[first])
-    elif specials.get("bos_token") and roles.texts.get(first, "").startswith(specials["bos_token"]):
-        roles.texts[first] = roles.texts[first][len(specials["bos_token"]):]
-        roles.headers[first] = tok.encode(roles.texts[first])
+        roles.header_texts[role] = sorted(variants, key=len, reverse=True)
     for role, found in closings.items():
         text = min((c for c in found if c.strip()), key=len, default="")
         stop = text.rstrip()  # the stop the model must learn; whitespace after it is neither
         roles.closing[role] = tok.encode(stop) if stop else []
         rest = text[len(stop):]
         roles.tail[role] = tok.encode(rest) if rest else []
+        roles.closing_texts[role], roles.tail_texts[role] = stop, rest
     for role in roles.headers:
         roles.closing.setdefault(role, roles.closing.get("user", []))
+        roles.closing_texts.setdefault(role, roles.closing_texts.get("user", ""))
+        roles.tail_texts.setdefault(role, roles.tail_texts.get("user", ""))
     roles.next_role = not any(roles.closing.get(r) for r in roles.headers)
+    if hasattr(tok, "text_form"):  # the texts rows are read in (a byte tokenizer's: latin-1 bytes)
+        form = tok.text_form
+        roles.header_texts = {r: [form(v) for v in vs] for r, vs in roles.header_texts.items()}
+        roles.closing_texts = {r: form(v) for r, v in roles.closing_texts.items()}
+        roles.tail_texts = {r: form(v) for r, v in roles.tail_texts.items()}
+        roles.preamble_text = form(roles.preamble_text)
     return roles
 
 

@@ -28,8 +28,14 @@ EXAMPLES = 4  # places named in a message
 
 
 def _text(ctx: Any, ids: list[int]) -> str:
+    from objdebug.engine.data import BytesTokenizer
     from objdebug.stages.batches.show import decoder, token_text
 
+    roles = roles_of(ctx)
+    if getattr(roles, "by_text", False) and not isinstance(roles.tok, BytesTokenizer):
+        # the tokens' text as the row reads (special tokens kept), as the template path matched it
+        text = "".join(roles.tok.pieces([int(i) for i in ids[:40]])).replace("\n", "⏎")
+        return repr(text + ("…" if len(ids) > 40 else ""))
     decode = decoder(ctx.config)
     text = "".join(token_text(decode, i) for i in ids[:40])
     return repr(text + ("…" if len(ids) > 40 else ""))

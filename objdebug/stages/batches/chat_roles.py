@@ -5,7 +5,9 @@ declared) is found in the row's real tokens; its content runs to its closing (th
 ids; a whitespace tail after them), or, with "next-role" (GLM), to the next header, whose first
 token is then the turn's stop, or to a final EOS. Tokens before the first header are the
 preamble (BOS, `[gMASK]<sop>`); a template-fixed span right after an assistant header (an empty
-`<think></think>` block) is FIXED. numpy only; whether a label is ignored comes from the real
+`<think></think>` block) is FIXED. With a template or markers as strings the row is read as
+its decoded text instead (`chat_text.py`: one character-to-token mapping that a tokenizer's
+merges and dummy prefixes do not move); markers as ids are matched here as id sequences. numpy only; whether a label is ignored comes from the real
 objective (`audit.Audit.classes`, OBJ010's probe).
 """
 
@@ -64,6 +66,10 @@ def _match(ids: np.ndarray, at: int, seq: list[int]) -> bool:
 
 def split_row(ids: np.ndarray, roles: Any, eos_id: int | None) -> tuple[list[Turn], np.ndarray, np.ndarray, np.ndarray]:
     """(turns, role [n], kind [n], turn [n]) of one row's real tokens `ids`."""
+    if getattr(roles, "by_text", False):  # [chat] template: the row read as its text
+        from objdebug.stages.batches.chat_text import split_text
+
+        return split_text(ids, roles, eos_id)
     n = len(ids)
     role, kind, turn_of = np.full(n, "", object), np.full(n, "", object), np.zeros(n, int)
     starts = []

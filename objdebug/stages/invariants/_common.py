@@ -96,18 +96,26 @@ def scored(ctx: Context, labels: np.ndarray) -> np.ndarray:
     return (labels != ctx.config.data.label_pad_id) & (labels >= 0)
 
 
+def accumulation_steps(ctx: Context) -> int | None:
+    """`[run] grad_accumulation_steps`: the trainer's declared accumulation (None: not declared)."""
+    return getattr(ctx.config.run, "grad_accumulation_steps", None)
+
+
 def micro_batches(ctx: Context) -> list[tuple[int, int]]:
     """[start, end) row ranges of the micro-batches a training loop would split the batch into.
 
+    `[run] grad_accumulation_steps` = K when the config declares the trainer's accumulation, else
     `[invariants] micro_batches` = K (0: one row each); it must divide the batch's rows, so every
     micro-batch has one shape (one compile)."""
     n = rows(ctx)
-    k = int(settings(ctx)["micro_batches"]) or n
+    declared = accumulation_steps(ctx)
+    k = declared or int(settings(ctx)["micro_batches"]) or n
     if k < 1 or n % k:
         from objdebug.core.errors import InputError
 
-        raise InputError(f"For '[invariants] micro_batches', the value must divide the batch's "
-                         f"{n} rows, but got {k}.")
+        key = "run.grad_accumulation_steps" if declared else "[invariants] micro_batches"
+        raise InputError(f"For '{key}', the value must divide the batch's {n} rows (the profile's "
+                         f"[engine] batch_size), but got {k}.")
     size = n // k
     return [(i * size, (i + 1) * size) for i in range(k)]
 

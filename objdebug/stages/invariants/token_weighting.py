@@ -13,7 +13,10 @@ loss divided by the global token count), applied to the same micro-batch gradien
 
 For a per-batch mean cross-entropy the unequal weighting is its documented nature, not a bug: the
 verdict is the profile's `token_weighting` (default "info"); a training setup that relies on
-accumulation being equivalent to one batch sets it to "warn" or "fail".
+accumulation being equivalent to one batch sets it to "warn" or "fail". A config that declares the
+trainer's accumulation (`[run] grad_accumulation_steps = K`: the loop averages K micro-batch
+losses per step) is measured at those K micro-batches and FAILs beyond the tolerance: that loop
+then trains the mis-weighted objective (transformers #34191), whatever the profile's note says.
 
 Graphs: `objective.logit_grad` at the batch shape (shared) and at the micro-batch
 shape (shared with OBJ704 and OBJ710).
@@ -28,8 +31,8 @@ import numpy as np
 from objdebug.pipeline.context import Context
 from objdebug.core.findings import Check, Condition, Verdict
 from objdebug.core.settings import Settings
-from objdebug.stages.invariants._common import (base, batch, micro_batches, micro_probes, scored,
-    skip_end_to_end)
+from objdebug.stages.invariants._common import (accumulation_steps, base, batch, micro_batches,
+    micro_probes, scored, skip_end_to_end)
 
 
 def _weights(acc: np.ndarray, full: np.ndarray, keep: np.ndarray) -> np.ndarray:
@@ -72,7 +75,8 @@ class TokenWeighting(Check):
             acc[s:e] = p.grad / k                      # what the loop does: mean of K gradients
             fixed[s:e] = p.grad * (n_k / max(n_total, 1))  # weighted by the share of tokens
         out = {"micro_batches": k, "rows_per_micro_batch": ranges[0][1] - ranges[0][0],
-               "tokens_per_micro_batch": counts, "scored": n_total}
+               "tokens_per_micro_batch": counts, "scored": n_total,
+               "declared": accumulation_steps(ctx)}
         if not (np.isfinite(full).all() and np.isfinite(acc).all()) or n_total == 0:
             out.update(finite=False)
             return out
@@ -92,7 +96,10 @@ class TokenWeighting(Check):
             if not v.get("finite"):
                 return Verdict.SKIP, "not judged: a gradient is not finite or nothing is scored", None
             m, f = v["mean"], v["token_share"]
-            what = (f"{v['micro_batches']} micro-batches of {v['rows_per_micro_batch']} row(s) "
+            declared = v.get("declared")
+            said = (f" (run.grad_accumulation_steps = {declared}: the trainer averages them)"
+                    if declared else "")
+            what = (f"{v['micro_batches']} micro-batches{said} of {v['rows_per_micro_batch']} row(s) "
                     f"({min(v['tokens_per_micro_batch'])}-{max(v['tokens_per_micro_batch'])} scored "
                     f"tokens each, {v['scored']} in all), gradients averaged as accumulation or data "
                     f"parallel does: effective token weight max/min {m['max_min']:.4g}, cosine with "
@@ -104,6 +111,9 @@ class TokenWeighting(Check):
                    f"cosine {f['cosine']:.6f}")
             if f["max_min"] - 1.0 > tol:
                 fix += " (not equal either: the objective weighs tokens by more than its micro-batch's count)"
+            if declared:  # the declared loop trains this weighting: a failure, not a note
+                return Verdict.FAIL, (what + fix + "; the declared accumulation trains a different "
+                                      "objective than one batch of the same rows"), m["max_min"]
             return verdict, what + fix, m["max_min"]
 
         return [Condition("OBJ706", f"token_weights_equal_within_{tol}", judge)]

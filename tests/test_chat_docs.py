@@ -1,0 +1,149 @@
+"""docs/config.md's `[chat]` examples as a user copies them (issue 53): each block written into a
+config beside a pipeline's sections, against a healthy pipeline and a buggy twin of each role-audit
+bug class of issue 52, in each marker form the docs show:
+
+- `template` (the ChatML fixture template; Qwen3's own for the reasoning block, GLM's for the
+  next-role closer: the user puts their template's path there) through a real tokenizer
+  (fixtures/chat/tokenizer.json: sentencepiece-style, 512 ids), the conversation encoded once or
+  piece by piece (fixtures/chat_tokenized.py), and GLM's through bytes (fixtures/chat_pipelines.py);
+- markers as strings, through the same real tokenizer;
+- markers as ids, with one id per special token (fixtures/chat_pipelines.py "chatml_ids", bytes:
+  `[data] tokenizer = "bytes"` is declared, so the ids' vocabulary check holds whatever else).
+
+Every twin FAILs with a code its healthy twin lacks (the healthy one passes OBJ020 and
+OBJ023-OBJ028). One Context on the Llama fixture (one objective probe); the chat checks and OBJ020.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import pytest
+
+from objdebug.core.config import load_config
+from objdebug.core.findings import Verdict
+from objdebug.pipeline.runner import run_check
+
+from .conftest import ROOT, TARGETS
+from .doc_snippets import section_blocks
+
+CASE: dict[str, object] = {"make": None}
+CODES = ["OBJ020"] + [f"OBJ0{i}" for i in range(23, 29)]
+BLOCKS = section_blocks("### Conversations: `[chat]`")  # template, markers as ids, markers as strings
+TOKENIZER = {"tok": '"../../chat/tokenizer.json"', "bytes": '"bytes"'}
+
+
+def _config(tmp_path, block: int, tokenizer: str, template: str | None = None):
+    """The docs block under the Llama target's sections, written where the target's config sits
+    (its relative paths hold) and loaded as `objdebug` loads it."""
+    base = (TARGETS / "llama_chat_template_tok" / "objdebug.toml").read_text()
+    base = base[:base.index("\n[chat]") + 1].replace('"../../chat/tokenizer.json"', TOKENIZER[tokenizer])
+    base = base.replace('batches = "fixtures.chat_tokenized:pipeline"', 'batches = "doccase_test:make"')
+    base = base.replace('batches_kwargs = { template = "chatml", style = "whole" }\n', "")
+    chat = BLOCKS[block].replace('"fixtures/chat/chatml_tokenizer_config.json"',
+                                 f'"{ROOT}/fixtures/chat/{template or "chatml"}_tokenizer_config.json"')
+    path = TARGETS / "llama_chat_template_tok" / f"docs_case_{tmp_path.name}.toml"
+    path.write_text(base + chat + '\n[run]\ndevice = "CPU"\n')
+    try:
+        return load_config(path)
+    finally:
+        path.unlink()
+
+
+@pytest.fixture(scope="module")
+def ctx():
+    from objdebug.engine import runtime
+    from objdebug.engine.core import Engine
+    from objdebug.engine.target import load_target
+    from objdebug.pipeline.context import Context
+    from objdebug.pipeline.profile import load_profile
+
+    mod = types.ModuleType("doccase_test")
+    mod.make = lambda: CASE["make"]()
+    sys.modules["doccase_test"] = mod
+    cfg = load_config(TARGETS / "llama_chat_template_tok" / "objdebug.toml")
+    runtime.setup("CPU", "graph", 0)
+    t = load_target(cfg)
+    yield Context(config=cfg, target=t, engine=Engine(t), profile=load_profile("ci-gate"))
+    sys.modules.pop("doccase_test", None)
+
+
+def _judge(ctx, cfg, make) -> dict[str, tuple[Verdict, str]]:
+    from objdebug.stages.batches import chat_checks
+    from objdebug.stages.batches.audit import audit, real_batches
+    from objdebug.stages.batches.chat_roles import roles_of, row_roles
+    from objdebug.stages.batches.framing import EosTrained
+
+    CASE["make"] = make
+    ctx.config = cfg
+    for f in (audit, real_batches, roles_of, row_roles):
+        ctx.forget(f)
+    th = ctx.profile.section("batches")
+    checks = [EosTrained()] + [c() for c in chat_checks.CHECKS]
+    return {f.code: (f.verdict, f.message) for c in checks for f in run_check(c, ctx, th).findings}
+
+
+def _tokenized(template, style, bug):
+    from fixtures.chat_tokenized import pipeline
+
+    return lambda: pipeline(template, style, bug)
+
+
+def _bytes(fmt, bug):
+    from fixtures.chat_pipelines import pipeline
+
+    return lambda: pipeline(fmt, bug)
+
+
+# form -> (docs block, tokenizer, template path, pipeline(bug))
+FORMS = {
+    "template/whole": (0, "tok", "chatml", lambda bug: _tokenized("chatml", "whole", bug)),
+    "template/segments": (0, "tok", "chatml", lambda bug: _tokenized("chatml", "segments", bug)),
+    "template/qwen3": (0, "tok", "qwen3", lambda bug: _tokenized("qwen3", "segments", bug)),
+    "template/glm": (0, "bytes", "glm", lambda bug: _bytes("glm", bug)),
+    "markers-strings/whole": (2, "tok", None, lambda bug: _tokenized("chatml", "whole", bug)),
+    "markers-strings/segments": (2, "tok", None, lambda bug: _tokenized("chatml", "segments", bug)),
+    "markers-ids": (1, "bytes", None, lambda bug: _bytes("chatml_ids", bug)),
+}
+BUGS = {  # bug -> the codes one of which must FAIL (each a code the healthy twin passes)
+    "all_ones": {"OBJ028", "OBJ026"}, "all_zeros": {"OBJ028", "OBJ024"}, "stop_masked": {"OBJ025"},
+    "last_only": {"OBJ024"}, "user_trained": {"OBJ026"}, "system_trained": {"OBJ026"},
+    "tool_trained": {"OBJ026"}, "header_trained": {"OBJ027"}, "no_markers": {"OBJ023"},
+    "history_eos_trained": {"OBJ026"}, "think_trained": {"OBJ027"},
+}
+# which bug twins each form's pipeline builds (chat_pipelines: the issue-45 set; GLM: its closer)
+CASES = [(form, bug) for form in ("template/whole", "template/segments", "markers-strings/whole",
+                                  "markers-strings/segments")
+         for bug in sorted(set(BUGS) - {"think_trained"})]
+CASES += [("template/qwen3", b) for b in ("think_trained", "stop_masked", "header_trained", "tool_trained")]
+CASES += [("template/glm", "stop_masked"), ("template/glm", "all_ones")]
+CASES += [("markers-ids", b) for b in ("all_ones", "all_zeros", "stop_masked", "last_only",
+                                       "header_trained", "user_trained", "no_markers")]
+HEALTHY: dict[str, dict] = {}
+
+
+def _healthy(ctx, tmp_path, form):
+    if form not in HEALTHY:
+        block, tok, template, make = FORMS[form]
+        HEALTHY[form] = _judge(ctx, _config(tmp_path, block, tok, template), make(None))
+    return HEALTHY[form]
+
+
+@pytest.mark.parametrize("form", sorted(FORMS))
+def test_the_docs_chat_examples_pass_a_healthy_pipeline(ctx, tmp_path, form):
+    found = _healthy(ctx, tmp_path, form)
+    bad = {c: v for c, v in found.items() if c in CODES and v[0] not in (Verdict.PASS, Verdict.SKIP)}
+    assert not bad, bad
+    assert all(found[c][0] is Verdict.PASS for c in CODES[1:]), found
+    if form == "template/qwen3":  # eos_id undeclared here: OBJ020 has no EOS to judge
+        assert found["OBJ020"][0] is Verdict.SKIP
+
+
+@pytest.mark.parametrize("form,bug", CASES)
+def test_the_docs_chat_examples_fail_each_bug_twin(ctx, tmp_path, form, bug):
+    healthy = _healthy(ctx, tmp_path, form)
+    block, tok, template, make = FORMS[form]
+    found = _judge(ctx, _config(tmp_path, block, tok, template), make(bug.removeprefix("glm_")))
+    failed = {c for c, (v, _) in found.items() if v is Verdict.FAIL and healthy[c][0] is Verdict.PASS}
+    assert failed & BUGS[bug], (form, bug, {c: found[c] for c in CODES})
