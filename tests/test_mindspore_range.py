@@ -3,7 +3,7 @@ supported release with the suite, and on the oldest (2.7.2) in a second venv (`-
 
 What it holds on every release: `objdebug demo` (every stage of the causal-LM demo) and the three
 task-kind demos exit 0 with the same verdict for every finding as recorded on MindSpore 2.10
-(tests/golden/demo_verdicts.json; regenerate with OBJDEBUG_UPDATE_GOLDEN=1 after an intended change
+(tests/golden/demo_verdicts/, one file per demo so that parallel workers never write one file; regenerate with OBJDEBUG_UPDATE_GOLDEN=1 after an intended change
 of a verdict, on 2.10, and review the diff); the report's header names the MindSpore that ran it; a
 second demo in the same folder is served by the compile cache (hits), which a failed lookup of
 MindSpore's per-process counters had turned off on 2.7.
@@ -22,7 +22,7 @@ import pytest
 from .conftest import ROOT
 
 pytestmark = pytest.mark.mindspore_range
-GOLDEN = ROOT / "tests" / "golden" / "demo_verdicts.json"
+GOLDEN = ROOT / "tests" / "golden" / "demo_verdicts"
 
 
 def _demo(folder, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
@@ -41,12 +41,12 @@ def _verdicts(report: dict) -> dict[str, str]:
 
 
 def _against_golden(name: str, verdicts: dict[str, str]) -> None:
-    recorded = json.loads(GOLDEN.read_text()) if GOLDEN.is_file() else {}
+    path = GOLDEN / (re.sub(r"[^A-Za-z0-9]+", "_", name).strip("_") + ".json")
     if os.environ.get("OBJDEBUG_UPDATE_GOLDEN") == "1":
-        recorded[name] = verdicts
-        GOLDEN.write_text(json.dumps(recorded, indent=1, sort_keys=True) + "\n")
-    assert name in recorded, f"no recorded verdicts for {name}; run with OBJDEBUG_UPDATE_GOLDEN=1 on 2.10"
-    want = recorded[name]
+        GOLDEN.mkdir(exist_ok=True)
+        path.write_text(json.dumps(verdicts, indent=1, sort_keys=True) + "\n")
+    assert path.is_file(), f"no recorded verdicts for {name} ({path}); run with OBJDEBUG_UPDATE_GOLDEN=1 on 2.10"
+    want = json.loads(path.read_text())
     differ = {k: (want.get(k), verdicts.get(k)) for k in sorted(set(want) | set(verdicts))
               if want.get(k) != verdicts.get(k)}
     assert not differ, f"verdicts that differ from MindSpore 2.10's (recorded, here): {differ}"

@@ -33,9 +33,11 @@ def parse(version: str) -> tuple[int, int]:
 
 
 def installed() -> str:
-    from objdebug.engine.runtime import import_mindspore
+    # runtime imports this module; importing runtime back would be a cycle. By the time a run asks,
+    # runtime.import_mindspore has imported MindSpore under its signal guard, so this is a lookup.
+    import mindspore
 
-    return str(import_mindspore().__version__)
+    return str(mindspore.__version__)
 
 
 def unsupported_reason(version: str) -> str:

@@ -13,26 +13,14 @@ objective (`audit.Audit.classes`, OBJ010's probe).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from objdebug.stages.batches.audit import TRAINED, audit
+from objdebug.stages.batches.chat_turn import CONTENT, FIXED, HEADER, PREAMBLE, STOP, TAIL, Turn  # noqa: F401 (re-exported)
 from objdebug.stages.batches.layout import PRE_SHIFTED
-
-# what each real token is in its conversation
-PREAMBLE, HEADER, CONTENT, STOP, TAIL, FIXED = "preamble", "header", "content", "stop", "tail", "fixed"
-
-
-@dataclass
-class Turn:
-    role: str
-    number: int             # 1-based, in the row
-    start: int              # the header's first position
-    content: tuple[int, int]  # [begin, end) of the content
-    stop: list[int] = field(default_factory=list)  # positions of the stop tokens (the model must learn them)
-    truncated: bool = False  # the row ends inside the content: no stop to find
 
 
 @dataclass

@@ -24,7 +24,8 @@ from typing import Any
 
 import numpy as np
 
-PREAMBLE, HEADER, CONTENT, STOP, TAIL, FIXED = "preamble", "header", "content", "stop", "tail", "fixed"
+from objdebug.stages.batches.chat_turn import CONTENT, FIXED, HEADER, PREAMBLE, STOP, TAIL, Turn
+
 _RANK = {CONTENT: 5, STOP: 4, HEADER: 3, FIXED: 2, TAIL: 1, PREAMBLE: 0}
 
 
@@ -62,8 +63,6 @@ def _patterns(roles: Any) -> dict:
 
 def split_text(ids: np.ndarray, roles: Any, eos_id: int | None):
     """(turns, role [n], kind [n], turn [n]) of one row's real tokens, read as text."""
-    from objdebug.stages.batches.chat_roles import Turn
-
     n = len(ids)
     pieces = roles.tok.pieces([int(i) for i in ids])
     ends = np.cumsum([len(p) for p in pieces]) if n else np.zeros(0, int)
