@@ -144,7 +144,8 @@ def reward_runs(tmp_path_factory):
                      "--json", "r.json"], folder)
         assert proc.returncode in (0, 1), proc.stderr
         report = json.loads((folder / "r.json").read_text())
-        out[name] = (proc.returncode, {f["code"]: f["verdict"] for f in report["findings"]})
+        out[name] = (proc.returncode, {f["code"]: f["verdict"] for r in report["results"]
+                                        for f in r["findings"]})
     return out
 
 

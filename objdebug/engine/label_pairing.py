@@ -142,6 +142,11 @@ def measure(engine: Any) -> Pairing:
     """The configured objective's pairing on the measurement batch (split form only)."""
     target = engine.target
     cfg = target.config
+    from objdebug.core.config import PREFERENCE_CALLS
+
+    if cfg.objective.call in PREFERENCE_CALLS:  # no loss(logits, labels) to measure
+        return declared(cfg.data.shift, f"[objective] call = \"{cfg.objective.call}\" takes "
+                                        f"preference pairs, not (logits, labels)")
     vocab = engine.vocab_size()
     avoid = {int(cfg.data.pad_id), int(cfg.data.label_pad_id)}
     if vocab is None or vocab - len(avoid & set(range(vocab))) < 4:

@@ -109,7 +109,9 @@ def stage_skip_reason(config, name: str) -> str | None:
         return (f"no [{name}] section and no [data] batches: the {name} stage checks how the "
                 f"pipeline packs documents and runs only when the target describes it or names "
                 f"its batches (docs/config.md)")
-    if name != "preference" and config.objective.call in PREFERENCE_CALLS:
+    if name not in ("preference", "batches") and config.objective.call in PREFERENCE_CALLS:
+        # the batches stage runs: its pair checks read only the batches (its checks that probe
+        # a loss(logits, labels) skip one by one, saying why)
         return (f"[objective] call = \"{config.objective.call}\": the objective takes preference pairs, "
                 f"not (logits, labels); the {name} stage needs a cross-entropy-style objective "
                 "(put the preference loss under [preference] to check both)")

@@ -26,6 +26,22 @@ from objdebug.stages.batches.layout import (BatchLayout, Reading, follows, layou
 COMMON_IGNORE_INDEX = -100  # PyTorch's and MindSpore's CrossEntropyLoss default
 
 
+def no_label_objective(ctx: Any) -> str | None:
+    """Why no check can probe `loss(logits, labels)` on this target (a preference call takes
+    log-probs or pairs, not labels), or None. The batches stage still runs: its checks that read
+    only the batches (layout, conventions, attention mask, vocabulary, the pair checks) judge
+    them; those that ask the objective which label values it ignores skip, saying this."""
+    from objdebug.core.config import PREFERENCE_CALLS
+
+    call = ctx.config.objective.call
+    if call in PREFERENCE_CALLS:
+        return (f"[objective] call = \"{call}\": the objective takes preference pairs, not (logits, "
+                f"labels), so which label values it ignores cannot be probed (the pair checks "
+                f"OBJ030-OBJ035 judge these batches; put a cross-entropy [objective] beside a "
+                f"[preference] section to run this check too)")
+    return None
+
+
 def has_labels(ctx: Any) -> bool:
     return any(b.labels is not None for b in real_batches(ctx).batches)
 
@@ -109,7 +125,7 @@ def _measure(ctx: Any, th: Any) -> Audit:
     result = Audit(got.source, layouts, pads.most_common(1)[0][0] if pads else None,
                    sides.most_common(1)[0][0] if sides else None, layout, reading, reading.counted,
                    on_pad, on_real, vocab=ctx.engine.vocab_size())
-    if got.batches and any(b.labels is not None for b in got.batches):
+    if got.batches and any(b.labels is not None for b in got.batches) and no_label_objective(ctx) is None:
         values = [v for v, _ in (on_pad + on_real).most_common(int(th["probe_values"]))]
         tolerance = float(th["masked_tolerance"])
         result.prober = lambda: {value: probe(ctx, value, tolerance) for value in
