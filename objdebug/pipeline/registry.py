@@ -97,8 +97,8 @@ def stage_skip_reason(config, name: str) -> str | None:
     if name == "policy" and not opted_in(config, name):
         return ("[objective] call is not \"policy\", \"policy-model\" or \"reward\": the policy stage checks "
                 "a policy-gradient objective or a reward model's loss and runs only on one (docs/config.md)")
-    if name == "policy":
-        return None
+    if name in ("policy", "batches"):  # the batches stage reads the batches: its checks that
+        return None                     # probe a loss(logits, labels) skip one by one, saying why
     if config.objective.call in POLICY_CALLS:
         return (f"[objective] call = \"{config.objective.call}\": the objective takes policy rollouts, "
                 f"not (logits, labels); the {name} stage needs a cross-entropy-style objective")
@@ -109,9 +109,7 @@ def stage_skip_reason(config, name: str) -> str | None:
         return (f"no [{name}] section and no [data] batches: the {name} stage checks how the "
                 f"pipeline packs documents and runs only when the target describes it or names "
                 f"its batches (docs/config.md)")
-    if name not in ("preference", "batches") and config.objective.call in PREFERENCE_CALLS:
-        # the batches stage runs: its pair checks read only the batches (its checks that probe
-        # a loss(logits, labels) skip one by one, saying why)
+    if name != "preference" and config.objective.call in PREFERENCE_CALLS:
         return (f"[objective] call = \"{config.objective.call}\": the objective takes preference pairs, "
                 f"not (logits, labels); the {name} stage needs a cross-entropy-style objective "
                 "(put the preference loss under [preference] to check both)")

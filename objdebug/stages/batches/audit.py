@@ -31,15 +31,17 @@ def no_label_objective(ctx: Any) -> str | None:
     log-probs or pairs, not labels), or None. The batches stage still runs: its checks that read
     only the batches (layout, conventions, attention mask, vocabulary, the pair checks) judge
     them; those that ask the objective which label values it ignores skip, saying this."""
-    from objdebug.core.config import PREFERENCE_CALLS
+    from objdebug.core.config import POLICY_CALLS, PREFERENCE_CALLS, REWARD_CALL
 
     call = ctx.config.objective.call
-    if call in PREFERENCE_CALLS:
-        return (f"[objective] call = \"{call}\": the objective takes preference pairs, not (logits, "
-                f"labels), so which label values it ignores cannot be probed (the pair checks "
-                f"OBJ030-OBJ035 judge these batches; put a cross-entropy [objective] beside a "
-                f"[preference] section to run this check too)")
-    return None
+    takes = ("preference pairs" if call in PREFERENCE_CALLS else "policy rollouts" if call in POLICY_CALLS
+             else "a reward model's rewards" if call == REWARD_CALL else None)
+    if takes is None:
+        return None
+    besides = (" (the pair checks OBJ030-OBJ035 judge these batches; put a cross-entropy [objective] "
+               "beside a [preference] section to run this check too)" if call in PREFERENCE_CALLS else "")
+    return (f"[objective] call = \"{call}\": the objective takes {takes}, not (logits, labels), so "
+            f"which label values it ignores cannot be probed{besides}")
 
 
 def has_labels(ctx: Any) -> bool:

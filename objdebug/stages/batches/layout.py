@@ -85,15 +85,16 @@ def read_offset(layouts: list[BatchLayout], min_share: float) -> Reading:
         if not lay.matches:
             continue
         counted = lay.counted()
+        agree = {d: consistent(lay, d) & counted for d in OFFSETS}
         for d in OFFSETS:
-            counts[d] += int((lay.matches[d] & counted).sum())
+            counts[d] += int(agree[d].sum())
         n += int(counted.sum())
         for r in range(len(counted)):
             k = int(counted[r].sum())
             if k:
                 rows += 1
                 per_row.append((f"batch {lay.batch.number} row {r}",
-                                {d: int((lay.matches[d][r] & counted[r]).sum()) for d in OFFSETS}, k))
+                                {d: int(agree[d][r].sum()) for d in OFFSETS}, k))
     offset, shares = best_offset(counts, n, min_share)
     # a row is at another offset when the source's offset does not explain it (a short answer of
     # repeated tokens that several offsets explain is not): named with its own reading
@@ -118,7 +119,30 @@ def follows(lay: BatchLayout, offset: int | None) -> np.ndarray:
         return np.ones(lay.padding.shape, bool)
     if offset is None:
         return lay.matches[0] | lay.matches[1]
-    return lay.matches[offset]
+    return consistent(lay, offset)
+
+
+def consistent(lay: BatchLayout, offset: int) -> np.ndarray:
+    """bool [B, T]: the label agrees with offset d: it is the input at t + d, or t + d is no real
+    input to compare with (`past_the_inputs`)."""
+    return lay.matches[offset] | past_the_inputs(lay, offset)
+
+
+def past_the_inputs(lay: BatchLayout, offset: int) -> np.ndarray:
+    """bool [B, T]: real positions t whose input t + offset is no real token (padding, or past the
+    row's end): a label there has no input to follow. In the pre-shifted layout (`input_ids =
+    full[:-1]`, `labels = full[1:]`) the last real position's label is the row's final token, the
+    target of that position, not a masking value: it is judged as following (OBJ021 judges what
+    the last real token is trained toward)."""
+    real = ~lay.padding
+    out = np.zeros(real.shape, bool)
+    if offset <= 0:
+        return out
+    t = real.shape[1]
+    ahead = np.zeros(real.shape, bool)  # real[t + offset], False past the end
+    if offset < t:
+        ahead[:, :t - offset] = real[:, offset:]
+    return real & ~ahead
 
 
 def masking_values(layouts: list[BatchLayout], offset: int | None) -> tuple[Counter, Counter]:
