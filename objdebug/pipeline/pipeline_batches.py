@@ -33,11 +33,11 @@ SOURCES_NOTE = ("[data] batches: grad, invariants and stress use the pipeline's 
 
 
 def real_batches(ctx: Any) -> Batches:
-    """The pipeline's batches, read once per run (the factory runs in the user's directory)."""
-    from objdebug.engine import runtime
-
+    """The pipeline's batches, read once per run. The factory runs in the config file's folder:
+    a relative path in `[data] batches_kwargs` is relative to the config, like every other path
+    of the file (before: the working directory, where users tripped over it)."""
     return ctx.provide(real_batches, lambda: read_batches(ctx.config.data, ctx.config.base_dir,
-                                                          runtime.user_dir()))
+                                                          ctx.config.base_dir))
 
 
 def edge_runs(ids: np.ndarray, value: int, side: str) -> np.ndarray:
