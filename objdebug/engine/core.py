@@ -459,7 +459,6 @@ class Engine:
             return self._vocab
         if self._vocab_tried:
             return None
-        self._vocab_tried = True
         from objdebug.engine import vocabulary
 
         cfg = self.target.config
@@ -468,6 +467,7 @@ class Engine:
             ids = np.zeros((self.batch_size, self.bucket(1)), np.int32)
             self._vocab, self.vocab_source = int(self.logits(ids).shape[-1]), "the model's logits"
             return self._vocab
+        self._vocab_tried = True  # no logits: looked for once, found or not
         found = vocabulary.embedding_of_target(self.target, 2, 8)
         if "vocab" in found:
             self._vocab = int(found["vocab"])
