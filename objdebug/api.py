@@ -86,6 +86,8 @@ def run(cfg: Config, *, stages: list[str] | None = None, profile: Profile | str 
         from objdebug.pipeline import baseline as baseline_mod
 
         baseline_mod.apply(result, old, select=user_select, ignore=user_ignore)
+    # a stage its data opts in that checked nothing: a lost check, never a quiet pass
+    result.results.extend(selection.stages_checking_nothing(cfg, result.results))
     empty = selection.nothing_checked(result.results)  # never a pass without a check
     if empty is not None:
         result.results.append(empty)

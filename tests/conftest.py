@@ -38,6 +38,8 @@ HEAVY_FILES = (
     "test_llama_fixture.py",          # 34 s (3 tests)
     "test_memory_release.py",         # 24 s (3 tests)
     "test_demo_align.py",             # 22 s (3 tests)
+    "test_model_vocabulary.py",       # ~200 s on the shared cores (13 tests): the reward CLI runs and twins, Llama probes
+    "test_preference_forms.py",       # ~40 s default (24 tests): three forms' contexts; slow: two more ci-gate CLI runs
     "test_reward.py",                 # ~90 s on the 2 shared cores (23 tests): two model compiles + reward twins
     "test_reward_llama.py",           # 8 s default (1 test); 160 s with -m slow: the Llama reward model's compiles
     "test_chat_llama.py",             # ~22 s default (6 tests): one Llama objective probe; slow: the preference twins, whole runs

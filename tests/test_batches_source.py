@@ -225,17 +225,28 @@ def test_a_batches_file_is_relative_to_the_config_and_quiet_when_unset(tmp_path)
     assert not {"batches", "max_batches", "columns"} & set(load_config(cfg).to_dict()["data"])
 
 
-def test_relative_paths_in_batches_kwargs_stay_the_users(tmp_path):
-    """The factory runs in the user's directory, even when objdebug works in a scratch one."""
-    (tmp_path / "ids.txt").write_text("4 5 6\n7 8 9\n")
+def test_relative_paths_in_batches_kwargs_resolve_against_the_config_file(tmp_path, monkeypatch):
+    """`batches_kwargs = { path = "ids.txt" }` next to the config, objdebug run from elsewhere:
+    the file beside the config is read, as every other path of the file resolves (issue 53)."""
+    from objdebug.pipeline.context import Context
+    from objdebug.pipeline.pipeline_batches import real_batches
+
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (folder / "ids.txt").write_text("4 5 6\n7 8 9\n")
+    (tmp_path / "ids.txt").write_text("1 1 1\n")  # the working directory's: never read
 
     def from_file(path):
-        with open(path) as fh:  # relative: the user's directory
+        with open(path) as fh:  # relative, as the user wrote it in the config
             return [{"input_ids": [[int(x) for x in line.split()]]} for line in fh]
 
     _module(from_file=from_file)
-    got = read_batches(_spec("from_file", batches_kwargs={"path": "ids.txt"}), user_dir=str(tmp_path))
-    assert [b.input_ids.tolist() for b in got.batches] == [[[4, 5, 6]], [[7, 8, 9]]]
+    (folder / "objdebug.toml").write_text('[objective]\nfactory = "objdebug.losses:MaskedCrossEntropy"\n\n'
+                                          '[data]\nbatches = "batchmod_test:from_file"\n'
+                                          'batches_kwargs = { path = "ids.txt" }\nalign = "ids.txt"\n')
+    monkeypatch.chdir(tmp_path)
+    ctx = Context(config=load_config(folder / "objdebug.toml"), target=None, engine=None, profile=None)
+    assert [b.input_ids.tolist() for b in real_batches(ctx).batches] == [[[4, 5, 6]], [[7, 8, 9]]]
 
 
 def _jsonl_target(tmp_path, text):

@@ -210,6 +210,19 @@ def test_labels_of_zero_on_the_prompt_fail(ctx):
     assert found["OBJ010"][0] is Verdict.PASS
 
 
+def test_a_pre_shifted_collator_passes_and_its_prompt_labelled_zero_fails(ctx):
+    """`input_ids = full[:-1]`, `labels = full[1:]` (torchtitan's layout): each row's last label is
+    its final token, with no next input; it is that position's target, not a prompt position
+    trained toward it (before: OBJ011 FAILed the healthy collator, "8 prompt positions ... are
+    trained toward" the final tokens). The same rows with the prompt labelled 0 still FAIL."""
+    found = _judge(ctx, _pipeline("pre_shifted_collator"))
+    for code in ("OBJ010", "OBJ011", "OBJ013", "OBJ014", "OBJ019", "OBJ021"):
+        assert found[code][0] is Verdict.PASS, (code, found[code])
+    found = _judge(ctx, _pipeline("pre_shifted_collator", prompt_label=0))
+    verdict, message = found["OBJ011"]
+    assert verdict is Verdict.FAIL and message.startswith("labels on prompt are 0"), message
+
+
 def test_unshifted_labels_with_shift_true_fail_naming_both(ctx):
     found = _judge(ctx, [_collated(shift=False)])
     verdict, message = found["OBJ013"]

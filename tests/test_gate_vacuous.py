@@ -167,3 +167,33 @@ def test_os_exit_in_a_forked_child_still_ends_the_child():
             assert os.waitstatus_to_exitcode(status) == 7
             os._exit(3)
     assert os._exit.__module__ in ("posix", "nt")  # restored
+
+
+# --------------------------------------------------------------------------- a stage that checked nothing
+def _stage(stage, *verdicts, message="the batches hold no chosen / rejected columns"):
+    res = CheckResult(stage=stage, check="c")
+    res.findings = [Finding(code="OBJ030", verdict=v, message=message) for v in verdicts]
+    return res
+
+
+def test_a_stage_its_data_opts_in_that_checked_nothing_fails(tiny_target):
+    """[data] batches set, every batches finding a skip, another stage passing (so the run as a
+    whole checked something): OBJ005 FAILs for the batches stage, naming the key and the first
+    skip reason. Before, the batches stage skipped every check under `call = "preference"` and
+    the run exited 0 (issue 53)."""
+    from dataclasses import replace
+
+    cfg = load_config(tiny_target / "objdebug.toml")
+    with_batches = replace(cfg, data=replace(cfg.data, batches="mypipe:collate"))
+    results = [_stage("batches", Verdict.SKIP, Verdict.SKIP), _stage("align", Verdict.PASS)]
+    (res,) = selection.stages_checking_nothing(with_batches, results)
+    (f,) = res.findings
+    assert f.code == "OBJ005" and f.verdict is Verdict.FAIL and f.stage == "batches"
+    assert f.message == ("the batches stage checked nothing although data.batches gives it what it "
+                         "reads: all 2 of its findings skipped (first: the batches hold no chosen / "
+                         "rejected columns)")
+    # one measured finding is enough; no [data] batches: the skip is the stage not applying
+    assert not selection.stages_checking_nothing(with_batches, [_stage("batches", Verdict.SKIP, Verdict.PASS)])
+    assert not selection.stages_checking_nothing(cfg, results)
+    # packing reads the batches' packed rows only when there are some: no FAIL without [packing]
+    assert not selection.stages_checking_nothing(with_batches, [_stage("packing", Verdict.SKIP)])

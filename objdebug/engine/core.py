@@ -139,6 +139,8 @@ class Engine:
         self._seen: set[tuple[str, str]] = set()
         self._listeners: list[CompileListener] = []
         self._vocab: int | None = target.config.data.vocab_size
+        self._vocab_tried = False  # the model's vocabulary looked for (vocab_size)
+        self.vocab_source = "data.vocab_size" if self._vocab else ""  # where vocab_size() read it
         self.max_length: int | None = None  # the model's longest input, when known (contract.py)
         self.buckets: tuple[int, ...] | None = None  # chosen by plan_buckets; None: the ladder
         self._last_used: dict[str, int] = {}  # graph name -> call counter at its last call
@@ -449,13 +451,30 @@ class Engine:
 
     # ------------------------------------------------------------------ vocabulary
     def vocab_size(self) -> int | None:
-        """Model vocabulary: from the config, else the logits' last dimension (split form)."""
-        if self.target.config.objective.call == "reward":  # a reward model's output is no logits:
-            return self._vocab                                  # the tokenizer's vocabulary stands
-        if self._vocab is None and self.target.model is not None:
+        """The model's vocabulary, resolved once (engine/vocabulary.py): `[data] vocab_size`, the
+        logits' last dimension (split form; the contract probe's in the end-to-end form), the
+        input embedding's rows (a reward model, a Cell that returns only a loss), a declared
+        tokenizer's size; None when none of them tells (never the byte tokenizer's 256)."""
+        if self._vocab is not None:
+            self.vocab_source = self.vocab_source or "data.vocab_size"
+            return self._vocab
+        if self._vocab_tried:
+            return None
+        from objdebug.engine import vocabulary
+
+        cfg = self.target.config
+        if cfg.objective.call != "reward" and self.target.model is not None:
             # token 0, not pad_id: pad_id is checked against the vocabulary this probe measures
             ids = np.zeros((self.batch_size, self.bucket(1)), np.int32)
-            self._vocab = int(self.logits(ids).shape[-1])
+            self._vocab, self.vocab_source = int(self.logits(ids).shape[-1]), "the model's logits"
+            return self._vocab
+        self._vocab_tried = True  # no logits: looked for once, found or not
+        found = vocabulary.embedding_of_target(self.target, 2, 8)
+        if "vocab" in found:
+            self._vocab = int(found["vocab"])
+            self.vocab_source = f"the model's input embedding '{found['parameter']}'"
+            return self._vocab
+        self._vocab, self.vocab_source = vocabulary.declared(cfg)
         return self._vocab
 
     # ------------------------------------------------------------------ computations

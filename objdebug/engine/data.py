@@ -314,11 +314,18 @@ class Encoder:
     """Turns text or id lists from data rows into token ids, validating the vocabulary."""
 
     tokenizer: Any
-    vocab_size: int
+    vocab_size: int | None          # the model's (engine/vocabulary.py); None: unknown, ids only >= 0
     source: str = ""
+    vocab_from: str = ""            # where the vocabulary was read, for the messages
+
+    @property
+    def id_range(self) -> int:
+        """The ids random answers are drawn from: the model's vocabulary, else the tokenizer's."""
+        return int(self.vocab_size or self.tokenizer.vocab_size)
 
     def field(self, row: dict, name: str, lineno: int, required: bool = True) -> list[int] | None:
         """Row field `name` (text) or `name_ids` (list of ints) -> token ids."""
+        text_field = False
         if f"{name}_ids" in row:
             ids = row[f"{name}_ids"]
             if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool)
@@ -330,15 +337,19 @@ class Encoder:
             if not isinstance(text, str):
                 raise InputError(f"field '{name}' must be a string, but got {type(text).__name__}",
                                  source=self.source, line=lineno)
-            ids = self.tokenizer.encode(text)
+            ids, text_field = self.tokenizer.encode(text), True
         elif required:
             raise InputError(f"missing field '{name}' (or '{name}_ids')", source=self.source, line=lineno)
         else:
             return None
-        bad = [i for i in ids if i < 0 or i >= self.vocab_size]
+        bad = [i for i in ids if i < 0 or (self.vocab_size is not None and i >= self.vocab_size)]
         if bad:
+            bound = f"[0, {self.vocab_size})" if self.vocab_size is not None else "(ids are >= 0)"
+            where = f" ({self.vocab_from})" if self.vocab_from and self.vocab_size is not None else ""
+            how = (f"; the text is encoded by the '{getattr(self.tokenizer, 'name', '?')}' tokenizer "
+                   f"([data] tokenizer)") if text_field else ""
             raise InputError(f"field '{name}' has token id {bad[0]} outside the vocabulary "
-                             f"[0, {self.vocab_size})", source=self.source, line=lineno)
+                             f"{bound}{where}{how}", source=self.source, line=lineno)
         return list(ids)
 
 

@@ -142,6 +142,11 @@ def measure(engine: Any) -> Pairing:
     """The configured objective's pairing on the measurement batch (split form only)."""
     target = engine.target
     cfg = target.config
+    from objdebug.core.config import POLICY_CALLS, PREFERENCE_CALLS, REWARD_CALL
+
+    if cfg.objective.call in PREFERENCE_CALLS + POLICY_CALLS + (REWARD_CALL,):  # no loss(logits, labels)
+        return declared(cfg.data.shift, f"[objective] call = \"{cfg.objective.call}\" takes no "
+                                        f"(logits, labels)")
     vocab = engine.vocab_size()
     avoid = {int(cfg.data.pad_id), int(cfg.data.label_pad_id)}
     if vocab is None or vocab - len(avoid & set(range(vocab))) < 4:

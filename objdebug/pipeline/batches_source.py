@@ -74,9 +74,10 @@ class Batches:
 def read_batches(data: DataSpec, base_dir: str = ".", user_dir: str | None = None) -> Batches:
     """At most `data.max_batches` batches of `data.batches`; InputError on a bad source.
 
-    `user_dir`: the working directory the user's factory runs in (its relative paths in
-    `batches_kwargs` stay the user's, as written); `base_dir`: where the config is (the factory's
-    package is importable from there, as the model's is)."""
+    `user_dir`: the directory the user's factory runs in (a run: the config file's folder, so
+    relative paths in `batches_kwargs` resolve against it like the file's other paths; `objdebug
+    init`: the working directory); `base_dir`: where the config is (the factory's package is
+    importable from there, as the model's is)."""
     if data.batches is None:
         raise InputError("For 'data.batches', the value must name the pipeline's batches, but it is "
                          "not set.")

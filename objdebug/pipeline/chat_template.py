@@ -19,7 +19,8 @@ A template's texts, and markers given as strings, are matched in each row's deco
 markers given as ids are matched as id sequences.
 
 Texts become ids through `[data] tokenizer`. A template that does not render, jinja2 missing, a
-marker id outside the vocabulary: InputError (exit 2, one line). MindSpore-free.
+marker id outside the model's vocabulary (engine/vocabulary.py: `[data] vocab_size`, the model's
+logits or input embedding, a declared tokenizer): InputError (exit 2, one line). MindSpore-free.
 """
 
 from __future__ import annotations
@@ -78,9 +79,12 @@ def chat_roles(cfg: Any, vocab: int | None = None) -> ChatRoles | None:
 
 def _resolve(cfg: Any, c: Any, vocab: int | None) -> ChatRoles:
     from objdebug.engine.data import make_tokenizer
+    from objdebug.engine.vocabulary import declared
 
     tok = make_tokenizer(cfg.data.tokenizer, cfg.base_dir)
-    vocab = vocab or getattr(tok, "vocab_size", None)
+    # the model's vocabulary (the batches stage passes it); before the model is built, what the
+    # config declares: never the byte tokenizer's 256 (ids need no tokenizer)
+    vocab = vocab or declared(cfg)[0]
     if c.template is not None:
         roles = _from_template(c.template, tok, cfg.data)
     else:

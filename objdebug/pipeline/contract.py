@@ -343,7 +343,7 @@ def check_target(target, engine, per_sample: bool = False) -> None:
     engine.max_length = limit  # first: the probe batch must fit the position table too
     info = probe(target, engine, per_sample=per_sample)
     if engine._vocab is None and "vocab" in info:
-        engine._vocab = info["vocab"]
+        engine._vocab, engine.vocab_source = info["vocab"], "the model's logits (contract probe)"
     info["max_length"] = limit
     if source:
         info["max_length_source"] = f"{source} = {limit}"

@@ -25,23 +25,27 @@ KINDS = ("good", "medium", "bad")
 
 
 def encoder(ctx: Context) -> Encoder:
-    """The tokenizer checked against the model's vocabulary (shared by all stages)."""
+    """The tokenizer and the model's vocabulary (`Engine.vocab_size`: the model's, never the byte
+    tokenizer's 256), checked against each other (shared by all stages)."""
     def build() -> Encoder:
         cfg = ctx.config.data
         tok = make_tokenizer(cfg.tokenizer, ctx.config.base_dir)
-        vocab = ctx.engine.vocab_size() or tok.vocab_size
-        if tok.vocab_size > vocab:
+        vocab = ctx.engine.vocab_size()
+        where = ctx.engine.vocab_source
+        if vocab is not None and cfg.tokenizer != "bytes" and tok.vocab_size > vocab:
+            # the byte tokenizer is no statement about the model: its text ids are checked one by one
             raise InputError(f"vocabulary mismatch: tokenizer '{tok.name}' has {tok.vocab_size} "
-                             f"tokens but the model's logits have {vocab}", source=ctx.config.source)
-        if not 0 <= cfg.pad_id < vocab:
-            raise InputError(f"For 'data.pad_id', the value must be in [0, {vocab}), but got "
-                             f"{cfg.pad_id}.", source=ctx.config.source)
-        for key in ("bos_id", "eos_id"):
-            value = getattr(cfg, key)
-            if value is not None and not 0 <= value < vocab:
-                raise InputError(f"For 'data.{key}', the value must be in [0, {vocab}), but got "
-                                 f"{value}.", source=ctx.config.source)
-        return Encoder(tokenizer=tok, vocab_size=vocab)
+                             f"tokens but the model has {vocab} ({where})", source=ctx.config.source)
+        if vocab is not None:
+            if not 0 <= cfg.pad_id < vocab:
+                raise InputError(f"For 'data.pad_id', the value must be in [0, {vocab}), but got "
+                                 f"{cfg.pad_id}.", source=ctx.config.source)
+            for key in ("bos_id", "eos_id"):
+                value = getattr(cfg, key)
+                if value is not None and not 0 <= value < vocab:
+                    raise InputError(f"For 'data.{key}', the value must be in [0, {vocab}), but got "
+                                     f"{value}.", source=ctx.config.source)
+        return Encoder(tokenizer=tok, vocab_size=vocab, vocab_from=where)
     return ctx.provide(encoder, build)
 
 
@@ -116,7 +120,7 @@ def align_rows(ctx: Context) -> list[dict[str, Any]]:
                     raise InputError("row has only 'good'; add 'bad' (and 'medium') answers or pass "
                                      "--synthesize to generate counterparts", source=str(path), line=lineno)
                 for kind, how in (("medium", "shuffled"), ("bad", "random"), ("repeat", "repeat")):
-                    answers[kind] = _synthesize(answers["good"], how, rng, enc.vocab_size,
+                    answers[kind] = _synthesize(answers["good"], how, rng, enc.id_range,
                                                 ctx.config.data.pad_id)
                     synthetic.append(f"{kind}={how}")
             elif answers["bad"] is None:

@@ -33,11 +33,11 @@ SOURCES_NOTE = ("[data] batches: grad, invariants and stress use the pipeline's 
 
 
 def real_batches(ctx: Any) -> Batches:
-    """The pipeline's batches, read once per run (the factory runs in the user's directory)."""
-    from objdebug.engine import runtime
-
+    """The pipeline's batches, read once per run. The factory runs in the config file's folder:
+    a relative path in `[data] batches_kwargs` is relative to the config, like every other path
+    of the file (before: the working directory, where users tripped over it)."""
     return ctx.provide(real_batches, lambda: read_batches(ctx.config.data, ctx.config.base_dir,
-                                                          runtime.user_dir()))
+                                                          ctx.config.base_dir))
 
 
 def edge_runs(ids: np.ndarray, value: int, side: str) -> np.ndarray:
@@ -108,12 +108,16 @@ def offset_matches(ids: np.ndarray, labels: np.ndarray) -> dict[int, np.ndarray]
     return out
 
 
-def best_offset(counts: dict[int, int], n: int, min_share: float) -> tuple[int | None, dict[int, float]]:
+def best_offset(counts: dict[int, int], n: int | dict[int, int],
+                min_share: float) -> tuple[int | None, dict[int, float]]:
     """(the offset that explains at least `min_share` of `n` labelled positions, or None; the share
-    of each offset) from {d: positions it explains}."""
-    if n <= 0:
+    of each offset) from {d: positions it explains}. `n` per offset ({d: positions}): the positions
+    that offset can be checked at (a label whose input t + d is no real token is not)."""
+    total = max(n.values(), default=0) if isinstance(n, dict) else n
+    if total <= 0:
         return None, {}
-    shares = {d: counts.get(d, 0) / n for d in OFFSETS}
+    of = n if isinstance(n, dict) else {d: n for d in OFFSETS}
+    shares = {d: counts.get(d, 0) / of[d] if of.get(d) else 0.0 for d in OFFSETS}
     top = max(OFFSETS, key=lambda d: (shares[d], -OFFSETS.index(d)))
     tied = any(d != top and shares[d] >= shares[top] for d in OFFSETS)  # repeated text: ambiguous
     return (top if shares[top] >= min_share and not tied else None), shares
@@ -133,27 +137,42 @@ def offset_words(d: int | None) -> str:
     return f"labels are the inputs {where}: {what}"
 
 
-def batch_offsets(b: Any, pad_id: int, eos_id: int | None) -> tuple[dict[int, int], int]:
-    """({d: labelled real positions with labels[t] == input_ids[t + d]}, labelled real positions)
-    of one batch (a label >= 0 on a real token counts)."""
+def past_real_inputs(padding: np.ndarray, d: int) -> np.ndarray:
+    """bool [B, T]: real positions t whose input t + d (d > 0) is no real token (padding, or past
+    the row's end): a label there has no input to be compared with at offset d (the pre-shifted
+    layout's last label, `labels = full[1:]`, is the row's final token)."""
+    real = ~padding
+    out = np.zeros(real.shape, bool)
+    if d <= 0:
+        return out
+    ahead = np.zeros(real.shape, bool)  # real[t + d], False past the end
+    if d < real.shape[1]:
+        ahead[:, :real.shape[1] - d] = real[:, d:]
+    return real & ~ahead
+
+
+def batch_offsets(b: Any, pad_id: int, eos_id: int | None) -> tuple[dict[int, int], dict[int, int]]:
+    """({d: labelled real positions with labels[t] == input_ids[t + d]}, {d: labelled real
+    positions offset d can be checked at}) of one batch (a label >= 0 on a real token counts)."""
     padding, _, _ = find_padding(b, pad_id, eos_id)
     counted = ~padding & (b.labels >= 0)
-    return ({d: int((m & counted).sum()) for d, m in offset_matches(b.input_ids, b.labels).items()},
-            int(counted.sum()))
+    at = {d: counted & ~past_real_inputs(padding, d) for d in OFFSETS}
+    return ({d: int((m & at[d]).sum()) for d, m in offset_matches(b.input_ids, b.labels).items()},
+            {d: int(at[d].sum()) for d in OFFSETS})
 
 
 def measured_offset(ctx: Any) -> int | None:
     """The labels' offset over every batch read (None: no labels, or no offset explains
     OFFSET_MIN_SHARE of them)."""
     d = ctx.config.data
-    counts, n = Counter(), 0
+    counts, n = Counter(), Counter()
     for b in real_batches(ctx).batches:
         if b.labels is None:
             continue
         c, k = batch_offsets(b, d.pad_id, d.eos_id)
         counts.update(c)
-        n += k
-    return best_offset(counts, n, OFFSET_MIN_SHARE)[0]
+        n.update(k)
+    return best_offset(counts, dict(n), OFFSET_MIN_SHARE)[0]
 
 
 def measured_conventions(ctx: Any) -> dict[str, Any]:

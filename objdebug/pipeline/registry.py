@@ -97,8 +97,8 @@ def stage_skip_reason(config, name: str) -> str | None:
     if name == "policy" and not opted_in(config, name):
         return ("[objective] call is not \"policy\", \"policy-model\" or \"reward\": the policy stage checks "
                 "a policy-gradient objective or a reward model's loss and runs only on one (docs/config.md)")
-    if name == "policy":
-        return None
+    if name in ("policy", "batches"):  # the batches stage reads the batches: its checks that
+        return None                     # probe a loss(logits, labels) skip one by one, saying why
     if config.objective.call in POLICY_CALLS:
         return (f"[objective] call = \"{config.objective.call}\": the objective takes policy rollouts, "
                 f"not (logits, labels); the {name} stage needs a cross-entropy-style objective")

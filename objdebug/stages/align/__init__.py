@@ -241,7 +241,7 @@ class SynthesizedSanity(Check):
             return {"untrained": reason}
         samples = text_samples(ctx, int(th["sanity_samples"]))
         rng = np.random.default_rng(int(th["seed"]))
-        vocab, pad = encoder(ctx).vocab_size, ctx.config.data.pad_id
+        vocab, pad = encoder(ctx).id_range, ctx.config.data.pad_id
         kinds = {"clean": None, "shuffled": "shuffled", "random": "random"}
         flat = []
         for s in samples:

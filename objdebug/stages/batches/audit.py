@@ -26,6 +26,24 @@ from objdebug.stages.batches.layout import (BatchLayout, Reading, follows, layou
 COMMON_IGNORE_INDEX = -100  # PyTorch's and MindSpore's CrossEntropyLoss default
 
 
+def no_label_objective(ctx: Any) -> str | None:
+    """Why no check can probe `loss(logits, labels)` on this target (a preference call takes
+    log-probs or pairs, not labels), or None. The batches stage still runs: its checks that read
+    only the batches (layout, conventions, attention mask, vocabulary, the pair checks) judge
+    them; those that ask the objective which label values it ignores skip, saying this."""
+    from objdebug.core.config import POLICY_CALLS, PREFERENCE_CALLS, REWARD_CALL
+
+    call = ctx.config.objective.call
+    takes = ("preference pairs" if call in PREFERENCE_CALLS else "policy rollouts" if call in POLICY_CALLS
+             else "a reward model's rewards" if call == REWARD_CALL else None)
+    if takes is None:
+        return None
+    besides = (" (the pair checks OBJ030-OBJ035 judge these batches; put a cross-entropy [objective] "
+               "beside a [preference] section to run this check too)" if call in PREFERENCE_CALLS else "")
+    return (f"[objective] call = \"{call}\": the objective takes {takes}, not (logits, labels), so "
+            f"which label values it ignores cannot be probed{besides}")
+
+
 def has_labels(ctx: Any) -> bool:
     return any(b.labels is not None for b in real_batches(ctx).batches)
 
@@ -109,7 +127,7 @@ def _measure(ctx: Any, th: Any) -> Audit:
     result = Audit(got.source, layouts, pads.most_common(1)[0][0] if pads else None,
                    sides.most_common(1)[0][0] if sides else None, layout, reading, reading.counted,
                    on_pad, on_real, vocab=ctx.engine.vocab_size())
-    if got.batches and any(b.labels is not None for b in got.batches):
+    if got.batches and any(b.labels is not None for b in got.batches) and no_label_objective(ctx) is None:
         values = [v for v, _ in (on_pad + on_real).most_common(int(th["probe_values"]))]
         tolerance = float(th["masked_tolerance"])
         result.prober = lambda: {value: probe(ctx, value, tolerance) for value in

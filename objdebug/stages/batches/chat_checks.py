@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from objdebug.core.findings import Check, Condition, Verdict, listing
-from objdebug.stages.batches.audit import has_labels
+from objdebug.stages.batches.audit import has_labels, no_label_objective
 from objdebug.stages.batches.chat_roles import (CONTENT, FIXED, HEADER, PREAMBLE, STOP, RowRoles,
                                                 roles_of, row_roles)
 
@@ -53,6 +53,8 @@ class _ChatCheck(Check):
     def skip_reason(self, ctx: Any) -> str | None:
         if getattr(ctx.config, "chat", None) is None:
             return "no [chat] section: the rows are not read as conversations"
+        if no_label_objective(ctx):
+            return no_label_objective(ctx)
         if not has_labels(ctx):
             return "the batches have no labels column: nothing trained to read"
         return None

@@ -17,7 +17,7 @@ import numpy as np
 
 from objdebug.core.findings import Check, Condition, Verdict
 from objdebug.stages.batches.words import few
-from objdebug.stages.batches.audit import audit, has_labels, real_batches
+from objdebug.stages.batches.audit import audit, has_labels, no_label_objective, real_batches
 from objdebug.stages.batches.chat_checks import eos_judged
 from objdebug.pipeline.pipeline_batches import offset_words
 
@@ -32,6 +32,8 @@ def _label_of(offset: int, j: int) -> int:
 
 
 def _layout_skip(ctx: Any, th: Any) -> str | None:
+    if no_label_objective(ctx):
+        return no_label_objective(ctx)
     if not has_labels(ctx):
         return "the batches have no labels column: nothing trained to read"
     if audit(ctx, th).offset is None:

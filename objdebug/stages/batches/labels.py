@@ -8,7 +8,7 @@ from collections import Counter
 from typing import Any
 
 from objdebug.core.findings import Check, Condition, Verdict
-from objdebug.stages.batches.audit import Audit, audit, has_labels
+from objdebug.stages.batches.audit import Audit, audit, has_labels, no_label_objective
 from objdebug.stages.batches.words import few
 
 
@@ -42,6 +42,8 @@ class _MaskedLabels(Check):
     code = ""
 
     def skip_reason(self, ctx: Any) -> str | None:
+        if no_label_objective(ctx):
+            return no_label_objective(ctx)
         if not has_labels(ctx):
             return ("the batches have no labels column (the model or the objective derives them): "
                     "no label value to check")

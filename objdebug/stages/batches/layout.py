@@ -15,7 +15,7 @@ import numpy as np
 
 from objdebug.pipeline.batches_source import RealBatch
 from objdebug.pipeline.pipeline_batches import (OFFSETS, best_offset, find_padding, offset_matches,
-                                                offset_words)
+                                                offset_words, past_real_inputs)
 
 UNSHIFTED, PRE_SHIFTED, UNCLEAR = "unshifted", "pre-shifted", "unclear"
 NAMES = {0: UNSHIFTED, 1: PRE_SHIFTED}  # other offsets are named by `layout_name`
@@ -79,26 +79,31 @@ def layout_of(batch: RealBatch, pad_id: int, eos_id: int | None) -> BatchLayout:
 
 def read_offset(layouts: list[BatchLayout], min_share: float) -> Reading:
     """The offset over all rows (per source) and each row's own (per row)."""
-    counts, n, rows = Counter(), 0, 0
+    counts, checkable, n, rows = Counter(), Counter(), 0, 0
     per_row = []  # (row, {d: positions it explains}, positions)
     for lay in layouts:
         if not lay.matches:
             continue
         counted = lay.counted()
+        # offset d is judged where the input t + d is a real token (the pre-shifted layout's last
+        # label, the row's final token, has none: it neither confirms nor refutes d = 1)
+        at = {d: counted & ~past_the_inputs(lay, d) for d in OFFSETS}
         for d in OFFSETS:
-            counts[d] += int((lay.matches[d] & counted).sum())
+            counts[d] += int((lay.matches[d] & at[d]).sum())
+            checkable[d] += int(at[d].sum())
         n += int(counted.sum())
         for r in range(len(counted)):
             k = int(counted[r].sum())
             if k:
                 rows += 1
                 per_row.append((f"batch {lay.batch.number} row {r}",
-                                {d: int((lay.matches[d][r] & counted[r]).sum()) for d in OFFSETS}, k))
-    offset, shares = best_offset(counts, n, min_share)
+                                {d: int((lay.matches[d][r] & at[d][r]).sum()) for d in OFFSETS},
+                                {d: int(at[d][r].sum()) for d in OFFSETS}))
+    offset, shares = best_offset(counts, dict(checkable), min_share)
     # a row is at another offset when the source's offset does not explain it (a short answer of
     # repeated tokens that several offsets explain is not): named with its own reading
     off = [(name, best_offset(c, k, min_share)[0]) for name, c, k in per_row
-           if offset is not None and c[offset] < min_share * k]
+           if offset is not None and c[offset] < min_share * k[offset]]
     return Reading(offset, shares, n, rows, off)
 
 
@@ -118,7 +123,22 @@ def follows(lay: BatchLayout, offset: int | None) -> np.ndarray:
         return np.ones(lay.padding.shape, bool)
     if offset is None:
         return lay.matches[0] | lay.matches[1]
-    return lay.matches[offset]
+    return consistent(lay, offset)
+
+
+def consistent(lay: BatchLayout, offset: int) -> np.ndarray:
+    """bool [B, T]: the label agrees with offset d: it is the input at t + d, or t + d is no real
+    input to compare with (`past_the_inputs`)."""
+    return lay.matches[offset] | past_the_inputs(lay, offset)
+
+
+def past_the_inputs(lay: BatchLayout, offset: int) -> np.ndarray:
+    """bool [B, T]: real positions t whose input t + offset is no real token (padding, or past the
+    row's end): a label there has no input to follow. In the pre-shifted layout (`input_ids =
+    full[:-1]`, `labels = full[1:]`) the last real position's label is the row's final token, the
+    target of that position, not a masking value: it is judged as following (OBJ021 judges what
+    the last real token is trained toward)."""
+    return past_real_inputs(lay.padding, offset)
 
 
 def masking_values(layouts: list[BatchLayout], offset: int | None) -> tuple[Counter, Counter]:

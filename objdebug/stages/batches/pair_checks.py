@@ -31,7 +31,11 @@ def pairs_of(ctx: Any, th: Any) -> list[PairFacts]:
     def build() -> list[PairFacts]:
         from objdebug.stages.batches.audit import audit
 
+        from objdebug.stages.batches.audit import no_label_objective
+
         d = ctx.config.data
+        if no_label_objective(ctx):  # no labels-taking objective to probe: the declared value and -100
+            return pair_facts(real_batches(ctx).batches, {d.label_pad_id, -100}, d.pad_id)
         try:
             ignored = set(audit(ctx, th).ignored()) or {d.label_pad_id}
         except Exception:  # noqa: BLE001 - a preference-only objective takes no labels to probe

@@ -23,7 +23,7 @@ import numpy as np
 from objdebug.core.findings import Check, Condition, Verdict
 from objdebug.stages.batches.words import few
 from objdebug.core.config import BOUNDARY_COLUMNS
-from objdebug.stages.batches.audit import audit, has_labels, real_batches
+from objdebug.stages.batches.audit import audit, has_labels, no_label_objective, real_batches
 
 
 def _prompts(ctx: Any) -> list[list[int]]:
@@ -77,6 +77,8 @@ class PromptBoundary(Check):
     stage = "batches"
 
     def skip_reason(self, ctx: Any) -> str | None:
+        if no_label_objective(ctx):
+            return no_label_objective(ctx)
         if not has_labels(ctx):
             return "the batches have no labels column: no prompt mask to check"
         if not (ctx.config.data.align or ctx.config.data.scores or _has_boundary(ctx)):

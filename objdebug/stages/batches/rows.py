@@ -16,7 +16,7 @@ import numpy as np
 from objdebug.core.findings import Check, Condition, Verdict
 from objdebug.stages.batches.words import few
 from objdebug.stages.batches.show import chat_rows, decoder, view
-from objdebug.stages.batches.audit import TRAINED, audit, real_batches
+from objdebug.stages.batches.audit import TRAINED, audit, no_label_objective, real_batches
 from objdebug.pipeline.pipeline_batches import edge_runs, run_mask
 
 
@@ -29,6 +29,9 @@ class Supervision(Check):
 
     name = "batch-supervision"
     stage = "batches"
+
+    def skip_reason(self, ctx: Any) -> str | None:
+        return no_label_objective(ctx)  # which positions train is the objective's to say
 
     def measure(self, ctx: Any, th: Any) -> dict[str, Any]:
         a = audit(ctx, th)
@@ -71,12 +74,14 @@ class Vocabulary(Check):
 
     def skip_reason(self, ctx: Any) -> str | None:
         if ctx.engine.vocab_size() is None:
-            return "the vocabulary is unknown (the end-to-end form: set data.vocab_size)"
+            return ("the model's vocabulary is unknown (no logits, no input embedding found, no "
+                    "data.vocab_size or tokenizer declared)")
         return None
 
     def measure(self, ctx: Any, th: Any) -> dict[str, Any]:
         a = audit(ctx, th)
         vocab, ignored = a.vocab, a.ignored()
+        unprobed = no_label_objective(ctx) is not None  # ignored values unknown: negatives not counted
         found = {"input_ids": [], "labels": []}
         counts = {"input_ids": 0, "labels": 0}
         for lay in a.layouts:
@@ -86,7 +91,7 @@ class Vocabulary(Check):
             for name, values in columns.items():
                 out = (values < 0) | (values >= vocab)
                 if name == "labels":
-                    out &= ~np.isin(values, ignored)
+                    out &= (values >= 0) if unprobed else ~np.isin(values, ignored)
                 counts[name] += int(out.sum())
                 for r, t in zip(*np.nonzero(out)):
                     if len(found[name]) < 5:

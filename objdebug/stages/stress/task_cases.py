@@ -187,16 +187,23 @@ def shape(ctx) -> list[int]:
 
 # --------------------------------------------------------------------------- OBJ505
 def input_vocab(ctx) -> int | None:
-    """The input vocabulary random ids are drawn from: `data.vocab_size`, else the tokenizer's
-    (the model's output is classes, tags or an embedding, not the vocabulary)."""
-    if ctx.config.data.vocab_size:
-        return int(ctx.config.data.vocab_size)
-    from objdebug.engine.data import make_tokenizer
+    """The input vocabulary random ids are drawn from (the model's output is classes, tags or an
+    embedding, not the vocabulary): `data.vocab_size`, else the rows of the model's input
+    embedding, else a declared tokenizer's size (engine/vocabulary.py; never the byte
+    tokenizer's 256 for a model that has more or fewer ids). Looked for once per run."""
+    def build() -> int | None:
+        from objdebug.engine import vocabulary
 
-    try:
-        return int(make_tokenizer(ctx.config.data.tokenizer, ctx.config.base_dir).vocab_size)
-    except Exception:  # noqa: BLE001 - no tokenizer to read: the check skips saying so
-        return None
+        if ctx.config.data.vocab_size:
+            return int(ctx.config.data.vocab_size)
+        found = vocabulary.embedding_of_target(ctx.target, 2, 8)
+        if "vocab" in found:
+            return int(found["vocab"])
+        try:
+            return vocabulary.declared(ctx.config)[0]
+        except Exception:  # noqa: BLE001 - no tokenizer to read: the check skips saying so
+            return None
+    return ctx.provide(input_vocab, build)
 
 
 def _texts_of(row) -> list[list[int]]:
