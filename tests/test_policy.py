@@ -414,14 +414,80 @@ def test_stored_old_logps_equal_to_the_policys_pass(shared):
 @pytest.mark.parametrize("bug,words", [
     ("temperature", "at temperature 2 "),
     ("shifted", "the next token's log-probs"),
-    ("mask", "16 completion tokens are stored as 0"),
+    ("mask", "the first completion token of all 16 completions is stored as 0"),
+    ("argmax", "the whole vocabulary's argmax"),
+    ("tokenizer", "another tokenizer's ids"),
 ])
 def test_stored_old_logps_of_each_bug_class_fail(shared, bug, words):
-    f = findings(ctx_for(shared, f"policy_old_logps_{bug}"), "policy-old-logps")["OBJ837"]
+    """Each systematic mistake FAILs naming its cause, with the default source (a sampler's buffer:
+    a stale one passes, test_a_stale_buffer_is_a_note_with_its_drift)."""
+    ctx = ctx_for(shared, f"policy_old_logps_{bug}")
+    f = findings(ctx, "policy-old-logps")["OBJ837"]
     assert f.verdict is Verdict.FAIL and words in f.message, f.message
+    v = _RESULTS[(id(ctx), "policy-old-logps")].value
     if bug == "temperature":  # the fit is numpy on the same logits: the sampler's 2, to 1e-3
-        v = _RESULTS[(id(ctx_for(shared, "policy_old_logps_temperature")), "policy-old-logps")].value
         assert v["fit_temperature"] == pytest.approx(2.0, abs=1e-3)
+    if bug == "argmax":  # against a float64 reference: max_v log p(v) at every scored position
+        s = session(activate(ctx))
+        b = s.batches[0]
+        lsm = _log_softmax(s.logits(b)[:, :-1].astype(np.float64))
+        scored = b.mask.copy()
+        scored[:, 0] = False
+        scored[b.n:] = False
+        top = np.zeros(b.mask.shape)
+        top[:, 1:] = lsm.max(-1)
+        assert np.max(np.abs(s.stored_old(b)[scored] - top[scored])) < 1e-4
+    if bug == "tokenizer":
+        assert v["correlation"] < 0.5 and v["mean"] < -1.0
+
+
+def _drift_reference(ctx):
+    """numpy float64: |stored - this checkpoint's log-probs| over the scored completion tokens."""
+    s = session(activate(ctx))
+    out = []
+    for b in s.batches:
+        lp = _log_softmax(s.logits(b).astype(np.float64))
+        own = np.zeros(b.mask.shape)
+        own[:, 1:] = np.take_along_axis(lp[:, :-1], b.ids[:, 1:, None].astype(np.int64), -1)[..., 0]
+        scored = b.mask.copy()
+        scored[:, 0] = False
+        scored[b.n:] = False
+        out.append((s.stored_old(b) - own)[scored])
+    return np.concatenate(out)
+
+
+def test_a_stale_buffer_is_a_note_with_its_drift(shared):
+    """Old log-probs of a perturbed copy of the weights (a sampler a few steps behind): no systematic
+    mistake, so a note (INFO, never failing the gate) whose drift numbers equal the reference's;
+    declared sampled by this checkpoint (`old_logps_source = "this-checkpoint"`) the same buffer FAILs."""
+    ctx = ctx_for(shared, "policy_old_logps_stale")
+    f = findings(ctx, "policy-old-logps")["OBJ837"]
+    assert f.verdict is Verdict.INFO and "no systematic mistake" in f.message, f.message
+    v = _RESULTS[(id(ctx), "policy-old-logps")].value
+    d = _drift_reference(ctx)
+    assert v["max_abs"] == pytest.approx(np.max(np.abs(d)), rel=1e-3) and v["max_abs"] > 1.0
+    assert v["median_abs"] == pytest.approx(np.median(np.abs(d)), rel=1e-2, abs=1e-6)
+    r = np.exp(-d)
+    assert v["outside_clip"] == pytest.approx(np.mean((r < 0.8) | (r > 1.2)))
+    assert v["outside_clip"] > 0.05  # the clip has real work on this buffer: the test can tell
+    own = findings(ctx_for(shared, "policy_old_logps_stale", **{"policy.old_logps_source": "this-checkpoint"}),
+                   "policy-old-logps")["OBJ837"]
+    assert own.verdict is Verdict.FAIL and "'this-checkpoint'" in own.message, own.message
+    same = findings(ctx_for(shared, "policy_old_logps", **{"policy.old_logps_source": "this-checkpoint"}),
+                    "policy-old-logps")["OBJ837"]
+    assert same.verdict is Verdict.PASS, same.message
+
+
+def test_a_top_k_renormalising_sampler_is_a_note(shared):
+    """vLLM-style top_k renormalisation: every stored value at or above the policy's: a note naming it."""
+    f = findings(ctx_for(shared, "policy_old_logps_topk"), "policy-old-logps")["OBJ837"]
+    assert f.verdict is Verdict.INFO and "top_p / top_k renormalisation" in f.message, f.message
+
+
+@pytest.mark.parametrize("value", ["vllm", 1, None])
+def test_a_bad_old_logps_source_is_an_input_error(value):
+    with pytest.raises(InputError, match="policy.old_logps_source"):
+        load_config(TARGETS / "policy_old_logps" / "objdebug.toml", overrides={"policy.old_logps_source": value})
 
 
 def test_declared_temperature_is_where_stored_old_logps_are_compared(shared):

@@ -19,7 +19,8 @@ Codes OBJ820-OBJ849:
 - OBJ835 a completion truncated to nothing, ratios far outside the clip, float16 logits: finite;
 - OBJ836 the gradient accumulated over two micro-batches vs the whole batch (a note for a token mean);
   OBJ835 and OBJ836 run on the rollouts' stored old log-probs where they carry them (on-policy else);
-- OBJ837 the rollouts' stored old log-probs are the policy's own at the checkpoint (old_logps.py).
+- OBJ837 the rollouts' stored old log-probs carry no systematic mistake (their drift from this
+  checkpoint a note; the plain comparison where it is declared to have sampled them) (old_logps.py).
 
 Every number comes from the user's objective run through MindSpore (session.py); objdebug's own
 log-probs and the closed forms of the estimators are references, reported as such.
