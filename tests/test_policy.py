@@ -524,3 +524,50 @@ def test_stress_and_micro_batches_probe_the_stored_old_logps(shared):
 def test_a_bad_policy_temperature_is_an_input_error(value):
     with pytest.raises(InputError, match="policy.temperature"):
         load_config(TARGETS / "policy_old_logps" / "objdebug.toml", overrides={"policy.temperature": value})
+
+
+# --------------------------------------------------------------------------- buffers as users have them
+STALE = str(TARGETS / "policy_data" / "rollouts_old_stale.jsonl")
+ON_POLICY = str(TARGETS / "policy_data" / "rollouts_old.jsonl")
+EPS_01 = {"objective.kwargs": {"beta": 0.04, "epsilon": 0.1}}
+
+
+def _not_passing(got: dict) -> dict:
+    return {c: f.message for c, f in got.items() if f.verdict in (Verdict.FAIL, Verdict.WARN, Verdict.ERROR)}
+
+
+@pytest.mark.parametrize("name,buffer", [
+    pytest.param(n, b, marks=() if (n, b) == ("policy_grpo", STALE) else SLOW)
+    for n in sorted(HEALTHY) + ["grpo_eps_0.1", "policy_mindrlhf"] for b in (STALE, ON_POLICY)],
+    ids=[f"{n}-{'stale' if b == STALE else 'on-policy'}" for n in sorted(HEALTHY) + ["grpo_eps_0.1", "policy_mindrlhf"]
+         for b in (STALE, ON_POLICY)])
+def test_healthy_fixture_passes_the_gate_on_stored_old_logps(shared, name, buffer):
+    """Every healthy form passes ci-gate on a stale sampler's buffer (OBJ837 a note with the drift)
+    and on an on-policy one (OBJ837 passes)."""
+    over = {"data.rollouts": buffer}
+    if name == "grpo_eps_0.1":
+        name, over = "policy_grpo", dict(over, **EPS_01)
+    ctx = ctx_for(shared, name, **over)
+    if name == "policy_mindrlhf":
+        activate(ctx).engine._cells.pop("policy.model_objective", None)
+    got = findings(ctx, *[n for n in CHECKS if n != "policy-step"])
+    if name == "policy_mindrlhf":
+        shared[1]._cells.pop("policy.model_objective", None)
+    assert not _not_passing(got)
+    assert got["OBJ837"].verdict is (Verdict.INFO if buffer == STALE else Verdict.PASS), got["OBJ837"].message
+
+
+@pytest.mark.parametrize("healthy,bug,code", [
+    pytest.param(("policy_dapo", {}), ("policy_dapo", {"objective.factory": "fixtures.policy_losses:DAPODeadEpsilonHigh"}),
+                 "OBJ827", id="dapo-eps-high-ignored"),
+    pytest.param(("policy_grpo", EPS_01), ("policy_grpo", dict(EPS_01, **{"objective.factory": "fixtures.policy_losses:DeadEpsilon"})),
+                 "OBJ831", id="eps-ignored", marks=SLOW),
+])
+def test_clip_setting_bugs_fail_on_a_stale_buffer_where_their_twins_pass(shared, healthy, bug, code):
+    """On the stale buffer the healthy twin's stored-ratio note (OBJ837 INFO) does not hide the
+    clip-setting bug: the twin FAILs the clip's bounds (OBJ827) and the setting (OBJ831)."""
+    twin = findings(ctx_for(shared, bug[0], **{"data.rollouts": STALE, **bug[1]}), "policy-clip", "policy-settings")
+    good = findings(ctx_for(shared, healthy[0], **{"data.rollouts": STALE, **healthy[1]}),
+                    "policy-clip", "policy-settings", "policy-old-logps")
+    assert twin[code].verdict is Verdict.FAIL and twin["OBJ831"].verdict is Verdict.FAIL, twin[code].message
+    assert not _not_passing(good) and good["OBJ837"].verdict is Verdict.INFO
