@@ -571,3 +571,34 @@ def test_clip_setting_bugs_fail_on_a_stale_buffer_where_their_twins_pass(shared,
                     "policy-clip", "policy-settings", "policy-old-logps")
     assert twin[code].verdict is Verdict.FAIL and twin["OBJ831"].verdict is Verdict.FAIL, twin[code].message
     assert not _not_passing(good) and good["OBJ837"].verdict is Verdict.INFO
+
+
+# --------------------------------------------------------------------------- aggregation as trainers do it (OBJ823)
+def test_overlong_filtering_is_a_token_mean_over_the_kept_tokens(shared):
+    """DAPO with overlong filtering (TRL mask_truncated_completions): the truncated completions (no
+    EOS) carry no gradient on purpose and each kept token weighs 1 / (the kept tokens), the float64
+    count: 'token-mean' as declared, no missing tokens, the clip measured on the kept ones; the twin
+    that divides by every token (the dropped included) contradicts the declared token mean."""
+    ctx = ctx_for(shared, "policy_dapo_overlong")
+    got = findings(ctx, "policy-weights", "policy-clip")
+    assert not _not_passing(got), _not_passing(got)
+    v = _RESULTS[(id(ctx), "policy-weights")].value
+    assert v["aggregation"] == "token-mean" and sorted(v["dropped"]) == ["g0/1", "g1/1", "g2/1", "g3/1"]
+    s = session(activate(ctx))
+    b = s.batches[0]
+    kept = [r for r in range(len(b.ids)) if 2 in s.rows[b.filled[r]].completion]
+    n_kept = float(b.mask[kept].sum())
+    for w in v["batches"][0]["weights"].values():
+        assert w == pytest.approx(1.0 / n_kept, rel=2e-3)
+    twin = findings(ctx_for(shared, "policy_dapo_overlong",
+                            **{"objective.factory": "fixtures.policy_losses:OverlongFilterAllTokens"}), "policy-weights")
+    assert twin["OBJ823"].verdict is Verdict.FAIL and "token-mean' is declared" in twin["OBJ823"].message
+    assert twin["OBJ825"].verdict is Verdict.PASS, twin["OBJ825"].message
+
+
+@pytest.mark.slow
+def test_truncated_completions_without_a_filter_keep_their_gradient(shared):
+    """The same buffer with plain DAPO (no filter): every completion scored, nothing dropped."""
+    ctx = ctx_for(shared, "policy_dapo_overlong", **{"objective.factory": "fixtures.policy_losses:DAPOLoss"})
+    got = findings(ctx, "policy-weights")
+    assert not _not_passing(got) and _RESULTS[(id(ctx), "policy-weights")].value["dropped"] == []

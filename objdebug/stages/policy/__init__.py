@@ -67,15 +67,52 @@ def _base(s, batch) -> dict[str, Any]:
     return s.cache[key]
 
 
-def _informative(s, batch, th) -> np.ndarray:
-    """bool[B, T]: completion tokens of real rows whose advantage is not ~0 (they must carry a
-    policy gradient)."""
+def _scorable(s, batch, th) -> np.ndarray:
+    """bool[B, T]: completion tokens of real rows whose advantage is not ~0 (each must carry a
+    policy gradient, unless its completion is dropped on purpose: `_dropped`)."""
     eps = float(th["advantage_epsilon"])
     rows = np.zeros(len(batch.ids), bool)
     rows[:batch.n] = np.abs(batch.advantages[:batch.n]) > eps
     # a token the model is certain of (p(token) = 1 in float32) carries no gradient in any loss
     unsure = 1.0 - np.exp(s.logps(batch, _base(s, batch)["logits"])) >= float(th["certainty_floor"])
     return batch.mask & rows[:, None] & unsure
+
+
+def _truncated(s, batch) -> np.ndarray:
+    """bool[B]: rows whose completion holds no `[data] eos_id` (cut at the sampler's max length);
+    none when no EOS is declared."""
+    eos = getattr(s.ctx.config.data, "eos_id", None)
+    if eos is None:
+        return np.zeros(len(batch.ids), bool)
+    comps = [s.rows[k].completion for k in batch.filled[:len(batch.ids)]]
+    return np.array([eos not in c for c in comps], bool)
+
+
+def _dropped(s, batch, th) -> np.ndarray:
+    """bool[B]: the truncated completions the loss drops on purpose (DAPO's overlong filtering,
+    TRL's `mask_truncated_completions`): every truncated row with a scorable token carries no
+    policy gradient at all, while the other rows do; then every truncated row is dropped (those
+    with a zero advantage too: the filter is the loss's). Otherwise none (a missing gradient is
+    OBJ825's)."""
+    key = ("dropped", batch.start)
+    if key not in s.cache:
+        trunc = _truncated(s, batch)
+        info = _scorable(s, batch, th)
+        g = _base(s, batch)["pol"]["g"]
+        scale = float(np.max(np.abs(g[info]))) if info.any() else 0.0
+        carries = np.abs(g) > float(th["gradient_floor"]) * max(scale, 1e-30)
+        tested = trunc & info.any(1)
+        silent = ~(carries & info).any(1)
+        kept = ~trunc & info.any(1)
+        on = bool(tested.any() and silent[tested].all() and (~silent[kept]).any())
+        s.cache[key] = trunc if on else np.zeros(len(batch.ids), bool)
+    return s.cache[key]
+
+
+def _informative(s, batch, th) -> np.ndarray:
+    """bool[B, T]: the scorable tokens of the completions the loss keeps (they must carry a policy
+    gradient)."""
+    return _scorable(s, batch, th) & ~_dropped(s, batch, th)[:, None]
 
 
 # --------------------------------------------------------------------------- zero point
@@ -221,7 +258,7 @@ class Weights(PolicyCheck):
         s = session(ctx)
         floor = float(th["gradient_floor"])
         out = {"negative": [], "missing": [], "leaks": [], "batches": [], "paired": 0, "off_by_one": 0,
-               "scored_positions": 0}
+               "scored_positions": 0, "dropped": []}
         for b in s.batches:
             base = _base(s, b)
             pol, full = base["pol"], base["gr"]
@@ -258,7 +295,10 @@ class Weights(PolicyCheck):
             out["off_by_one"] += int(np.sum(pol["label"][pr, pp] == b.ids[pr, pp]))
             sel = info & (np.abs(g) > floor * max(scale, 1e-30))
             rows_sel = np.nonzero(sel)[0]
-            kind, n_const = _classify(w[sel], rows_sel, lengths, float(b.mask.sum()), len(b.ids),
+            dropped = _dropped(s, b, th)  # a token mean is over the tokens the loss keeps
+            out["dropped"] += [f"{b.rows[r].group_id}/{b.rows[r].index}" for r in np.nonzero(dropped[:b.n])[0]]
+            kept = float(b.mask[~dropped].sum())
+            kind, n_const = _classify(w[sel], rows_sel, lengths, kept, len(b.ids),
                                       float(th["aggregation_rtol"]))
             per_row = {}
             for r in sorted(set(rows_sel.tolist())):
@@ -301,6 +341,9 @@ class Weights(PolicyCheck):
             what = (f"aggregation measured: {shown}; length bias (per-token weight of the longest completion, "
                     f"{b0.get('longest')} tokens, / the shortest, {b0.get('shortest')}): "
                     + (f"{bias:.3g}" if bias is not None else "n/a"))
+            if v.get("dropped"):
+                what += (f" (over the tokens it keeps: {len(v['dropped'])} truncated completions, no EOS, "
+                         f"dropped by the loss: {listing(v['dropped'], 4)})")
             declared = v["declared"]
             if declared is None:
                 return Verdict.INFO, what + " (no [policy] aggregation declared)", bias
