@@ -602,3 +602,33 @@ def test_truncated_completions_without_a_filter_keep_their_gradient(shared):
     ctx = ctx_for(shared, "policy_dapo_overlong", **{"objective.factory": "fixtures.policy_losses:DAPOLoss"})
     got = findings(ctx, "policy-weights")
     assert not _not_passing(got) and _RESULTS[(id(ctx), "policy-weights")].value["dropped"] == []
+
+
+# --------------------------------------------------------------------------- bad input after the load: one line
+@pytest.mark.parametrize("sets,words", [
+    (["data.max_length=24"], "more than the model's 24 positions"),
+    (["objective.factory=odd_policy_loss:Odd", "objective.kwargs={}"], "but got 'rewards_to_go'"),
+], ids=["completion-beyond-positions", "parameter-nothing-binds"])
+def test_bad_inputs_found_after_the_load_exit_2_in_one_line(tmp_path, sets, words):
+    """A completion longer than the model's positions and a construct parameter nothing binds are
+    found once the target is loaded: exit 2, exactly one `objdebug: error:` line (the progress
+    lines a log gets aside, as for every input error), no traceback."""
+    import subprocess
+
+    from .conftest import messages
+
+    (tmp_path / "odd_policy_loss.py").write_text(
+        "from mindspore import nn\n"
+        "class Odd(nn.Cell):\n"
+        "    def construct(self, logits, input_ids, completion_mask, rewards_to_go):\n"
+        "        return logits.sum()\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    args = [sys.executable, "-m", "objdebug.cli", "policy", "-c", str(TARGETS / "policy_grpo" / "objdebug.toml")]
+    for x in sets:
+        args += ["--set", x]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2, out
+    assert "Traceback" not in out and out.count("objdebug: error:") == 1, out
+    lines = messages(out)
+    assert len(lines) == 1 and words in lines[0], out
