@@ -49,6 +49,8 @@ ESTIMATORS = {
 }
 DELTAS = (1.0, -1.0, 0.5, -0.5)
 RATIO_LOW, RATIO_HIGH = 0.25, 4.0  # the clip probes: far outside any usual clip range
+RATIO_DUAL = 2.0  # beyond the clip, below a dual clip's bound (> 1 + epsilon; verl's default 3)
+SETTING_RATIOS = (0.6, 1.5, 8.0)  # the settings probe's ratios, token by token
 
 
 def _base(s, batch) -> dict[str, Any]:
@@ -421,12 +423,23 @@ class Clip(PolicyCheck):
             kind = "min"
         elif shape["pos_high"] == 1 and shape["neg_low"] == 1 and shape["pos_low"] == 1 and shape["neg_high"] == 1:
             kind = "none"
+        elif (shape["pos_high"] == 0 and shape["neg_low"] == 0 and shape["pos_low"] == 1 and shape["neg_high"] == 0
+              and live(RATIO_DUAL, neg) == 1):
+            # a dual clip (Ye et al. 2019; verl's clip_ratio_c, OpenRLHF's dual_clip): the min, and
+            # negative-advantage tokens lose their gradient again beyond a bound c > 1 + epsilon
+            kind = "dual-clip"
         elif shape["pos_low"] == 0 and shape["neg_high"] == 0:
             kind = "max"
         else:
             kind = "other"
-        high = low = None
-        if kind == "min":
+        high = low = dual = None
+        if kind == "dual-clip":
+            lo, hi = RATIO_DUAL, RATIO_HIGH
+            for _ in range(int(th["clip_bisections"])):
+                mid = 0.5 * (lo + hi)
+                lo, hi = (mid, hi) if live(mid, neg) == 1 else (lo, mid)
+            dual = 0.5 * (lo + hi)
+        if kind in ("min", "dual-clip"):
             steps = int(th["clip_bisections"])
             lo, hi = 1.0, RATIO_HIGH
             for _ in range(steps):
@@ -439,7 +452,7 @@ class Clip(PolicyCheck):
                 lo, hi = (lo, mid) if live(mid, neg) == 1 else (mid, hi)
             low = 1.0 - 0.5 * (lo + hi)
         dlo, dhi = s.epsilons()
-        return {"shape": kind, "probes": shape, "epsilon_low": low, "epsilon_high": high,
+        return {"shape": kind, "probes": shape, "epsilon_low": low, "epsilon_high": high, "dual_clip": dual,
                 "declared_low": dlo, "declared_high": dhi, "calls": calls[0],
                 "reads_old": s.takes("old_per_token_logps"),
                 "positive_tokens": int(pos.sum()), "negative_tokens": int(neg.sum())}
@@ -459,7 +472,7 @@ class Clip(PolicyCheck):
                                           "the setting is never read"), None
                 return Verdict.PASS, ("no clip measured and none declared (an on-policy loss"
                                       + ("" if v["reads_old"] else " that reads no old log-probs") + ")"), None
-            if kind != "min":
+            if kind not in ("min", "dual-clip"):
                 return Verdict.SKIP, f"not judged: the clip's shape is '{kind}' (see OBJ828)", None
             lo, hi = v["epsilon_low"], v["epsilon_high"]
             what = f"clip measured at ratios [1 - {lo:.4f}, 1 + {hi:.4f}]"
@@ -475,6 +488,10 @@ class Clip(PolicyCheck):
             kind, p = v["shape"], v["probes"]
             what = (f"share of tokens with a gradient at ratio {RATIO_HIGH} / {RATIO_LOW}: positive advantage "
                     f"{p['pos_high']:.2f} / {p['pos_low']:.2f}, negative {p['neg_high']:.2f} / {p['neg_low']:.2f}")
+            if kind == "dual-clip":
+                return Verdict.PASS, (what + ": the pessimistic min of the clipped and unclipped terms, with a "
+                                      f"dual clip: negative-advantage tokens lose their gradient beyond ratio "
+                                      f"{v['dual_clip']:.4g} (they keep it at {RATIO_DUAL:g})"), None
             if kind in ("min", "none"):
                 return Verdict.PASS, what + (": the pessimistic min of the clipped and unclipped terms"
                                              if kind == "min" else ": no clip"), None
@@ -539,7 +556,9 @@ class Settings_(PolicyCheck):
         s = session(ctx)
         b = s.batches[0]
         logits = _base(s, b)["logits"]
-        ratio = np.where(np.arange(b.ids.size).reshape(b.ids.shape) % 2 == 0, 0.6, 1.5)
+        # ratios either side of any usual clip range, and far above it (8: where a dual clip's
+        # bound for negative advantages, verl's clip_ratio_c / OpenRLHF's dual_clip, acts)
+        ratio = np.array(SETTING_RATIOS)[np.arange(b.ids.size).reshape(b.ids.shape) % len(SETTING_RATIOS)]
         lp = s.logps(b, logits)
         loss, changed = s.variants(b, logits, b.advantages, np.where(b.mask, lp - np.log(ratio), 0.0),
                                    np.where(b.mask, lp - 0.5, 0.0))
@@ -566,7 +585,7 @@ class Settings_(PolicyCheck):
                 return Verdict.FAIL, f"the objective cannot be rebuilt with {k} changed: {e}", None
             if dead:
                 return Verdict.FAIL, (f"setting(s) {listing([r['setting'] for r in dead])} change nothing "
-                                      f"(at the reference 0.5 nats off, ratios 0.6 / 1.5): {shown}"), float(len(dead))
+                                      f"(at the reference 0.5 nats off, ratios {' / '.join(f'{x:g}' for x in SETTING_RATIOS)}): {shown}"), float(len(dead))
             return Verdict.PASS, f"every numeric setting changes the loss ({shown})", 0.0
 
         return [Condition("OBJ831", "settings_are_read", judge)]
