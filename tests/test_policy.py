@@ -632,3 +632,48 @@ def test_bad_inputs_found_after_the_load_exit_2_in_one_line(tmp_path, sets, word
     assert "Traceback" not in out and out.count("objdebug: error:") == 1, out
     lines = messages(out)
     assert len(lines) == 1 and words in lines[0], out
+
+
+# --------------------------------------------------------------------------- losses written by others
+PORTED = {  # id -> (factory in fixtures.ported_policy_losses, kwargs, declared aggregation, KL estimator)
+    "trl-grpo": ("TRLGRPO", {"beta": 0.04, "epsilon": 0.2}, "sequence-mean", "k3"),
+    "trl-bnpo": ("TRLBNPO", {"beta": 0.04, "epsilon": 0.2}, "token-mean", "k3"),
+    "trl-dr_grpo": ("TRLDrGRPO", {"beta": 0.04, "epsilon": 0.2}, "constant:16", "k3"),
+    "trl-dapo": ("TRLDAPO", {"beta": 0.0, "epsilon": 0.2, "epsilon_high": 0.28}, "token-mean", None),
+    "verl-low_var_kl": ("VerlPolicyLoss", {"clip_ratio": 0.2, "kl_loss_coef": 0.04, "kl_loss_type": "low_var_kl"},
+                        "token-mean", "k3"),
+    "verl-kl": ("VerlPolicyLoss", {"clip_ratio": 0.2, "kl_loss_coef": 0.04, "kl_loss_type": "kl"}, "token-mean", "k1"),
+    "verl-mse-seq-mean": ("VerlPolicyLoss", {"clip_ratio": 0.2, "kl_loss_coef": 0.04, "kl_loss_type": "mse",
+                                             "loss_agg_mode": "seq-mean-token-mean"}, "sequence-mean", "k2"),
+    "openrlhf": ("OpenRLHFPolicyLoss", {"clip_eps_low": 0.2, "clip_eps_high": 0.2}, "token-mean", None),
+    "openrlhf-dual_clip": ("OpenRLHFPolicyLoss", {"clip_eps_low": 0.2, "clip_eps_high": 0.2, "dual_clip": 3.0},
+                           "token-mean", None),
+}
+PORTED_FAST = {"trl-dapo", "verl-low_var_kl"}  # the rest with the slow tests (the same checks, other settings)
+
+
+def ported_ctx(shared, name, buffer):
+    factory, kwargs, agg, _ = PORTED[name]
+    return ctx_for(shared, **{"objective.factory": f"fixtures.ported_policy_losses:{factory}",
+                              "objective.kwargs": kwargs, "policy.layout": "targets",
+                              "policy.aggregation": agg, "data.rollouts": buffer})
+
+
+@pytest.mark.parametrize("name,buffer", [
+    pytest.param(n, b, marks=() if (n in PORTED_FAST and b == STALE) else SLOW) for n in PORTED for b in (STALE, ON_POLICY)],
+    ids=[f"{n}-{'stale' if b == STALE else 'on-policy'}" for n in PORTED for b in (STALE, ON_POLICY)])
+def test_ported_healthy_losses_pass_the_gate(shared, name, buffer):
+    """TRL's, verl's and OpenRLHF's losses (faithful ports) pass ci-gate beside ours, on the stale
+    buffer and the on-policy one; the KL estimator is theirs, verl's dual clip is measured at its
+    clip_ratio_c (3)."""
+    ctx = ported_ctx(shared, name, buffer)
+    got = findings(ctx, *[n for n in CHECKS if n != "policy-step"])
+    assert not _not_passing(got), _not_passing(got)
+    kl = PORTED[name][3]
+    if kl is not None:
+        assert _RESULTS[(id(ctx), "policy-kl-estimator")].value["estimator"] == kl
+    clip = _RESULTS[(id(ctx), "policy-clip")].value
+    if name.startswith("verl") or name == "openrlhf-dual_clip":
+        assert clip["shape"] == "dual-clip" and clip["dual_clip"] == pytest.approx(3.0, abs=1e-3)
+    else:
+        assert clip["shape"] == "min"
