@@ -29,7 +29,7 @@ import pytest  # noqa: E402
 # `pytest -n 0 FILE` on the shared 2-core machine); a file missing here only costs balance.
 HEAVY_FILES = (
     "test_label_pairing.py",          # 142 s (17 tests): whole runs of grad, invariants, stress
-    "test_policy.py",                 # 91-117 s (31 tests): the policy stage's fixtures and twins, OBJ837
+    "test_policy.py",                 # ~95 s (45 tests): the policy stage's fixtures and twins, OBJ837, the ported losses
     "test_ecosystem_logits.py",       # 124 s (18 tests): library models, graph-mode probe
     "test_gate_workers.py",           # ~75 s (3 tests): real msrun workers and signals
     "test_batches_other_stages.py",   # 70 s (7 tests)

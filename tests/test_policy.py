@@ -414,14 +414,80 @@ def test_stored_old_logps_equal_to_the_policys_pass(shared):
 @pytest.mark.parametrize("bug,words", [
     ("temperature", "at temperature 2 "),
     ("shifted", "the next token's log-probs"),
-    ("mask", "16 completion tokens are stored as 0"),
+    ("mask", "the first completion token of all 16 completions is stored as 0"),
+    ("argmax", "the whole vocabulary's argmax"),
+    ("tokenizer", "another tokenizer's ids"),
 ])
 def test_stored_old_logps_of_each_bug_class_fail(shared, bug, words):
-    f = findings(ctx_for(shared, f"policy_old_logps_{bug}"), "policy-old-logps")["OBJ837"]
+    """Each systematic mistake FAILs naming its cause, with the default source (a sampler's buffer:
+    a stale one passes, test_a_stale_buffer_is_a_note_with_its_drift)."""
+    ctx = ctx_for(shared, f"policy_old_logps_{bug}")
+    f = findings(ctx, "policy-old-logps")["OBJ837"]
     assert f.verdict is Verdict.FAIL and words in f.message, f.message
+    v = _RESULTS[(id(ctx), "policy-old-logps")].value
     if bug == "temperature":  # the fit is numpy on the same logits: the sampler's 2, to 1e-3
-        v = _RESULTS[(id(ctx_for(shared, "policy_old_logps_temperature")), "policy-old-logps")].value
         assert v["fit_temperature"] == pytest.approx(2.0, abs=1e-3)
+    if bug == "argmax":  # against a float64 reference: max_v log p(v) at every scored position
+        s = session(activate(ctx))
+        b = s.batches[0]
+        lsm = _log_softmax(s.logits(b)[:, :-1].astype(np.float64))
+        scored = b.mask.copy()
+        scored[:, 0] = False
+        scored[b.n:] = False
+        top = np.zeros(b.mask.shape)
+        top[:, 1:] = lsm.max(-1)
+        assert np.max(np.abs(s.stored_old(b)[scored] - top[scored])) < 1e-4
+    if bug == "tokenizer":
+        assert v["correlation"] < 0.5 and v["mean"] < -1.0
+
+
+def _drift_reference(ctx):
+    """numpy float64: |stored - this checkpoint's log-probs| over the scored completion tokens."""
+    s = session(activate(ctx))
+    out = []
+    for b in s.batches:
+        lp = _log_softmax(s.logits(b).astype(np.float64))
+        own = np.zeros(b.mask.shape)
+        own[:, 1:] = np.take_along_axis(lp[:, :-1], b.ids[:, 1:, None].astype(np.int64), -1)[..., 0]
+        scored = b.mask.copy()
+        scored[:, 0] = False
+        scored[b.n:] = False
+        out.append((s.stored_old(b) - own)[scored])
+    return np.concatenate(out)
+
+
+def test_a_stale_buffer_is_a_note_with_its_drift(shared):
+    """Old log-probs of a perturbed copy of the weights (a sampler a few steps behind): no systematic
+    mistake, so a note (INFO, never failing the gate) whose drift numbers equal the reference's;
+    declared sampled by this checkpoint (`old_logps_source = "this-checkpoint"`) the same buffer FAILs."""
+    ctx = ctx_for(shared, "policy_old_logps_stale")
+    f = findings(ctx, "policy-old-logps")["OBJ837"]
+    assert f.verdict is Verdict.INFO and "no systematic mistake" in f.message, f.message
+    v = _RESULTS[(id(ctx), "policy-old-logps")].value
+    d = _drift_reference(ctx)
+    assert v["max_abs"] == pytest.approx(np.max(np.abs(d)), rel=1e-3) and v["max_abs"] > 1.0
+    assert v["median_abs"] == pytest.approx(np.median(np.abs(d)), rel=1e-2, abs=1e-6)
+    r = np.exp(-d)
+    assert v["outside_clip"] == pytest.approx(np.mean((r < 0.8) | (r > 1.2)))
+    assert v["outside_clip"] > 0.05  # the clip has real work on this buffer: the test can tell
+    own = findings(ctx_for(shared, "policy_old_logps_stale", **{"policy.old_logps_source": "this-checkpoint"}),
+                   "policy-old-logps")["OBJ837"]
+    assert own.verdict is Verdict.FAIL and "'this-checkpoint'" in own.message, own.message
+    same = findings(ctx_for(shared, "policy_old_logps", **{"policy.old_logps_source": "this-checkpoint"}),
+                    "policy-old-logps")["OBJ837"]
+    assert same.verdict is Verdict.PASS, same.message
+
+
+def test_a_top_k_renormalising_sampler_is_a_note(shared):
+    """vLLM-style top_k renormalisation: every stored value at or above the policy's: a note naming it."""
+    f = findings(ctx_for(shared, "policy_old_logps_topk"), "policy-old-logps")["OBJ837"]
+    assert f.verdict is Verdict.INFO and "top_p / top_k renormalisation" in f.message, f.message
+
+
+@pytest.mark.parametrize("value", ["vllm", 1, None])
+def test_a_bad_old_logps_source_is_an_input_error(value):
+    with pytest.raises(InputError, match="policy.old_logps_source"):
+        load_config(TARGETS / "policy_old_logps" / "objdebug.toml", overrides={"policy.old_logps_source": value})
 
 
 def test_declared_temperature_is_where_stored_old_logps_are_compared(shared):
@@ -458,3 +524,156 @@ def test_stress_and_micro_batches_probe_the_stored_old_logps(shared):
 def test_a_bad_policy_temperature_is_an_input_error(value):
     with pytest.raises(InputError, match="policy.temperature"):
         load_config(TARGETS / "policy_old_logps" / "objdebug.toml", overrides={"policy.temperature": value})
+
+
+# --------------------------------------------------------------------------- buffers as users have them
+STALE = str(TARGETS / "policy_data" / "rollouts_old_stale.jsonl")
+ON_POLICY = str(TARGETS / "policy_data" / "rollouts_old.jsonl")
+EPS_01 = {"objective.kwargs": {"beta": 0.04, "epsilon": 0.1}}
+
+
+def _not_passing(got: dict) -> dict:
+    return {c: f.message for c, f in got.items() if f.verdict in (Verdict.FAIL, Verdict.WARN, Verdict.ERROR)}
+
+
+@pytest.mark.parametrize("name,buffer", [
+    pytest.param(n, b, marks=() if (n, b) == ("policy_grpo", STALE) else SLOW)
+    for n in sorted(HEALTHY) + ["grpo_eps_0.1", "policy_mindrlhf"] for b in (STALE, ON_POLICY)],
+    ids=[f"{n}-{'stale' if b == STALE else 'on-policy'}" for n in sorted(HEALTHY) + ["grpo_eps_0.1", "policy_mindrlhf"]
+         for b in (STALE, ON_POLICY)])
+def test_healthy_fixture_passes_the_gate_on_stored_old_logps(shared, name, buffer):
+    """Every healthy form passes ci-gate on a stale sampler's buffer (OBJ837 a note with the drift)
+    and on an on-policy one (OBJ837 passes)."""
+    over = {"data.rollouts": buffer}
+    if name == "grpo_eps_0.1":
+        name, over = "policy_grpo", dict(over, **EPS_01)
+    ctx = ctx_for(shared, name, **over)
+    if name == "policy_mindrlhf":
+        activate(ctx).engine._cells.pop("policy.model_objective", None)
+    got = findings(ctx, *[n for n in CHECKS if n != "policy-step"])
+    if name == "policy_mindrlhf":
+        shared[1]._cells.pop("policy.model_objective", None)
+    assert not _not_passing(got)
+    assert got["OBJ837"].verdict is (Verdict.INFO if buffer == STALE else Verdict.PASS), got["OBJ837"].message
+
+
+@pytest.mark.parametrize("healthy,bug,code", [
+    pytest.param(("policy_dapo", {}), ("policy_dapo", {"objective.factory": "fixtures.policy_losses:DAPODeadEpsilonHigh"}),
+                 "OBJ827", id="dapo-eps-high-ignored"),
+    pytest.param(("policy_grpo", EPS_01), ("policy_grpo", dict(EPS_01, **{"objective.factory": "fixtures.policy_losses:DeadEpsilon"})),
+                 "OBJ831", id="eps-ignored", marks=SLOW),
+])
+def test_clip_setting_bugs_fail_on_a_stale_buffer_where_their_twins_pass(shared, healthy, bug, code):
+    """On the stale buffer the healthy twin's stored-ratio note (OBJ837 INFO) does not hide the
+    clip-setting bug: the twin FAILs the clip's bounds (OBJ827) and the setting (OBJ831)."""
+    twin = findings(ctx_for(shared, bug[0], **{"data.rollouts": STALE, **bug[1]}), "policy-clip", "policy-settings")
+    good = findings(ctx_for(shared, healthy[0], **{"data.rollouts": STALE, **healthy[1]}),
+                    "policy-clip", "policy-settings", "policy-old-logps")
+    assert twin[code].verdict is Verdict.FAIL and twin["OBJ831"].verdict is Verdict.FAIL, twin[code].message
+    assert not _not_passing(good) and good["OBJ837"].verdict is Verdict.INFO
+
+
+# --------------------------------------------------------------------------- aggregation as trainers do it (OBJ823)
+def test_overlong_filtering_is_a_token_mean_over_the_kept_tokens(shared):
+    """DAPO with overlong filtering (TRL mask_truncated_completions): the truncated completions (no
+    EOS) carry no gradient on purpose and each kept token weighs 1 / (the kept tokens), the float64
+    count: 'token-mean' as declared, no missing tokens, the clip measured on the kept ones; the twin
+    that divides by every token (the dropped included) contradicts the declared token mean."""
+    ctx = ctx_for(shared, "policy_dapo_overlong")
+    got = findings(ctx, "policy-weights", "policy-clip")
+    assert not _not_passing(got), _not_passing(got)
+    v = _RESULTS[(id(ctx), "policy-weights")].value
+    assert v["aggregation"] == "token-mean" and sorted(v["dropped"]) == ["g0/1", "g1/1", "g2/1", "g3/1"]
+    s = session(activate(ctx))
+    b = s.batches[0]
+    kept = [r for r in range(len(b.ids)) if 2 in s.rows[b.filled[r]].completion]
+    n_kept = float(b.mask[kept].sum())
+    for w in v["batches"][0]["weights"].values():
+        assert w == pytest.approx(1.0 / n_kept, rel=2e-3)
+    twin = findings(ctx_for(shared, "policy_dapo_overlong",
+                            **{"objective.factory": "fixtures.policy_losses:OverlongFilterAllTokens"}), "policy-weights")
+    assert twin["OBJ823"].verdict is Verdict.FAIL and "token-mean' is declared" in twin["OBJ823"].message
+    assert twin["OBJ825"].verdict is Verdict.PASS, twin["OBJ825"].message
+
+
+@pytest.mark.slow
+def test_truncated_completions_without_a_filter_keep_their_gradient(shared):
+    """The same buffer with plain DAPO (no filter): every completion scored, nothing dropped."""
+    ctx = ctx_for(shared, "policy_dapo_overlong", **{"objective.factory": "fixtures.policy_losses:DAPOLoss"})
+    got = findings(ctx, "policy-weights")
+    assert not _not_passing(got) and _RESULTS[(id(ctx), "policy-weights")].value["dropped"] == []
+
+
+# --------------------------------------------------------------------------- bad input after the load: one line
+@pytest.mark.parametrize("sets,words", [
+    (["data.max_length=24"], "more than the model's 24 positions"),
+    (["objective.factory=odd_policy_loss:Odd", "objective.kwargs={}"], "but got 'rewards_to_go'"),
+], ids=["completion-beyond-positions", "parameter-nothing-binds"])
+def test_bad_inputs_found_after_the_load_exit_2_in_one_line(tmp_path, sets, words):
+    """A completion longer than the model's positions and a construct parameter nothing binds are
+    found once the target is loaded: exit 2, exactly one `objdebug: error:` line (the progress
+    lines a log gets aside, as for every input error), no traceback."""
+    import subprocess
+
+    from .conftest import messages
+
+    (tmp_path / "odd_policy_loss.py").write_text(
+        "from mindspore import nn\n"
+        "class Odd(nn.Cell):\n"
+        "    def construct(self, logits, input_ids, completion_mask, rewards_to_go):\n"
+        "        return logits.sum()\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    args = [sys.executable, "-m", "objdebug.cli", "policy", "-c", str(TARGETS / "policy_grpo" / "objdebug.toml")]
+    for x in sets:
+        args += ["--set", x]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2, out
+    assert "Traceback" not in out and out.count("objdebug: error:") == 1, out
+    lines = messages(out)
+    assert len(lines) == 1 and words in lines[0], out
+
+
+# --------------------------------------------------------------------------- losses written by others
+PORTED = {  # id -> (factory in fixtures.ported_policy_losses, kwargs, declared aggregation, KL estimator)
+    "trl-grpo": ("TRLGRPO", {"beta": 0.04, "epsilon": 0.2}, "sequence-mean", "k3"),
+    "trl-bnpo": ("TRLBNPO", {"beta": 0.04, "epsilon": 0.2}, "token-mean", "k3"),
+    "trl-dr_grpo": ("TRLDrGRPO", {"beta": 0.04, "epsilon": 0.2}, "constant:16", "k3"),
+    "trl-dapo": ("TRLDAPO", {"beta": 0.0, "epsilon": 0.2, "epsilon_high": 0.28}, "token-mean", None),
+    "verl-low_var_kl": ("VerlPolicyLoss", {"clip_ratio": 0.2, "kl_loss_coef": 0.04, "kl_loss_type": "low_var_kl"},
+                        "token-mean", "k3"),
+    "verl-kl": ("VerlPolicyLoss", {"clip_ratio": 0.2, "kl_loss_coef": 0.04, "kl_loss_type": "kl"}, "token-mean", "k1"),
+    "verl-mse-seq-mean": ("VerlPolicyLoss", {"clip_ratio": 0.2, "kl_loss_coef": 0.04, "kl_loss_type": "mse",
+                                             "loss_agg_mode": "seq-mean-token-mean"}, "sequence-mean", "k2"),
+    "openrlhf": ("OpenRLHFPolicyLoss", {"clip_eps_low": 0.2, "clip_eps_high": 0.2}, "token-mean", None),
+    "openrlhf-dual_clip": ("OpenRLHFPolicyLoss", {"clip_eps_low": 0.2, "clip_eps_high": 0.2, "dual_clip": 3.0},
+                           "token-mean", None),
+}
+PORTED_FAST = {"trl-dapo", "verl-low_var_kl"}  # the rest with the slow tests (the same checks, other settings)
+
+
+def ported_ctx(shared, name, buffer):
+    factory, kwargs, agg, _ = PORTED[name]
+    return ctx_for(shared, **{"objective.factory": f"fixtures.ported_policy_losses:{factory}",
+                              "objective.kwargs": kwargs, "policy.layout": "targets",
+                              "policy.aggregation": agg, "data.rollouts": buffer})
+
+
+@pytest.mark.parametrize("name,buffer", [
+    pytest.param(n, b, marks=() if (n in PORTED_FAST and b == STALE) else SLOW) for n in PORTED for b in (STALE, ON_POLICY)],
+    ids=[f"{n}-{'stale' if b == STALE else 'on-policy'}" for n in PORTED for b in (STALE, ON_POLICY)])
+def test_ported_healthy_losses_pass_the_gate(shared, name, buffer):
+    """TRL's, verl's and OpenRLHF's losses (faithful ports) pass ci-gate beside ours, on the stale
+    buffer and the on-policy one; the KL estimator is theirs, verl's dual clip is measured at its
+    clip_ratio_c (3)."""
+    ctx = ported_ctx(shared, name, buffer)
+    got = findings(ctx, *[n for n in CHECKS if n != "policy-step"])
+    assert not _not_passing(got), _not_passing(got)
+    kl = PORTED[name][3]
+    if kl is not None:
+        assert _RESULTS[(id(ctx), "policy-kl-estimator")].value["estimator"] == kl
+    clip = _RESULTS[(id(ctx), "policy-clip")].value
+    if name.startswith("verl") or name == "openrlhf-dual_clip":
+        assert clip["shape"] == "dual-clip" and clip["dual_clip"] == pytest.approx(3.0, abs=1e-3)
+    else:
+        assert clip["shape"] == "min"

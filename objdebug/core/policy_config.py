@@ -20,6 +20,9 @@ ADVANTAGES = ("sequence", "token")
 LAYOUTS = ("inputs", "targets")
 GROUP_ADVANTAGES = ("std", "mean")
 AGGREGATIONS = ("token-mean", "sequence-mean", "sum")  # and "constant:N"
+# who sampled the rollouts (their stored old_logps, OBJ837): another copy of the policy (weights of
+# a few optimizer steps ago, a separate sampler: the default), or this checkpoint itself
+OLD_LOGPS_SOURCES = ("sampler", "this-checkpoint")
 # our names (what objdebug passes) and the parameter names that bind to each, the first our own
 NAMES = {
     "logits": ("logits",),
@@ -43,6 +46,9 @@ class PolicySpec:
     # the temperature the trainer scores completions at (logits / temperature, as TRL's GRPO
     # trainer does): the rollouts' stored old_logps must be the policy's log-probs at it (OBJ837)
     temperature: float = 1.0
+    # "sampler": the stored old_logps are another copy's (they drift; only systematic mistakes
+    # fail); "this-checkpoint": this checkpoint sampled them, they must equal its own
+    old_logps_source: str = "sampler"
     # a policy-gradient objective beside a cross-entropy [objective] (as [preference] is): the
     # other stages check the [objective], the policy stage this one (the demo does this)
     factory: str | None = None
@@ -93,6 +99,7 @@ def validate_policy(cfg: Any, src: Any) -> None:
                              f"{value!r}.", source=src.of(f"policy.{key}"))
 
     one_of("advantages", policy.advantages, ADVANTAGES)
+    one_of("old_logps_source", policy.old_logps_source, OLD_LOGPS_SOURCES)
     one_of("layout", policy.layout, LAYOUTS)
     if not isinstance(policy.group_advantages, str) or (
             policy.group_advantages not in GROUP_ADVANTAGES and ":" not in policy.group_advantages):

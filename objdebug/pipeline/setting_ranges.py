@@ -84,6 +84,10 @@ RANGES: dict[str, str | tuple[str, ...]] = {
     "policy.epsilon_atol": TOLERANCE, "policy.outside_value": REAL,
     "policy.setting_rtol": TOLERANCE, "policy.step_rel": "(0, inf)",
     "policy.old_logp_warn": TOLERANCE, "policy.old_logp_fail": TOLERANCE,
+    "policy.old_logp_signature_gain": RATIO, "policy.old_logp_zero_floor": TOLERANCE,
+    "policy.old_logp_zero_share": SHARE, "policy.old_logp_argmax_gap": TOLERANCE,
+    "policy.old_logp_temperature_rtol": TOLERANCE, "policy.old_logp_min_correlation": CORRELATION,
+    "policy.old_logp_tokenizer_gap": TOLERANCE, "policy.old_logp_offset_share": SHARE,
     # [reward]
     "reward.zero_point_rtol": TOLERANCE, "reward.step_rel": "(0, inf)",
     "reward.extra_padding": LENGTH, "reward.padding_rtol": TOLERANCE,

@@ -39,9 +39,9 @@ POLICY_OBJECTIVE = "policy.objective"  # the objective-only graph (dynamic shape
 
 # kwargs that name the clip range and the KL coefficient (TRL, verl, OpenRLHF, MindRLHF spellings)
 EPSILON_KEYS = ("epsilon", "clip_range", "cliprange", "clip_eps", "eps_clip", "clip_ratio")
-EPSILON_LOW_KEYS = ("epsilon_low", "clip_ratio_low", "clip_range_low")
-EPSILON_HIGH_KEYS = ("epsilon_high", "clip_ratio_high", "clip_range_high")
-BETA_KEYS = ("beta", "kl_coef", "kl_beta", "beta_kl", "init_kl_coef", "kl_coeff")
+EPSILON_LOW_KEYS = ("epsilon_low", "clip_ratio_low", "clip_range_low", "clip_eps_low")
+EPSILON_HIGH_KEYS = ("epsilon_high", "clip_ratio_high", "clip_range_high", "clip_eps_high")
+BETA_KEYS = ("beta", "kl_coef", "kl_beta", "beta_kl", "init_kl_coef", "kl_coeff", "kl_loss_coef")
 ORDER = ("logits", "input_ids", "completion_mask", "advantages", "old_per_token_logps",
          "ref_per_token_logps")
 
