@@ -205,6 +205,18 @@ def _probe_task(cfg, target, found: Findings, kind: str, paths) -> str | None:
     return None
 
 
+def _task_rows_for_every_stage(found: Findings, kinds: dict[str, Path], out: Path) -> None:
+    """A task kind's stages draw on two files: `align` (align, grad, stress, decompose) and
+    `scores` (correlate). Rows with a `score` serve as both (the kind's rows carry their label
+    either way); a missing one is said, with the stage that cannot run without it."""
+    if "scores" in kinds and "align" not in kinds:
+        found.set("data", "align", _rel(kinds["scores"], out.parent),
+                  "the scores rows, also the rows align, grad and stress draw on (no other rows given)")
+    elif "align" in kinds and "scores" not in kinds:
+        found.undecided.append("data.scores: no rows with a human 'score' given: correlate "
+                               "(OBJ401-OBJ404) skips; pass --data with {..., \"score\"} rows")
+
+
 def _data_ids(paths: dict[str, Path], tokenizer) -> tuple[list[list[int]], list[list[int]]]:
     """(token lists of text fields encoded with the tokenizer, lists given as *_ids)."""
     texts, given = [], []
@@ -530,6 +542,8 @@ def init_config(model: str, objective: str, checkpoint: str | None = None, data:
                                    f"not the model's tokenizer?")
     for kind, path in kinds.items():
         found.set("data", kind, _rel(path, out.parent))
+    if task:
+        _task_rows_for_every_stage(found, kinds, out)
     if not kinds:
         found.undecided.append("data.align / scores / text: no --data file; add at least one")
     masks = [n for n in inputs[1:] if any(w in n for w in _MASK_WORDS)]

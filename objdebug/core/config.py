@@ -142,6 +142,9 @@ class TaskSpec:
     # the weight each class should get, by name ({"spam": 4.0}) or index order: what the
     # objective's gradient is measured against (default: the objective's kwargs or its `weight`)
     class_weight: dict[str, float] | list[float] | None = None
+    # the closed form an embedding objective implements (OBJ226 fails a loss that leaves it);
+    # unset, a loss that matches none of the family's forms is a note: one form of many
+    formula: str | None = None
 
 
 @dataclass
@@ -536,6 +539,10 @@ def _validate_task(t: TaskSpec, src: _Sources) -> None:
                                  or len(set(t.labels)) != len(t.labels)):
         raise InputError(f"For 'task.labels', the value must be a list of distinct, non-empty "
                          f"names, but got {t.labels!r}.", source=src.of("task.labels"))
+    formulas = ("infonce", "symmetric-infonce", "triplet", "contrastive-margin")
+    if t.formula is not None and t.formula not in formulas:
+        raise InputError(f"For 'task.formula', the value must be in {list(formulas)}, but got "
+                         f"{t.formula!r}.", source=src.of("task.formula"))
     w = t.class_weight
     if w is None:
         return

@@ -3,9 +3,11 @@ as the causal LM's cases, so the same codes and the same conditions, on the kind
 graphs (engine/tasks.py: the shared `model.forward` / `model.vjp`, `task.objective`,
 `task.logit_grad`, and for embeddings `task.pair_grad`).
 
-- all padding (OBJ503): classification and tagging, one row of `short_length` pad ids whose
-  label (every tag) is `label_pad_id`: the loss must be 0 and finite, the gradients finite;
-  embedding, the gradient rows with every text all padding (an empty text: a mean pooling that
+- all padding (OBJ503), the kind's own case (engine/kinds.py): tagging (and a classifier whose
+  objective declares an ignore_index), one row of `short_length` pad ids whose label (every tag)
+  is `label_pad_id`: the loss must be 0 and finite, the gradients finite; classification
+  otherwise, the gradient rows' ids all padding with their real labels (an all-padding *input*:
+  no label of a classifier is ever ignored), finite; embedding, the gradient rows with every text all padding (an empty text: a mean pooling that
   divides by the count of real tokens, a cosine of a zero vector): loss and gradients finite.
 - padding invariance (OBJ504, every kind): the first `batch_size` align rows padded to their
   longest length + 0, + each `pad_extra`: loss and parameter gradients must not move.
@@ -45,12 +47,12 @@ from typing import Any
 
 import numpy as np
 
-from objdebug.engine import tasks
+from objdebug.engine import kinds, tasks
 from objdebug.pipeline import task_kind
 from objdebug.stages.stress._common import PROBE_POSITION, error_line, max_rel, rel_diff
 
 CAUSAL_LM = tasks.CAUSAL_LM
-ALL = (CAUSAL_LM, "classification", "tagging", "embedding")
+ALL = kinds.NAMES
 
 
 def is_task(ctx) -> bool:
@@ -84,17 +86,21 @@ def all_padding(ctx, th) -> dict[str, Any]:
     cfg = ctx.config.data
     length = int(th["short_length"])
     kind = tasks.kind_of(ctx.config)
-    if kind == "embedding":
-        empty = [cfg.pad_id] * length
+    case = kinds.all_padding_case(ctx.config, ctx.target.objective)
+    empty = [cfg.pad_id] * length
+    if case == kinds.EMPTY_TEXTS:
         rows = [TaskRow(f"all-padding-{i}", 0, "", empty, positive=empty,
                         negative=None if r.negative is None else empty)
                 for i, r in enumerate(task_kind.grad_rows(ctx))]
+    elif case == kinds.PADDING_INPUT:  # a classifier's rows are never ignored: real labels kept
+        rows = [TaskRow(f"all-padding-{i}", 0, "", empty, r.target)
+                for i, r in enumerate(task_kind.grad_rows(ctx))]
     else:
-        target = cfg.label_pad_id if kind == "classification" else [cfg.label_pad_id] * length
-        rows = [TaskRow("all-padding", 0, "", [cfg.pad_id] * length, target)]
+        label = cfg.label_pad_id if kinds.of(kind).label == "row" else [cfg.label_pad_id] * length
+        rows = [TaskRow("all-padding", 0, "", empty, label)]
     out = loss_and_grads(ctx, rows, length)
     out.pop("grads")
-    return {"kind": kind, "rows": len(rows), "length": length, "pad_id": cfg.pad_id,
+    return {"kind": kind, "case": case, "rows": len(rows), "length": length, "pad_id": cfg.pad_id,
             "label_pad_id": cfg.label_pad_id, **out}
 
 
