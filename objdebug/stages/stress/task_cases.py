@@ -243,6 +243,57 @@ def _chance(ctx, rows, length: int) -> float | None:
     return float(-(p * np.log(p)).sum())
 
 
+def best_constant_loss(ctx, rows, length: int, steps: int = 200) -> float | None:
+    """The least loss a prediction that ignores the input scores on `rows`' labels, measured
+    through the objective itself: one output vector z shared by every row (and position), fitted
+    by gradient descent on the objective's own gradient (`task.logit_grad`, the gradients of
+    every row summed into z's), from the class-weighted label frequencies' log (a cross-entropy's
+    optimum, whose loss is the labels' entropy). A focal or smoothed loss has its own chance
+    level: this is it. None when the rows score no label."""
+    import mindspore as ms
+
+    classes = task_kind.classes(ctx)
+    labels = task_kind.labels_of(ctx, rows, length)
+    flat = labels.reshape(-1)
+    counts = np.bincount(flat[(flat >= 0) & (flat < classes)], minlength=classes).astype(np.float64)
+    if not counts.sum():
+        return None
+    z = np.log(np.maximum(counts / counts.sum(), 1e-6))
+    shape = labels.shape + (classes,)
+    y = ms.Tensor(labels.astype(np.int32))
+
+    def at(v):
+        out, g = tasks.logit_grad(ctx.engine, ms.Tensor(np.broadcast_to(v, shape).astype(np.float32)), y)
+        return float(out[0]), g.reshape(-1, classes).sum(0)
+
+    best, grad = at(z)
+    m, v, lr = np.zeros(classes), np.zeros(classes), 0.05
+    for k in range(1, steps + 1):  # Adam: the scale of an arbitrary objective's gradient is unknown
+        m = 0.9 * m + 0.1 * grad
+        v = 0.999 * v + 0.001 * grad * grad
+        z = z - lr * (m / (1 - 0.9 ** k)) / (np.sqrt(v / (1 - 0.999 ** k)) + 1e-12)
+        loss, grad = at(z)
+        if not np.isfinite(loss):
+            break
+        best = min(best, loss)
+    return best
+
+
+def informed_loss(ctx, rows, length: int) -> float | None:
+    """The objective's loss when every row's output names its own label confidently (logits s x
+    one-hot(label), the least over s in 1, 3, 10; a smoothed loss is least at a moderate s):
+    what knowing the label is worth, to compare with `best_constant_loss`."""
+    import mindspore as ms
+
+    classes = task_kind.classes(ctx)
+    labels = task_kind.labels_of(ctx, rows, length)
+    onehot = np.eye(classes, dtype=np.float32)[np.clip(labels, 0, classes - 1)]
+    y = ms.Tensor(labels.astype(np.int32))
+    losses = [float(tasks.objective(ctx.engine, ms.Tensor(onehot * s), y).asnumpy()[0]) for s in (1.0, 3.0, 10.0)]
+    finite = [x for x in losses if np.isfinite(x)]
+    return min(finite) if finite else None
+
+
 def random_ids(ctx, th) -> dict[str, Any]:
     rows = random_rows(ctx, th)
     length = tasks.bucket(max(len(s) for r in rows for s in _texts_of(r)))
@@ -260,7 +311,9 @@ def random_ids(ctx, th) -> dict[str, Any]:
 
         outputs = tasks.forward(ctx.engine, tasks.pad([r.ids for r in rows], ctx.engine.padding.pad_id, length))
         losses = tasks.per_row(ctx.engine, outputs, ms.Tensor(task_kind.labels_of(ctx, rows, length)))
-        out["chance"] = _chance(ctx, rows, length)
+        out["entropy"] = _chance(ctx, rows, length)
+        out["chance"] = best_constant_loss(ctx, rows, length)
+        out["informed"] = informed_loss(ctx, rows, length)
     return {**out, "losses": losses, "mean_loss": float(np.mean(losses)), "min_loss": float(np.min(losses))}
 
 
