@@ -10,7 +10,8 @@
   class, as shares of their sum: a scale every class shares (a sum reduction, label smoothing's
   1 - eps, a loss multiplier) is not a weight.
 - OBJ221 a row (classification) or a tag position (tagging) labelled `label_pad_id` must receive
-  exactly zero gradient: the OBJ105 probe for labels and tags. Only where the kind's batches carry
+  exactly zero gradient, at random logits (a term whose gradient vanishes at logits 0, label
+  smoothing's, would hide there): the OBJ105 probe for labels and tags. Only where the kind's batches carry
   that label (engine/kinds.py): a tagger's always, a classifier's when its objective declares an
   ignore_index (a sequence classifier has no ignored rows).
 - OBJ201-OBJ204 (gradient-health, the same measurement as the causal LM's): the model's parameter
@@ -147,6 +148,11 @@ class IgnoredLabel(Check):
         pid = ctx.engine.padding.label_pad_id
         labels = np.array(list(range(c)) + [pid, pid], np.int64)
         x, y = _probe(ctx.config.task.kind, c, labels)
+        # random logits, not 0: a term whose gradient vanishes at the uniform prediction (label
+        # smoothing's -sum_k log p_k left unmasked) still trains the ignored positions elsewhere
+        import mindspore as ms
+
+        x = ms.Tensor(np.random.default_rng(0).normal(0.0, 1.0, x.shape).astype(np.float32))
         try:
             outputs, g = tasks.logit_grad(ctx.engine, x, y)
         except Exception as exc:  # GatherD rejects it: the objective does not know the ignore label
