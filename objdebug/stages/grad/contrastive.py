@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from objdebug.core.config import TASK_FORMULAS
 from objdebug.core.findings import Check, Condition, Verdict, listing
 from objdebug.core.settings import Settings
 from objdebug.engine.tasks import NEGATIVE_UNUSED
@@ -109,7 +110,7 @@ def triplet_forms(A, P, N, margin: float, sim: str | None) -> tuple[dict[str, fl
     return forms, scale
 
 
-FORMULAS = ("infonce", "symmetric-infonce", "triplet", "contrastive-margin")  # [task] formula
+FORMULAS = TASK_FORMULAS  # [task] formula
 
 
 class Contrastive(Check):

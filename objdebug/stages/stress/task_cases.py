@@ -258,6 +258,9 @@ def best_constant_loss(ctx, rows, length: int, steps: int = 200) -> float | None
     counts = np.bincount(flat[(flat >= 0) & (flat < classes)], minlength=classes).astype(np.float64)
     if not counts.sum():
         return None
+    weight, _ = tasks.declared_class_weight(ctx.config, ctx.target.objective, classes)
+    if weight is not None and weight.size == classes:
+        counts = counts * weight  # a weighted cross-entropy's optimum: the weighted frequencies
     z = np.log(np.maximum(counts / counts.sum(), 1e-6))
     shape = labels.shape + (classes,)
     y = ms.Tensor(labels.astype(np.int32))
