@@ -58,6 +58,21 @@ def labelled() -> tuple[str, ...]:
     return tuple(k.name for k in TABLE.values() if k.label is not None and k.name != "causal-lm")
 
 
+def tasks() -> tuple[str, ...]:
+    """Every kind but the causal LM (whose checks are the rest of objdebug)."""
+    return tuple(k for k in TABLE if k != "causal-lm")
+
+
+def unlabelled() -> tuple[str, ...]:
+    """The kinds whose rows carry no label (embedding: pairs or triplets of texts)."""
+    return tuple(k.name for k in TABLE.values() if k.label is None)
+
+
+def per_token() -> tuple[str, ...]:
+    """The kinds (not the causal LM) with one label per token (tagging: a CRF's kind)."""
+    return tuple(k.name for k in TABLE.values() if k.label == "token" and k.name != "causal-lm")
+
+
 def with_ignored_label() -> tuple[str, ...]:
     """The kinds (not the causal LM) whose rows may carry `label_pad_id` (always or when declared)."""
     return tuple(k.name for k in TABLE.values() if k.ignored != NEVER and k.name != "causal-lm")

@@ -28,6 +28,7 @@ from objdebug.core.findings import Check, Condition, Verdict, listing
 from objdebug.core.settings import Settings
 from objdebug.engine.tasks import NEGATIVE_UNUSED
 from objdebug.pipeline import task_kind
+from objdebug.engine import kinds as task_kinds
 
 
 FLOAT32_ROUNDING = 16 * 2.0 ** -23  # a few float32 roundings of the loss's largest term, relative
@@ -118,7 +119,7 @@ class Contrastive(Check):
 
     name = "contrastive"
     stage = "grad"
-    kinds = ("embedding",)
+    kinds = task_kinds.unlabelled()
 
     def skip_reason(self, ctx) -> str | None:
         if not (ctx.config.data.align or ctx.config.data.scores):

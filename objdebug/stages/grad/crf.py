@@ -25,6 +25,7 @@ import numpy as np
 from objdebug.core.findings import Check, Condition, Verdict, listing
 from objdebug.core.settings import Settings
 from objdebug.pipeline import task_kind
+from objdebug.engine import kinds as task_kinds
 
 
 def _param_grad_cell(objective):
@@ -57,7 +58,7 @@ class CRFChecks(Check):
 
     name = "crf"
     stage = "grad"
-    kinds = ("tagging",)
+    kinds = task_kinds.per_token()
 
     def skip_reason(self, ctx) -> str | None:
         if not list(ctx.target.objective.trainable_params()):

@@ -194,6 +194,10 @@ class RandomIds(Check):
             if not np.all(np.isfinite(v["losses"])) or v["nonfinite_params"] or not math.isfinite(v["grad_loss"]):
                 return Verdict.FAIL, msg + "; NaN/Inf on random tokens", ratio
             informed = v.get("informed")
+            if "kind" in v and base is not None and base <= 0:
+                return Verdict.WARN, (msg + f"; the best input-blind prediction scores {base:.4g} <= 0: "
+                                      f"the objective pays for not knowing the label (it rewards "
+                                      f"unpredictable outputs)"), ratio
             if base is not None and informed is not None and base <= informed + 1e-6 * max(abs(informed), 1.0):
                 return Verdict.WARN, (msg + f"; the best input-blind prediction scores {base:.4g}, a confident "
                                       f"right one {informed:.4g}: the objective does not pay for knowing the "
