@@ -181,7 +181,7 @@ def _task_labels(paths, kind: str) -> list[str]:
     return names
 
 
-def _probe_task(cfg, target, found: Findings, kind: str, paths) -> str | None:
+def _probe_task(cfg, target, found: Findings, kind: str, paths, tokenizer=None) -> str | None:
     """The task kind's contract probe (pipeline/task_kind.py); writes [task] kind and labels
     (the rows' names, as many as the model has classes); the probe's error or None."""
     from objdebug.engine.core import Engine
@@ -198,11 +198,71 @@ def _probe_task(cfg, target, found: Findings, kind: str, paths) -> str | None:
         c = info["classes"]
         if names:
             labels = names + [f"class_{k}" for k in range(len(names), c)]
-            found.set("task", "labels", labels[:c], f"the rows' names in order of first appearance; "
-                                                    f"the model has {c} classes")
-            found.undecided.append("task.labels: the names' index order is the order the rows use "
-                                   "them first; put them in the model's class order")
+            ordered = _labels_in_model_order(cfg, target, labels[:c], paths, tokenizer)
+            if ordered is not None:
+                found.set("task", "labels", ordered[0], ordered[1])
+            else:
+                found.set("task", "labels", labels[:c], f"the rows' names in order of first appearance; "
+                                                        f"the model has {c} classes")
+                found.undecided.append("task.labels: the names' index order is the order the rows use "
+                                       "them first; put them in the model's class order")
     return None
+
+
+def _labels_in_model_order(cfg, target, names: list[str], paths, tokenizer) -> tuple[list[str], str] | None:
+    """The class names in the model's index order, read off its predictions on the rows: the
+    assignment of names to output indices that agrees with the most rows' (tokens') labels
+    (scipy's linear_sum_assignment on the confusion counts). None when the model agrees with no
+    order better than chance (an untrained head: the order is then the user's to give)."""
+    import copy
+
+    import numpy as np
+
+    from scipy.optimize import linear_sum_assignment
+
+    from objdebug.engine import tasks
+    from objdebug.engine.core import Engine
+
+    c = len(names)
+    counts = np.zeros((c, c))
+    probe = copy.deepcopy(cfg)
+    probe.task.labels = names
+    probe.data.tokenizer = tokenizer or "bytes"
+    engine = Engine(target, batch_size=1)
+    try:
+        for p in paths:
+            probe.data.align = str(p)
+            for row in tasks.read_rows(probe, "align")[:64]:
+                out = tasks.forward(engine, np.asarray([row.ids], np.int32)).asnumpy()[0]
+                target_ = np.atleast_1d(np.asarray(row.target))
+                pred = np.atleast_1d(out.argmax(-1))
+                for t, q in zip(target_, pred):
+                    if 0 <= t < c:
+                        counts[t, q] += 1
+    except Exception:  # noqa: BLE001 - rows the kind cannot read: their error is the run's to say
+        return None
+    total = counts.sum()
+    rows, cols = linear_sum_assignment(-counts)
+    agree = counts[rows, cols].sum() / max(total, 1)
+    if total == 0 or agree <= 1.5 / c:
+        return None
+    order = [""] * c
+    for r, q in zip(rows, cols):
+        order[q] = names[r]
+    return order, (f"the model's class order, read off its predictions: {agree:.0%} of "
+                   f"{int(total)} labels agree")
+
+
+def _task_rows_for_every_stage(found: Findings, kinds: dict[str, Path], out: Path) -> None:
+    """A task kind's stages draw on two files: `align` (align, grad, stress, decompose) and
+    `scores` (correlate). Rows with a `score` serve as both (the kind's rows carry their label
+    either way); a missing one is said, with the stage that cannot run without it."""
+    if "scores" in kinds and "align" not in kinds:
+        found.set("data", "align", _rel(kinds["scores"], out.parent),
+                  "the scores rows, also the rows align, grad and stress draw on (no other rows given)")
+    elif "align" in kinds and "scores" not in kinds:
+        found.undecided.append("data.scores: no rows with a human 'score' given: correlate "
+                               "(OBJ401-OBJ404) skips; pass --data with {..., \"score\"} rows")
 
 
 def _data_ids(paths: dict[str, Path], tokenizer) -> tuple[list[list[int]], list[list[int]]]:
@@ -217,8 +277,11 @@ def _data_ids(paths: dict[str, Path], tokenizer) -> tuple[list[list[int]], list[
                 if key.endswith("_ids") and isinstance(value, list):
                     given.append([int(v) for v in value if isinstance(v, int)])
                 elif isinstance(value, str) and key in ("prompt", "good", "medium", "bad", "response",
-                                                        "chosen", "rejected", "text"):
+                                                        "chosen", "rejected", "text", "anchor",
+                                                        "positive", "negative"):
                     texts.append(tokenizer.encode(value))
+                elif key == "tokens" and isinstance(value, list):  # a tagging row's words
+                    texts.append(tokenizer.encode(" ".join(str(v) for v in value)))
     return texts, given
 
 
@@ -466,10 +529,10 @@ def init_config(model: str, objective: str, checkpoint: str | None = None, data:
 
         target.model = wrap(model_inputs.unwrap(target.model), cfg)
         task = next((k for k in map(task_rows, files) if k), None)
-        info, error = (None, _probe_task(cfg, target, found, task, files)) if task else \
+        info, error = (None, _probe_task(cfg, target, found, task, files, tokenizer)) if task else \
             _probe_contract(cfg, target)
         if info is None and not task and error and "[B, T, V]" in error:  # a classifier's [B, C]
-            task, error = "classification", _probe_task(cfg, target, found, "classification", files)
+            task, error = "classification", _probe_task(cfg, target, found, "classification", files, tokenizer)
         ignore = getattr(target.objective, "ignore_index", objective_defaults.get("ignore_index"))
         kwargs = {"ignore_index": ignore} if isinstance(ignore, int) and not isinstance(ignore, bool) else {}
         found.set("objective", "kwargs", kwargs, "" if kwargs else "assumed: no ignore_index found")
@@ -505,8 +568,13 @@ def init_config(model: str, objective: str, checkpoint: str | None = None, data:
                                "was trained with them")
     texts, given = _data_ids(kinds, tok)
     padding_id(found, specials, texts, given, vocab)
+    from objdebug.engine import kinds as task_kinds
+
+    kind_spec = task_kinds.of(task or "causal-lm")
     if kwargs:
         found.set("data", "label_pad_id", kwargs["ignore_index"], "the objective's ignore_index")
+    elif kind_spec.ignored != task_kinds.ALWAYS:
+        pass  # a classifier's rows are never ignored, an embedding row has no label: nothing to ask
     else:
         found.set("data", "label_pad_id", -100, "assumed: the objective has no ignore_index attribute")
         found.undecided.append("data.label_pad_id: the objective has no `ignore_index`; -100 assumed: "
@@ -530,6 +598,8 @@ def init_config(model: str, objective: str, checkpoint: str | None = None, data:
                                    f"not the model's tokenizer?")
     for kind, path in kinds.items():
         found.set("data", kind, _rel(path, out.parent))
+    if task:
+        _task_rows_for_every_stage(found, kinds, out)
     if not kinds:
         found.undecided.append("data.align / scores / text: no --data file; add at least one")
     masks = [n for n in inputs[1:] if any(w in n for w in _MASK_WORDS)]

@@ -132,6 +132,10 @@ class ChatSpec:
     last_turn_only: bool = False       # only the last turn of a train_on role trains
 
 
+# [task] formula: the embedding closed forms OBJ226 compares with (stages/grad/contrastive.py)
+TASK_FORMULAS = ("infonce", "symmetric-infonce", "triplet", "contrastive-margin")
+
+
 @dataclass
 class TaskSpec:
     """[task]: the kind of objective (issue 47). "causal-lm" (the default) is next-token
@@ -142,6 +146,9 @@ class TaskSpec:
     # the weight each class should get, by name ({"spam": 4.0}) or index order: what the
     # objective's gradient is measured against (default: the objective's kwargs or its `weight`)
     class_weight: dict[str, float] | list[float] | None = None
+    # the closed form an embedding objective implements (OBJ226 fails a loss that leaves it);
+    # unset, a loss that matches none of the family's forms is a note: one form of many
+    formula: str | None = None
 
 
 @dataclass
@@ -539,6 +546,9 @@ def _validate_task(t: TaskSpec, src: _Sources) -> None:
                                  or len(set(t.labels)) != len(t.labels)):
         raise InputError(f"For 'task.labels', the value must be a list of distinct, non-empty "
                          f"names, but got {t.labels!r}.", source=src.of("task.labels"))
+    if t.formula is not None and t.formula not in TASK_FORMULAS:
+        raise InputError(f"For 'task.formula', the value must be in {list(TASK_FORMULAS)}, but got "
+                         f"{t.formula!r}.", source=src.of("task.formula"))
     w = t.class_weight
     if w is None:
         return

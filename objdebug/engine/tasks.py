@@ -398,6 +398,26 @@ def pair_grad(engine, anchor, positive, negative=None) -> tuple[np.ndarray, list
     return outputs.asnumpy().astype(np.float64), grads
 
 
+def takes_negative(objective) -> bool:
+    """Whether an embedding objective's construct takes a third text, the negative: (anchor,
+    positive, negative). A construct of two, (anchor, positive), is an in-batch loss: every
+    other row's positive is its negative (sentence-transformers' MultipleNegativesRankingLoss
+    called on pairs, OpenCLIP's ClipLoss); an unreadable signature is taken as it is called."""
+    import inspect
+
+    try:
+        params = list(inspect.signature(type(objective).construct).parameters.values())[1:]
+    except (TypeError, ValueError):
+        return True
+    if any(p.kind is p.VAR_POSITIONAL for p in params):
+        return True
+    return len([p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]) >= 3
+
+
+NEGATIVE_UNUSED = ("the rows' negatives are unused: the objective's construct takes (anchor, "
+                   "positive), an in-batch loss whose negatives are the other rows' positives")
+
+
 # --------------------------------------------------------------------------- a CRF with a mask
 def takes_mask(objective) -> bool:
     """Whether a tagging objective's construct takes a third input, the mask: (emissions, tags,
@@ -413,26 +433,84 @@ def takes_mask(objective) -> bool:
 
 
 def with_mask(objective, ignore: int):
-    """The objective as every graph calls a tagging objective, (emissions, tags) -> loss: the mask
-    is the tags that are not `ignore` (padding, later word pieces), and those tags are given as tag
-    0 (a valid index), as a training step with a CRF layer passes them. The Cell keeps the
+    """The objective as every graph calls a tagging objective, (emissions, tags) -> loss: the
+    scored positions (the tags that are not `ignore`: not padding, not a later word piece) packed
+    to the front of each row with their emissions, the mask the prefix they fill (the first
+    position always on), the rest tag 0 (a valid index), as a token-classification head feeds
+    its CRF layer the first piece of each word. The Cell keeps the
     objective's parameter names and its `decode` (Viterbi, OBJ225)."""
+    import mindspore as ms
     from mindspore import nn, ops
 
     class TagsAndMask(nn.Cell):
+        MASK_ADAPTER = True  # decode_inputs reads the wrapped objective's decode
+
         def __init__(self):
             super().__init__(auto_prefix=False)
             self.objective = objective
             self.ignore = ignore
 
         def construct(self, emissions, tags):
+            # the scored positions packed to the front, in order, the mask a prefix: a CRF layer
+            # (pytorch-crf's) reads its mask as each row's length (`seq_ends = mask.sum - 1`,
+            # the first column on), as token-classification heads feed it the first piece of
+            # each word; the transitions then join consecutive scored positions, as in CRFLoss
             mask = tags != self.ignore
-            return self.objective(emissions, ops.where(mask, tags, ops.zeros_like(tags)), mask)
+            steps = tags.shape[1]
+            pos = ops.arange(0, steps, dtype=ms.int32).reshape((1, -1))
+            key = ops.where(mask, pos, pos + steps).astype(ms.float32)
+            _, order = ops.sort(key, 1)
+            order = order.astype(ms.int32)
+            packed = ops.gather_d(emissions, 1, ops.broadcast_to(order.expand_dims(2), emissions.shape))
+            kept = ops.gather_d(ops.where(mask, tags, ops.zeros_like(tags)), 1, order)
+            count = mask.astype(ms.int32).sum(1, keepdims=True)
+            prefix = pos < ops.maximum(count, ops.ones_like(count))  # pytorch-crf: the first on
+            return self.objective(packed, ops.where(prefix, kept, ops.zeros_like(kept)), prefix)
 
         def decode(self, emissions):
-            return self.objective.decode(emissions)
+            return call_decode(self.objective, emissions)
 
     cell = TagsAndMask()
     if not hasattr(objective, "decode"):
         del TagsAndMask.decode
     return cell
+
+
+def decode_inputs(objective) -> tuple[list[str] | None, str]:
+    """What the objective's `decode` (Viterbi) takes after the emissions, read from its
+    signature: ([], "") for decode(emissions), (["mask"], "") for pytorch-crf's decode(emissions,
+    mask) (a mask of ones is passed: every position scored), (None, why) for a decode that takes
+    a required input objdebug cannot build, or none at all."""
+    import inspect
+
+    if getattr(type(objective), "MASK_ADAPTER", False):
+        objective = objective.objective
+    decode = getattr(objective, "decode", None)
+    if not callable(decode):
+        return None, "the objective has no decode(emissions): no Viterbi to check"
+    try:
+        params = list(inspect.signature(decode).parameters.values())
+    except (TypeError, ValueError):
+        return [], ""
+    required = [p.name for p in params[1:] if p.default is inspect.Parameter.empty
+                and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    unknown = [n for n in required if "mask" not in n]
+    if unknown:
+        return None, (f"{type(objective).__name__}.decode takes {[p.name for p in params]}: "
+                      f"objdebug builds the emissions and a mask only, not {unknown}; the Viterbi "
+                      f"path is not checked")
+    return required, ""
+
+
+def call_decode(objective, emissions):
+    """objective.decode on emissions [B, T, K], with a mask of ones [B, T] for each mask input its
+    signature requires (`decode_inputs`)."""
+    import mindspore as ms
+
+    if getattr(type(objective), "MASK_ADAPTER", False):
+        objective = objective.objective  # the CRF layer's own decode, as decode_inputs read it
+    needs, why = decode_inputs(objective)
+    if needs is None:
+        raise TypeError(why)
+    mask = ms.Tensor(np.ones(tuple(emissions.shape[:2]), np.bool_))
+    return objective.decode(emissions, *[mask for _ in needs])

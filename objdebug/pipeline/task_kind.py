@@ -66,13 +66,30 @@ def check_output(out, kind: str, batch: int, length: int, labels: list[str] | No
     return last
 
 
-def _triplets(cfg) -> bool:
-    """Whether the embedding rows are triplets (every row has a negative)."""
+def _triplets(cfg, objective) -> bool:
+    """Whether the embedding rows are called as triplets: every row has a negative and the
+    objective's construct takes one (bound by its signature, `tasks.takes_negative`)."""
     try:
         rows = tasks.read_rows(cfg, "align") or tasks.read_rows(cfg, "scores")
     except InputError:
         return False  # the rows' own errors are reported where they are read
-    return bool(rows) and all(r.negative is not None for r in rows)
+    return bool(rows) and all(r.negative is not None for r in rows) and tasks.takes_negative(objective)
+
+
+def negatives_unused(ctx) -> bool:
+    """The embedding rows carry negatives that the objective's (anchor, positive) construct does
+    not take: every check reads the rows as pairs (`_as_called`), and the report says so."""
+    return ctx.config.task.kind == "embedding" and not tasks.takes_negative(ctx.target.objective)
+
+
+def _as_called(ctx, rows: list[tasks.TaskRow]) -> list[tasks.TaskRow]:
+    """The rows as the objective is called: an embedding row's negative dropped when its
+    construct takes (anchor, positive) only (NEGATIVE_UNUSED, the choice the report states)."""
+    from dataclasses import replace
+
+    if rows and negatives_unused(ctx) and any(r.negative is not None for r in rows):
+        return [replace(r, negative=None, meta={**r.meta, "negative_unused": True}) for r in rows]
+    return rows
 
 
 def check_target(target, engine) -> dict[str, Any]:
@@ -101,7 +118,10 @@ def check_target(target, engine) -> dict[str, Any]:
         info["classes" if kind != "embedding" else "dim"] = last
         info["output_dtype"] = str(out.dtype)
         if kind == "embedding":  # triplets when the rows have negatives: loss(anchor, positive, negative)
-            result = tasks.pair_objective(engine, out, out, out if _triplets(cfg) else None)
+            three = _triplets(cfg, target.objective)
+            if not tasks.takes_negative(target.objective):
+                info["negative"] = tasks.NEGATIVE_UNUSED
+            result = tasks.pair_objective(engine, out, out, out if three else None)
         else:
             labels = ms.Tensor(np.zeros(out.shape[:-1], np.int32))
             result = tasks.objective(engine, out, labels)
@@ -134,15 +154,15 @@ def classes(ctx) -> int:
 
 def align_rows(ctx) -> list[tasks.TaskRow]:
     """The kind's `[data] align` rows, read once per run (labels checked against C)."""
-    return ctx.provide(align_rows, lambda: tasks.read_rows(
+    return ctx.provide(align_rows, lambda: _as_called(ctx, tasks.read_rows(
         ctx.config, "align", ctx.config.data.vocab_size,
-        None if ctx.config.task.kind == "embedding" else classes(ctx)))
+        None if ctx.config.task.kind == "embedding" else classes(ctx))))
 
 
 def score_rows(ctx) -> list[tasks.TaskRow]:
-    return ctx.provide(score_rows, lambda: tasks.read_rows(
+    return ctx.provide(score_rows, lambda: _as_called(ctx, tasks.read_rows(
         ctx.config, "scores", ctx.config.data.vocab_size,
-        None if ctx.config.task.kind == "embedding" else classes(ctx)))
+        None if ctx.config.task.kind == "embedding" else classes(ctx))))
 
 
 def outputs_of(ctx, rows: list[tasks.TaskRow]) -> np.ndarray:

@@ -31,6 +31,7 @@ from objdebug.stages.grad.supervision import SupervisionCoverage
 from objdebug.stages.grad.class_weights import ClassWeights, IgnoredLabel, health_measure
 from objdebug.stages.grad.crf import CRFChecks
 from objdebug.stages.grad.contrastive import Contrastive
+from objdebug.engine import kinds as task_kinds
 
 _LISTED = 8
 _F32_EPS = 2.0 ** -23
@@ -500,7 +501,7 @@ class TaskGradientHealth(GradientHealth):
     conditions, the batch and gradient of the kind (stages/grad/class_weights.py)."""
 
     name = "task-gradient-health"  # the rule pages of OBJ201-OBJ204 name both
-    kinds = ("classification", "tagging")
+    kinds = task_kinds.labelled()
     needs_trained = ()  # the causal LM's model-state measurement does not apply to these shapes
 
     def skip_reason(self, ctx: Context) -> str | None:
@@ -515,7 +516,7 @@ class TaskFiniteDifferences(FiniteDifferences):
     the kind's gradient and losses (stages/grad/task_fd.py)."""
 
     name = "task-finite-differences"  # the rule page of OBJ206 names both
-    kinds = ("classification", "tagging", "embedding")
+    kinds = task_kinds.tasks()
 
     def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         from objdebug.stages.grad import task_fd

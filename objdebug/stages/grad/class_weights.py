@@ -7,9 +7,13 @@
   sum): its projection on the standard cross-entropy direction (a numpy float64 reference) reads
   the weight the objective gives class c. The measured weights, normalised, are compared with the
   declared ones (`[task] class_weight`, the objective's kwargs or its Cell's `weight`), class by
-  class; with a sum the scale is compared too.
+  class, as shares of their sum: a scale every class shares (a sum reduction, label smoothing's
+  1 - eps, a loss multiplier) is not a weight.
 - OBJ221 a row (classification) or a tag position (tagging) labelled `label_pad_id` must receive
-  exactly zero gradient: the OBJ105 probe for labels and tags.
+  exactly zero gradient, at random logits (a term whose gradient vanishes at logits 0, label
+  smoothing's, would hide there): the OBJ105 probe for labels and tags. Only where the kind's batches carry
+  that label (engine/kinds.py): a tagger's always, a classifier's when its objective declares an
+  ignore_index (a sequence classifier has no ignored rows).
 - OBJ201-OBJ204 (gradient-health, the same measurement as the causal LM's): the model's parameter
   gradient on the kind's gradient batch, through `task.logit_grad` and the shared `model.vjp`.
 """
@@ -23,10 +27,11 @@ import numpy as np
 
 from objdebug.core.findings import Check, Condition, Verdict, listing
 from objdebug.core.settings import Settings
+from objdebug.engine import kinds
 from objdebug.engine.gradients import layer_of, max_mean_ratio
 from objdebug.pipeline import task_kind
 
-KINDS = ("classification", "tagging")
+KINDS = kinds.labelled()  # the kinds whose rows carry a class per row or per token
 
 
 def _probe(kind: str, c: int, labels: np.ndarray):
@@ -98,12 +103,10 @@ class ClassWeights(Check):
             d = np.ones_like(r) if declared is None else np.asarray(declared, np.float64)
             if d.size != r.size:
                 return Verdict.FAIL, (f"{src} declares {d.size} weights for {r.size} classes"), 1.0
-            if v["reduction"] == "sum":  # the scale is measured too: compare the weights as they are
-                m, e = r, d
-                what = "weight"
-            else:
-                m, e = r / r.sum(), d / d.sum()
-                what = "share of the weight"
+            # a scale is not a weight: a sum reduction, label smoothing (1 - eps), a loss
+            # multiplier all scale every class alike, so the shares (ratios) are compared
+            m, e = r / r.sum(), d / d.sum()
+            what = "share of the weight"
             rel = np.abs(m - e) / e
             off = np.nonzero(rel > rtol)[0]
             pairs = ", ".join(f"{names[k]}: measured {m[k]:.3g}, declared {e[k]:.3g}" for k in off[:6])
@@ -130,7 +133,13 @@ class IgnoredLabel(Check):
 
     name = "ignored-label"
     stage = "grad"
-    kinds = KINDS
+    kinds = kinds.with_ignored_label()
+
+    def skip_reason(self, ctx) -> str | None:
+        ignored, why = kinds.ignores_labels(ctx.config, ctx.target.objective)
+        if not ignored:  # a sequence classifier's rows are never ignored: no -100 to feed it
+            return f"no label is ignored on this kind: {why} (set ignore_index to have it checked)"
+        return None
 
     def measure(self, ctx, th: Settings) -> dict[str, Any]:
         from objdebug.engine import tasks
@@ -139,6 +148,11 @@ class IgnoredLabel(Check):
         pid = ctx.engine.padding.label_pad_id
         labels = np.array(list(range(c)) + [pid, pid], np.int64)
         x, y = _probe(ctx.config.task.kind, c, labels)
+        # random logits, not 0: a term whose gradient vanishes at the uniform prediction (label
+        # smoothing's -sum_k log p_k left unmasked) still trains the ignored positions elsewhere
+        import mindspore as ms
+
+        x = ms.Tensor(np.random.default_rng(0).normal(0.0, 1.0, x.shape).astype(np.float32))
         try:
             outputs, g = tasks.logit_grad(ctx.engine, x, y)
         except Exception as exc:  # GatherD rejects it: the objective does not know the ignore label

@@ -25,6 +25,7 @@ import numpy as np
 from objdebug.core.findings import Check, Condition, Verdict, listing
 from objdebug.core.settings import Settings
 from objdebug.pipeline import task_kind
+from objdebug.engine import kinds as task_kinds
 
 
 def _param_grad_cell(objective):
@@ -57,7 +58,7 @@ class CRFChecks(Check):
 
     name = "crf"
     stage = "grad"
-    kinds = ("tagging",)
+    kinds = task_kinds.per_token()
 
     def skip_reason(self, ctx) -> str | None:
         if not list(ctx.target.objective.trainable_params()):
@@ -87,6 +88,8 @@ class CRFChecks(Check):
         norms = [float(np.linalg.norm(g.asnumpy().astype(np.float64))) for g in grads]
         real_losses = tasks.per_row(engine, emissions, tags)
         # OBJ223-OBJ225: every tag path of short random sequences
+        decodes, no_decode = tasks.decode_inputs(objective)
+        decodes = decodes is not None
         rng = np.random.default_rng(int(th["seed"]))
         enum = []
         max_t = int(th["crf_enum_length"])
@@ -106,8 +109,8 @@ class CRFChecks(Check):
                 mass[unit] = float(m.max() + np.log(np.exp(m - m.max()).sum()))
             best = list(paths[int(losses.argmin())])
             decoded = None
-            if callable(getattr(objective, "decode", None)):
-                out = objective.decode(ex)
+            if decodes:  # decode(emissions[, mask]) as its signature takes it (tasks.decode_inputs)
+                out = tasks.call_decode(objective, ex)
                 decoded = [int(v) for v in np.asarray(out.asnumpy() if hasattr(out, "asnumpy") else out).reshape(-1)]
             enum.append({"length": t, "paths": len(paths), "mass": mass,
                          "min_loss": float(losses.min()), "best": best, "decoded": decoded})
@@ -117,7 +120,7 @@ class CRFChecks(Check):
             r["log_mass"] = r["mass"][unit]
         return {"params": names, "grad_norms": norms, "loss": float(total.asnumpy()), "unit": unit,
                 "real_min_loss": float(real_losses.min()), "enumerated": enum,
-                "has_decode": callable(getattr(objective, "decode", None))}
+                "has_decode": decodes, "no_decode": no_decode}
 
     def conditions(self, th: Settings) -> list[Condition]:
         tol = float(th["crf_nll_tolerance"])
@@ -157,7 +160,7 @@ class CRFChecks(Check):
 
         def viterbi(v):
             if not v["has_decode"]:
-                return Verdict.SKIP, "the objective has no decode(emissions): no Viterbi to check", None
+                return Verdict.SKIP, v.get("no_decode") or "the objective has no decode(emissions): no Viterbi to check", None
             bad = [r for r in v["enumerated"] if r["decoded"] != r["best"]]
             if bad:
                 r = bad[0]

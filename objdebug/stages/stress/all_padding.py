@@ -17,7 +17,7 @@ from objdebug.core.findings import Check, Condition, Verdict
 from objdebug.core.settings import Settings
 import objdebug.stages.stress.task_cases as task_cases
 from objdebug.stages.stress._common import loss_and_grad, short_length
-from objdebug.engine import position_limit
+from objdebug.engine import kinds, position_limit
 
 
 class AllPadding(Check):
@@ -44,8 +44,11 @@ class AllPadding(Check):
 
         def judge(v):
             x, bad, n = v["loss"], v["nonfinite_params"], v["n_params"]
+            case = v.get("case", kinds.IGNORED_LABELS)
             texts = (f"{v['rows']} rows whose every text is {v['length']} pad ids ({v['pad_id']})"
-                     if v.get("kind") == "embedding" else
+                     if case == kinds.EMPTY_TEXTS else
+                     f"{v['rows']} rows of {v['length']} pad ids ({v['pad_id']}), their labels kept"
+                     if case == kinds.PADDING_INPUT else
                      f"batch of 1x{v['length']} padding (ids {v['pad_id']}, every label {v['label_pad_id']})")
             what = (f"{texts}: loss {x:.4g}, gradient norm {v['grad_norm']:.3g}, "
                     f"{bad}/{n} parameters with NaN/Inf gradients")
@@ -55,8 +58,10 @@ class AllPadding(Check):
             if not math.isfinite(x):
                 return Verdict.FAIL, (what + "; a NaN/Inf loss poisons loss averages, loss scaling "
                                       "and the NaN guards that skip steps or stop the run"), x
-            if v.get("kind") == "embedding":  # no label to mask: no loss it must equal
+            if case == kinds.EMPTY_TEXTS:  # no label to mask: no loss it must equal
                 return Verdict.PASS, what + "; finite (an empty text has no label to mask)", x
+            if case == kinds.PADDING_INPUT:  # real labels on an empty input: any finite loss
+                return Verdict.PASS, what + "; finite (no label of this kind is ignored)", x
             if abs(x) > tol:
                 return Verdict.FAIL, (what + f"; a batch with nothing to score must cost 0 "
                                       f"(|loss| <= {tol:g}): the objective scores padding"), x

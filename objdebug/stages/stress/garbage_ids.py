@@ -185,12 +185,23 @@ class RandomIds(Check):
                 base, what = v["log_vocab"], f"log(V={v['vocab']}) = {v['log_vocab']:.4g}"
             else:  # a kind: the labels' entropy (None: a contrastive loss, finiteness only)
                 base, what = v["chance"], (None if v["chance"] is None else
-                                           f"the labels' entropy {v['chance']:.4g} (chance)")
+                                           f"chance {v['chance']:.4g} (the least loss an input-blind "
+                                           f"prediction scores, fitted through the objective; the labels' "
+                                           f"entropy {v.get('entropy', float('nan')):.4g})")
             shown = f"{v['shape'][0]}x{v['shape'][1]} random ids: mean loss {x:.4g} (min {v['min_loss']:.4g})"
             ratio = x / base if base else None
             msg = shown + (f" = {ratio:.3g} x {what}" if ratio is not None else "") + "; " + grads
             if not np.all(np.isfinite(v["losses"])) or v["nonfinite_params"] or not math.isfinite(v["grad_loss"]):
                 return Verdict.FAIL, msg + "; NaN/Inf on random tokens", ratio
+            informed = v.get("informed")
+            if "kind" in v and base is not None and base <= 0:
+                return Verdict.WARN, (msg + f"; the best input-blind prediction scores {base:.4g} <= 0: "
+                                      f"the objective pays for not knowing the label (it rewards "
+                                      f"unpredictable outputs)"), ratio
+            if base is not None and informed is not None and base <= informed + 1e-6 * max(abs(informed), 1.0):
+                return Verdict.WARN, (msg + f"; the best input-blind prediction scores {base:.4g}, a confident "
+                                      f"right one {informed:.4g}: the objective does not pay for knowing the "
+                                      f"label (it rewards unpredictable outputs)"), ratio
             if ratio is None:
                 why = ("a contrastive loss's chance level depends on its form: finiteness judged"
                        if v.get("kind") == "embedding" else "the rows' labels are one class: no chance level")

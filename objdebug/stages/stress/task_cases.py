@@ -3,9 +3,11 @@ as the causal LM's cases, so the same codes and the same conditions, on the kind
 graphs (engine/tasks.py: the shared `model.forward` / `model.vjp`, `task.objective`,
 `task.logit_grad`, and for embeddings `task.pair_grad`).
 
-- all padding (OBJ503): classification and tagging, one row of `short_length` pad ids whose
-  label (every tag) is `label_pad_id`: the loss must be 0 and finite, the gradients finite;
-  embedding, the gradient rows with every text all padding (an empty text: a mean pooling that
+- all padding (OBJ503), the kind's own case (engine/kinds.py): tagging (and a classifier whose
+  objective declares an ignore_index), one row of `short_length` pad ids whose label (every tag)
+  is `label_pad_id`: the loss must be 0 and finite, the gradients finite; classification
+  otherwise, the gradient rows' ids all padding with their real labels (an all-padding *input*:
+  no label of a classifier is ever ignored), finite; embedding, the gradient rows with every text all padding (an empty text: a mean pooling that
   divides by the count of real tokens, a cosine of a zero vector): loss and gradients finite.
 - padding invariance (OBJ504, every kind): the first `batch_size` align rows padded to their
   longest length + 0, + each `pad_extra`: loss and parameter gradients must not move.
@@ -45,12 +47,12 @@ from typing import Any
 
 import numpy as np
 
-from objdebug.engine import tasks
+from objdebug.engine import kinds, tasks
 from objdebug.pipeline import task_kind
 from objdebug.stages.stress._common import PROBE_POSITION, error_line, max_rel, rel_diff
 
 CAUSAL_LM = tasks.CAUSAL_LM
-ALL = (CAUSAL_LM, "classification", "tagging", "embedding")
+ALL = kinds.NAMES
 
 
 def is_task(ctx) -> bool:
@@ -84,17 +86,21 @@ def all_padding(ctx, th) -> dict[str, Any]:
     cfg = ctx.config.data
     length = int(th["short_length"])
     kind = tasks.kind_of(ctx.config)
-    if kind == "embedding":
-        empty = [cfg.pad_id] * length
+    case = kinds.all_padding_case(ctx.config, ctx.target.objective)
+    empty = [cfg.pad_id] * length
+    if case == kinds.EMPTY_TEXTS:
         rows = [TaskRow(f"all-padding-{i}", 0, "", empty, positive=empty,
                         negative=None if r.negative is None else empty)
                 for i, r in enumerate(task_kind.grad_rows(ctx))]
+    elif case == kinds.PADDING_INPUT:  # a classifier's rows are never ignored: real labels kept
+        rows = [TaskRow(f"all-padding-{i}", 0, "", empty, r.target)
+                for i, r in enumerate(task_kind.grad_rows(ctx))]
     else:
-        target = cfg.label_pad_id if kind == "classification" else [cfg.label_pad_id] * length
-        rows = [TaskRow("all-padding", 0, "", [cfg.pad_id] * length, target)]
+        label = cfg.label_pad_id if kinds.of(kind).label == "row" else [cfg.label_pad_id] * length
+        rows = [TaskRow("all-padding", 0, "", empty, label)]
     out = loss_and_grads(ctx, rows, length)
     out.pop("grads")
-    return {"kind": kind, "rows": len(rows), "length": length, "pad_id": cfg.pad_id,
+    return {"kind": kind, "case": case, "rows": len(rows), "length": length, "pad_id": cfg.pad_id,
             "label_pad_id": cfg.label_pad_id, **out}
 
 
@@ -244,6 +250,62 @@ def _chance(ctx, rows, length: int) -> float | None:
     return float(-(p * np.log(p)).sum())
 
 
+def best_constant_loss(ctx, rows, length: int, steps: int = 200) -> float | None:
+    """The least loss a prediction that ignores the input scores on `rows`' labels, measured
+    through the objective itself: one output vector z shared by every row (and position), fitted
+    by gradient descent on the objective's own gradient (`task.logit_grad`, the gradients of
+    every row summed into z's), from the class-weighted label frequencies' log (a cross-entropy's
+    optimum, whose loss is the labels' entropy). A focal or smoothed loss has its own chance
+    level: this is it. None when the rows score no label."""
+    import mindspore as ms
+
+    classes = task_kind.classes(ctx)
+    labels = task_kind.labels_of(ctx, rows, length)
+    flat = labels.reshape(-1)
+    counts = np.bincount(flat[(flat >= 0) & (flat < classes)], minlength=classes).astype(np.float64)
+    if not counts.sum():
+        return None
+    weight, _ = tasks.declared_class_weight(ctx.config, ctx.target.objective, classes)
+    if weight is not None and weight.size == classes:
+        counts = counts * weight  # a weighted cross-entropy's optimum: the weighted frequencies
+    z = np.log(np.maximum(counts / counts.sum(), 1e-6))
+    shape = labels.shape + (classes,)
+    y = ms.Tensor(labels.astype(np.int32))
+
+    def at(v):
+        out, g = tasks.logit_grad(ctx.engine, ms.Tensor(np.broadcast_to(v, shape).astype(np.float32)), y)
+        return float(out[0]), g.reshape(-1, classes).sum(0)
+
+    best, grad = at(z)
+    m, v, lr = np.zeros(classes), np.zeros(classes), 0.05
+    for k in range(1, steps + 1):  # Adam: the scale of an arbitrary objective's gradient is unknown
+        m = 0.9 * m + 0.1 * grad
+        v = 0.999 * v + 0.001 * grad * grad
+        z = z - lr * (m / (1 - 0.9 ** k)) / (np.sqrt(v / (1 - 0.999 ** k)) + 1e-12)
+        loss, grad = at(z)
+        if not np.isfinite(loss):
+            break
+        best = min(best, loss)
+    return best
+
+
+def informed_loss(ctx, rows, length: int) -> float | None:
+    """The objective's loss when every row's output names its own label confidently (logits +s on
+    the label, -s elsewhere, the least over s in 1, 3, 10; a smoothed loss is least at a moderate s):
+    what knowing the label is worth, to compare with `best_constant_loss`."""
+    import mindspore as ms
+
+    classes = task_kind.classes(ctx)
+    labels = task_kind.labels_of(ctx, rows, length)
+    # +s on the label, -s elsewhere: a softmax sees s x one-hot (a shift changes nothing), one
+    # sigmoid per class (a focal loss) sees every other class confidently off
+    signs = 2.0 * np.eye(classes, dtype=np.float32)[np.clip(labels, 0, classes - 1)] - 1.0
+    y = ms.Tensor(labels.astype(np.int32))
+    losses = [float(tasks.objective(ctx.engine, ms.Tensor(signs * s), y).asnumpy()[0]) for s in (1.0, 3.0, 10.0)]
+    finite = [x for x in losses if np.isfinite(x)]
+    return min(finite) if finite else None
+
+
 def random_ids(ctx, th) -> dict[str, Any]:
     rows = random_rows(ctx, th)
     length = tasks.bucket(max(len(s) for r in rows for s in _texts_of(r)))
@@ -261,7 +323,9 @@ def random_ids(ctx, th) -> dict[str, Any]:
 
         outputs = tasks.forward(ctx.engine, tasks.pad([r.ids for r in rows], ctx.engine.padding.pad_id, length))
         losses = tasks.per_row(ctx.engine, outputs, ms.Tensor(task_kind.labels_of(ctx, rows, length)))
-        out["chance"] = _chance(ctx, rows, length)
+        out["entropy"] = _chance(ctx, rows, length)
+        out["chance"] = best_constant_loss(ctx, rows, length)
+        out["informed"] = informed_loss(ctx, rows, length)
     return {**out, "losses": losses, "mean_loss": float(np.mean(losses)), "min_loss": float(np.min(losses))}
 
 
