@@ -164,7 +164,7 @@ def _fake_ctx(config_path: Path, max_length):
     from objdebug.pipeline.profile import load_profile
 
     cfg = load_config(config_path)
-    engine = SimpleNamespace(vocab_size=lambda: 256, max_length=max_length)
+    engine = SimpleNamespace(vocab_size=lambda: 256, vocab_source="data.vocab_size", max_length=max_length)
     return Context(config=cfg, target=None, engine=engine, profile=load_profile("default"),
                    options={"synthesize": False})
 

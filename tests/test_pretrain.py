@@ -47,7 +47,7 @@ def _text_ctx(tmp_path, text_name: str, content: str, **data):
         '[objective]\nfactory = "objdebug.losses:MaskedCrossEntropy"\n'
         f'[data]\nvocab_size = {VOCAB}\ntext = "{text_name}"\n{body}\n', encoding="utf-8")
     cfg = load_config(tmp_path / "objdebug.toml")
-    engine = SimpleNamespace(vocab_size=lambda: VOCAB, batch_size=8, max_length=None,
+    engine = SimpleNamespace(vocab_size=lambda: VOCAB, vocab_source="data.vocab_size", batch_size=8, max_length=None,
                              plan_buckets=lambda lengths: ())  # rows only: no graphs to plan
     return Context(config=cfg, target=None, engine=engine, profile=load_profile("default"))
 
