@@ -58,3 +58,31 @@ def test_classifier_component_means_equal_the_reference(runs):
     means = {c["name"]: c["mean"] for c in value["components"]}
     assert means["ce"] == pytest.approx(np.mean(ce), rel=1e-4)
     assert means["logit_penalty"] == pytest.approx(np.mean(pen), rel=1e-4)
+
+
+# --------------------------------------------------------------------------- the other stages
+_STAGES = LazyRuns(["grad.ignored-label", "grad.contrastive", "stress.all-padding",
+                    "stress.padding-invariance"])
+
+
+@pytest.mark.parametrize("healthy, twin, codes", [
+    ("cls_composite_healthy", "cls_penalty_unmasked", {"OBJ221", "OBJ503"}),
+    ("tag_composite_healthy", "tag_penalty_unmasked", {"OBJ221", "OBJ503", "OBJ504"}),
+])
+def test_a_masked_penalty_passes_where_its_unmasked_twin_leaks(healthy, twin, codes):
+    """The penalty over the scored positions (OLMo's z-loss masking) passes the padding and
+    ignored-label checks; averaged over every position it trains padding, costs an all-padding
+    batch and moves with the padding."""
+    good, bad = _STAGES[healthy], _STAGES[twin]
+    assert good.exit_code == 0, [f.message for f in good.findings if f.verdict.value != "PASS"]
+    assert codes <= _codes(good, "pass")
+    assert bad.exit_code == 1 and codes <= _codes(bad, "fail"), [f.message for f in bad.findings]
+
+
+def test_a_composites_cosine_term_is_judged_not_its_norm_penalty():
+    """InfoNCE (cosine) + a norm penalty: the total depends on the norm by design; OBJ228 judges
+    the primary term (the cosine InfoNCE), which does not."""
+    r = _STAGES["emb_composite_healthy"]
+    found = {f.code: f for f in r.findings}
+    assert found["OBJ228"].verdict.value == "PASS" and "primary term 'infonce'" in found["OBJ228"].message
+    assert r.exit_code == 0, [f.message for f in r.findings if f.verdict.value != "PASS"]

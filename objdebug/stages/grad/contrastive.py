@@ -14,6 +14,10 @@ read `beta`: `temperature` (InfoNCE) or `margin` (triplet), `similarity` / `dist
 - OBJ228 a claimed cosine is norm-invariant: the anchors scaled by 3 give the same loss.
 - OBJ229 duplicates of a row's positive among its in-batch negatives (the same positive text in
   two rows) are reported: a false negative the loss pushes away.
+
+A composite objective (`objective.components` declared: outputs (total, term, ...)) is judged on
+its primary term, the one the temperature and the similarity belong to: a norm penalty added to
+a cosine InfoNCE makes the total depend on the norm by design, the InfoNCE term does not.
 """
 
 from __future__ import annotations
@@ -54,6 +58,17 @@ def _metric(value) -> str | None:
         if key in name:
             return metric
     return None
+
+
+def _judged_term(cfg) -> tuple[int, str]:
+    """(the index among the objective's outputs of the term the contrastive checks judge, its
+    name): the primary component of a declared composite (outputs total, components...), else
+    the total (index 0)."""
+    comps = list(cfg.objective.components or [])
+    if not comps:
+        return 0, "the loss"
+    primary = cfg.objective.primary or comps[0]
+    return 1 + comps.index(primary), f"its primary term '{primary}'"
 
 
 def _cos(a, b):
@@ -140,10 +155,17 @@ class Contrastive(Check):
 
         a, p = embed([r.ids for r in rows]), embed([r.positive for r in rows])
         n = embed([r.negative for r in rows]) if triplet else None
-        loss = float(tasks.pair_objective(engine, a, p, n).asnumpy()[0])
+        term, term_name = _judged_term(cfg)
+
+        def value_of(outputs) -> float:
+            values = outputs.asnumpy()
+            return float(values[term] if values.size > term else values[0])
+
+        loss = value_of(tasks.pair_objective(engine, a, p, n))
         A, P = a.asnumpy().astype(np.float64), p.asnumpy().astype(np.float64)
         out: dict[str, Any] = {"rows": len(rows), "form": "triplet" if triplet else "pairs", "loss": loss,
-                               "negatives_unused": any(r.meta.get("negative_unused") for r in rows)}
+                               "negatives_unused": any(r.meta.get("negative_unused") for r in rows),
+                               "term": term_name}
         key, value = _setting(cfg, cell, "margin") if triplet else \
             _setting(cfg, cell, "temperature", "tau", "scale", "logit_scale")
         _, sim = _setting(cfg, cell, "distance", "distance_metric") if triplet else \
@@ -173,12 +195,12 @@ class Contrastive(Check):
             kwargs = {**cfg.objective.kwargs, key: float(value) * 2}
             try:
                 variant = _call_factory(cfg.objective.factory, kwargs, "objective", cfg.base_dir)
-                out["doubled_loss"] = float(tasks.pair_objective_of(
-                    engine, variant, "task.objective.variant", a, p, n).asnumpy()[0])
+                out["doubled_loss"] = value_of(tasks.pair_objective_of(
+                    engine, variant, "task.objective.variant", a, p, n))
             except Exception as exc:  # a factory that does not take the key: not measured
                 out["doubled_error"] = f"{type(exc).__name__}: {exc}"
         if sim == "cosine":  # OBJ228: a cosine loss does not see the embeddings' norm
-            out["scaled_loss"] = float(tasks.pair_objective(engine, a * 3.0, p, n).asnumpy()[0])
+            out["scaled_loss"] = value_of(tasks.pair_objective(engine, a * 3.0, p, n))
         texts = [tuple(r.positive) for r in rows]
         out["duplicates"] = sorted({rows[i].id for i in range(len(rows)) if texts.count(texts[i]) > 1})
         return out
@@ -233,9 +255,10 @@ class Contrastive(Check):
             rel = abs(x - y) / max(abs(x), 1e-6)
             if rel > rtol:
                 return Verdict.FAIL, (f"the objective claims cosine similarity but the anchors scaled by 3 "
-                                      f"change the loss {x:.6g} -> {y:.6g}: the embeddings are not "
-                                      f"normalised"), rel
-            return Verdict.PASS, f"cosine: the anchors scaled by 3 leave the loss at {y:.6g}", rel
+                                      f"change {v.get('term', 'the loss')} {x:.6g} -> {y:.6g}: the "
+                                      f"embeddings are not normalised"), rel
+            return Verdict.PASS, (f"cosine: the anchors scaled by 3 leave {v.get('term', 'the loss')} "
+                                  f"at {y:.6g}"), rel
 
         def duplicates(v):
             d = v["duplicates"]
