@@ -168,6 +168,8 @@ class RunSpec:
     loss_scale: float | None = None   # static loss scale of training: gradients of scale * loss
     # the trainer averages the losses (gradients) of this many micro-batches per step (OBJ706)
     grad_accumulation_steps: int | None = None
+    # ... or the trainer's micro-batch size (rows per micro-batch), the other way trainers say it
+    micro_batch_size: int | None = None
 
 
 @dataclass
@@ -234,7 +236,7 @@ class Config:
 # (section, key, default): left out of Config.to_dict() at their default
 _QUIET_DEFAULTS = (("run", "amp_level", "O0"), ("run", "amp_dtype", "float16"),
                    ("run", "amp_objective", False), ("run", "loss_scale", None),
-                   ("run", "grad_accumulation_steps", None),
+                   ("run", "grad_accumulation_steps", None), ("run", "micro_batch_size", None),
                    ("data", "bos_id", None), ("data", "eos_id", None),
                    ("data", "batches", None), ("data", "batches_kwargs", {}),
                    ("data", "batch_columns", None), ("data", "columns", {}),
@@ -632,6 +634,12 @@ def _validate_precision(r: RunSpec, src: _Sources) -> None:
     if r.grad_accumulation_steps is not None:
         _check_type(r.grad_accumulation_steps, int, "run.grad_accumulation_steps", src)
         _check_range(r.grad_accumulation_steps, 1, INT32_MAX, "run.grad_accumulation_steps", src)
+    if r.micro_batch_size is not None:
+        _check_type(r.micro_batch_size, int, "run.micro_batch_size", src)
+        _check_range(r.micro_batch_size, 1, INT32_MAX, "run.micro_batch_size", src)
+        if r.grad_accumulation_steps is not None:  # two statements of one loop: say it once
+            raise InputError("For '[run]', declare the accumulation once: 'grad_accumulation_steps' "
+                             "or 'micro_batch_size', but got both.", source=src.of("run.micro_batch_size"))
 
 
 def _validate_model_io(cfg: Config, src: _Sources) -> None:

@@ -96,20 +96,43 @@ def scored(ctx: Context, labels: np.ndarray) -> np.ndarray:
     return (labels != ctx.config.data.label_pad_id) & (labels >= 0)
 
 
+def declared_accumulation(ctx: Context) -> tuple[str, int] | None:
+    """The trainer's declared accumulation as (its `[run]` key, its value): `grad_accumulation_steps`
+    (micro-batches per step) or `micro_batch_size` (rows per micro-batch); None: not declared."""
+    run = ctx.config.run
+    for key in ("grad_accumulation_steps", "micro_batch_size"):
+        if getattr(run, key, None) is not None:
+            return key, int(getattr(run, key))
+    return None
+
+
 def accumulation_steps(ctx: Context) -> int | None:
-    """`[run] grad_accumulation_steps`: the trainer's declared accumulation (None: not declared)."""
-    return getattr(ctx.config.run, "grad_accumulation_steps", None)
+    """The declared accumulation's micro-batches per batch (None: not declared)."""
+    declared = declared_accumulation(ctx)
+    if declared is None:
+        return None
+    key, value = declared
+    return value if key == "grad_accumulation_steps" else len(micro_batches(ctx))
 
 
 def micro_batches(ctx: Context) -> list[tuple[int, int]]:
     """[start, end) row ranges of the micro-batches a training loop would split the batch into.
 
-    `[run] grad_accumulation_steps` = K when the config declares the trainer's accumulation, else
+    The declared accumulation (`[run] grad_accumulation_steps` = K micro-batches, or `[run]
+    micro_batch_size` = rows each) when the config says how the trainer accumulates, else
     `[invariants] micro_batches` = K (0: one row each); it must divide the batch's rows, so every
     micro-batch has one shape (one compile)."""
     n = rows(ctx)
-    declared = accumulation_steps(ctx)
-    k = declared or int(settings(ctx)["micro_batches"]) or n
+    declared = declared_accumulation(ctx)
+    if declared is not None and declared[0] == "micro_batch_size":
+        size = declared[1]
+        if n % size:
+            from objdebug.core.errors import InputError
+
+            raise InputError(f"For 'run.micro_batch_size', the value must divide the batch's {n} rows "
+                             f"(the profile's [engine] batch_size), but got {size}.")
+        return [(i * size, (i + 1) * size) for i in range(n // size)]
+    k = declared[1] if declared else int(settings(ctx)["micro_batches"]) or n
     if k < 1 or n % k:
         from objdebug.core.errors import InputError
 

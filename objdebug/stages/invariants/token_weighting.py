@@ -31,7 +31,7 @@ import numpy as np
 from objdebug.pipeline.context import Context
 from objdebug.core.findings import Check, Condition, Verdict
 from objdebug.core.settings import Settings
-from objdebug.stages.invariants._common import (accumulation_steps, base, batch, micro_batches,
+from objdebug.stages.invariants._common import (accumulation_steps, base, batch, declared_accumulation, micro_batches,
     micro_probes, scored, skip_end_to_end)
 
 
@@ -76,7 +76,8 @@ class TokenWeighting(Check):
             fixed[s:e] = p.grad * (n_k / max(n_total, 1))  # weighted by the share of tokens
         out = {"micro_batches": k, "rows_per_micro_batch": ranges[0][1] - ranges[0][0],
                "tokens_per_micro_batch": counts, "scored": n_total,
-               "declared": accumulation_steps(ctx)}
+               "declared": accumulation_steps(ctx),
+               "declared_as": "run.{}".format(*declared_accumulation(ctx)) if declared_accumulation(ctx) else None}
         if not (np.isfinite(full).all() and np.isfinite(acc).all()) or n_total == 0:
             out.update(finite=False)
             return out
@@ -97,8 +98,9 @@ class TokenWeighting(Check):
                 return Verdict.SKIP, "not judged: a gradient is not finite or nothing is scored", None
             m, f = v["mean"], v["token_share"]
             declared = v.get("declared")
-            said = (f" (run.grad_accumulation_steps = {declared}: the trainer averages them)"
-                    if declared else "")
+            key = v.get("declared_as") or "run.grad_accumulation_steps"
+            value = declared if key == "run.grad_accumulation_steps" else v["rows_per_micro_batch"]
+            said = f" ({key} = {value}: the trainer averages them)" if declared else ""
             what = (f"{v['micro_batches']} micro-batches{said} of {v['rows_per_micro_batch']} row(s) "
                     f"({min(v['tokens_per_micro_batch'])}-{max(v['tokens_per_micro_batch'])} scored "
                     f"tokens each, {v['scored']} in all), gradients averaged as accumulation or data "
