@@ -270,6 +270,23 @@ def test_a_mask_of_ones_on_padded_rows_fails(ctx):
     assert verdict is Verdict.FAIL and "1 on padding (the pad run of 0 on the right)" in message
 
 
+def test_a_mask_that_numbers_packed_sequences_passes_and_one_that_does_not_count_fails(ctx):
+    """A packed row's mask may number its sequences 1, 2, ... (MindFormers' DPO packing, LLaMA-
+    Factory's neat packing): no false alarm. A mask of 2 on real tokens (not counting from 1) is
+    still values other than 0 and 1."""
+    batch = _collated()
+    real = batch["attention_mask"] != 0
+    half = batch["attention_mask"].shape[1] // 4
+    numbered = np.where(real, 1, 0)
+    numbered[:, half:] *= 2  # the row's second sequence
+    batch["attention_mask"] = numbered
+    verdict, message = _judge(ctx, [batch])["OBJ016"]
+    assert verdict is Verdict.PASS, message
+    batch["attention_mask"] = np.where(real, 2, 0)
+    verdict, message = _judge(ctx, [batch])["OBJ016"]
+    assert verdict is Verdict.FAIL and "values other than 0 and 1" in message
+
+
 def test_no_labels_column_is_valid(ctx):
     batch = _collated()
     del batch["labels"]

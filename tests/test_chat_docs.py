@@ -7,8 +7,11 @@ bug class of issue 52, in each marker form the docs show:
   (fixtures/chat/tokenizer.json: sentencepiece-style, 512 ids), the conversation encoded once or
   piece by piece (fixtures/chat_tokenized.py), and GLM's through bytes (fixtures/chat_pipelines.py);
 - markers as strings, through the same real tokenizer;
-- markers as ids, with one id per special token (fixtures/chat_pipelines.py "chatml_ids", bytes:
-  `[data] tokenizer = "bytes"` is declared, so the ids' vocabulary check holds whatever else).
+- markers as ids, with one id per special token (fixtures/chat_pipelines.py "chatml_ids"), with no
+  `[data] tokenizer` (ids need none: the block as the docs show it, and with the special tokens
+  after the byte range, 301 and 302, ids only the model's 512 hold: issue 53 cause 1);
+- GLM's next-role closer declared as markers (the docs' blocks with GLM's headers and
+  `end_of_turn = "next-role"`, as the docs say to write it), as strings and as ids.
 
 Every twin FAILs with a code its healthy twin lacks (the healthy one passes OBJ020 and
 OBJ023-OBJ028). One Context on the Llama fixture (one objective probe); the chat checks and OBJ020.
@@ -31,18 +34,43 @@ from .doc_snippets import section_blocks
 CASE: dict[str, object] = {"make": None}
 CODES = ["OBJ020"] + [f"OBJ0{i}" for i in range(23, 29)]
 BLOCKS = section_blocks("### Conversations: `[chat]`")  # template, markers as ids, markers as strings
-TOKENIZER = {"tok": '"../../chat/tokenizer.json"', "bytes": '"bytes"'}
+TOKENIZER = {"tok": '"../../chat/tokenizer.json"', "bytes": '"bytes"', "none": None}
 
 
-def _config(tmp_path, block: int, tokenizer: str, template: str | None = None):
+def _high_ids(block: str) -> str:
+    """The docs' ids block for a pipeline whose <|im_start|> / <|im_end|> are 301 / 302."""
+    return block.replace("[1, ", "[301, ").replace("end_of_turn = 2 ", "end_of_turn = 302 ")
+
+
+def _glm(block: str, ids: bool) -> str:
+    """The docs' markers block with GLM's headers and its closer, as the docs say to write it."""
+    value = (lambda t: "[" + ", ".join(str(b) for b in t.encode()) + "]") if ids else \
+        (lambda t: '"' + t.replace("\n", "\\n") + '"')
+    lines = block.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("markers ="))
+    lines[at] = "markers = { " + ", ".join(f"{r} = {value(f'<|{r}|>' + chr(10))}"
+                                            for r in ("system", "user", "assistant", "tool")) + " }"
+    end = next(i for i, line in enumerate(lines) if line.startswith("end_of_turn ="))
+    lines[end] = 'end_of_turn = "next-role"'
+    return "\n".join(lines) + "\n"
+
+
+def _config(tmp_path, block: int, tokenizer: str, template: str | None = None, edit=None):
     """The docs block under the Llama target's sections, written where the target's config sits
-    (its relative paths hold) and loaded as `objdebug` loads it."""
+    (its relative paths hold) and loaded as `objdebug` loads it (`tokenizer` "none": no `[data]
+    tokenizer` line; `edit`: how the user adapts the block to their pipeline's ids)."""
     base = (TARGETS / "llama_chat_template_tok" / "objdebug.toml").read_text()
-    base = base[:base.index("\n[chat]") + 1].replace('"../../chat/tokenizer.json"', TOKENIZER[tokenizer])
+    base = base[:base.index("\n[chat]") + 1]
+    if TOKENIZER[tokenizer] is None:
+        base = base.replace('tokenizer = "../../chat/tokenizer.json"\n', "")
+        assert "tokenizer =" not in base
+    else:
+        base = base.replace('"../../chat/tokenizer.json"', TOKENIZER[tokenizer])
     base = base.replace('batches = "fixtures.chat_tokenized:pipeline"', 'batches = "doccase_test:make"')
     base = base.replace('batches_kwargs = { template = "chatml", style = "whole" }\n', "")
     chat = BLOCKS[block].replace('"fixtures/chat/chatml_tokenizer_config.json"',
                                  f'"{ROOT}/fixtures/chat/{template or "chatml"}_tokenizer_config.json"')
+    chat = edit(chat) if edit else chat
     path = TARGETS / "llama_chat_template_tok" / f"docs_case_{tmp_path.name}.toml"
     path.write_text(base + chat + '\n[run]\ndevice = "CPU"\n')
     try:
@@ -96,7 +124,7 @@ def _bytes(fmt, bug):
     return lambda: pipeline(fmt, bug)
 
 
-# form -> (docs block, tokenizer, template path, pipeline(bug))
+# form -> (docs block, tokenizer, template path, pipeline(bug)[, the user's edit of the block])
 FORMS = {
     "template/whole": (0, "tok", "chatml", lambda bug: _tokenized("chatml", "whole", bug)),
     "template/segments": (0, "tok", "chatml", lambda bug: _tokenized("chatml", "segments", bug)),
@@ -104,7 +132,10 @@ FORMS = {
     "template/glm": (0, "bytes", "glm", lambda bug: _bytes("glm", bug)),
     "markers-strings/whole": (2, "tok", None, lambda bug: _tokenized("chatml", "whole", bug)),
     "markers-strings/segments": (2, "tok", None, lambda bug: _tokenized("chatml", "segments", bug)),
-    "markers-ids": (1, "bytes", None, lambda bug: _bytes("chatml_ids", bug)),
+    "markers-strings/glm": (2, "bytes", None, lambda bug: _bytes("glm", bug), lambda b: _glm(b, False)),
+    "markers-ids": (1, "none", None, lambda bug: _bytes("chatml_ids", bug)),
+    "markers-ids/high": (1, "none", None, lambda bug: _bytes("chatml_ids_high", bug), _high_ids),
+    "markers-ids/glm": (1, "none", None, lambda bug: _bytes("glm", bug), lambda b: _glm(b, True)),
 }
 BUGS = {  # bug -> the codes one of which must FAIL (each a code the healthy twin passes)
     "all_ones": {"OBJ028", "OBJ026"}, "all_zeros": {"OBJ028", "OBJ024"}, "stop_masked": {"OBJ025"},
@@ -118,15 +149,17 @@ CASES = [(form, bug) for form in ("template/whole", "template/segments", "marker
          for bug in sorted(set(BUGS) - {"think_trained"})]
 CASES += [("template/qwen3", b) for b in ("think_trained", "stop_masked", "header_trained", "tool_trained")]
 CASES += [("template/glm", "stop_masked"), ("template/glm", "all_ones")]
-CASES += [("markers-ids", b) for b in ("all_ones", "all_zeros", "stop_masked", "last_only",
-                                       "header_trained", "user_trained", "no_markers")]
+CASES += [(form, b) for form in ("markers-ids", "markers-ids/high") for b in sorted(set(BUGS) - {"think_trained"})]
+# GLM's closer (the next role's header) untrained, in each form that declares it
+CASES += [(form, b) for form in ("markers-strings/glm", "markers-ids/glm")
+          for b in ("stop_masked", "all_ones", "user_trained", "header_trained")]
 HEALTHY: dict[str, dict] = {}
 
 
 def _healthy(ctx, tmp_path, form):
     if form not in HEALTHY:
-        block, tok, template, make = FORMS[form]
-        HEALTHY[form] = _judge(ctx, _config(tmp_path, block, tok, template), make(None))
+        block, tok, template, make, *edit = FORMS[form]
+        HEALTHY[form] = _judge(ctx, _config(tmp_path, block, tok, template, *edit), make(None))
     return HEALTHY[form]
 
 
@@ -143,7 +176,7 @@ def test_the_docs_chat_examples_pass_a_healthy_pipeline(ctx, tmp_path, form):
 @pytest.mark.parametrize("form,bug", CASES)
 def test_the_docs_chat_examples_fail_each_bug_twin(ctx, tmp_path, form, bug):
     healthy = _healthy(ctx, tmp_path, form)
-    block, tok, template, make = FORMS[form]
-    found = _judge(ctx, _config(tmp_path, block, tok, template), make(bug.removeprefix("glm_")))
+    block, tok, template, make, *edit = FORMS[form]
+    found = _judge(ctx, _config(tmp_path, block, tok, template, *edit), make(bug.removeprefix("glm_")))
     failed = {c for c, (v, _) in found.items() if v is Verdict.FAIL and healthy[c][0] is Verdict.PASS}
     assert failed & BUGS[bug], (form, bug, {c: found[c] for c in CODES})

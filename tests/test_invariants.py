@@ -34,7 +34,7 @@ from objdebug.stages.invariants.upstream import l2_rel
 from objdebug.engine.target import load_target
 
 from .conftest import ROOT, TARGETS
-from .conftest import settings
+from .conftest import cli_exit_2, settings
 from objdebug.pipeline.run_data import grad_batch
 from objdebug.stages.invariants._common import logits, micro_probes
 from objdebug.pipeline.runner import run_check  # the runner reviews verdicts (untrained-model notes)
@@ -229,6 +229,47 @@ def test_declared_accumulation_must_be_a_positive_divisor(tmp_path):
         load_config(cfg)
     three = Target("global_count", overrides={"run.grad_accumulation_steps": 3})
     with pytest.raises(InputError, match=r"For 'run.grad_accumulation_steps', the value must divide the batch's 4 rows"):
+        three.run("token-weighting")
+
+
+MICRO = {"run.grad_accumulation_steps": None, "run.micro_batch_size": 2}  # the other way to say it
+
+
+def test_declared_accumulation_as_micro_batch_size_fails_a_per_micro_batch_mean():
+    """[run] micro_batch_size = 2 on the 4-row batch: the same loop as grad_accumulation_steps = 2
+    (2 micro-batches of 2 rows, their means averaged); OBJ706 FAILs and names the key it read."""
+    res = Target("healthy", overrides={"run.micro_batch_size": 2}).run("token-weighting")
+    (f,) = res.findings
+    v = res.value
+    assert v["micro_batches"] == 2 and v["rows_per_micro_batch"] == 2 and v["declared"] == 2
+    assert v["declared_as"] == "run.micro_batch_size"
+    assert f.verdict is Verdict.FAIL, f.message
+    assert "(run.micro_batch_size = 2: the trainer averages them)" in f.message
+    assert "the declared accumulation trains a different objective" in f.message
+
+
+def test_declared_accumulation_as_micro_batch_size_passes_a_loss_over_the_global_token_count():
+    (f,) = Target("global_count", overrides=MICRO).run("token-weighting").findings
+    assert f.verdict is Verdict.PASS and "tokens weigh equally" in f.message, f.message
+    assert "run.micro_batch_size = 2" in f.message
+
+
+def test_declared_accumulation_said_twice_or_not_dividing_is_an_input_error(tmp_path):
+    """Both keys declared: exit 2 naming both (one loop, said once); a micro_batch_size that does
+    not divide the batch's rows: an InputError naming the key and the rows."""
+    text = (TARGETS / "inv_global_count" / "objdebug.toml").read_text().replace("../../../", f"{ROOT}/")
+    cfg = tmp_path / "objdebug.toml"
+    cfg.write_text(text.replace("grad_accumulation_steps = 2", "grad_accumulation_steps = 2\nmicro_batch_size = 2"))
+    with pytest.raises(InputError, match="declare the accumulation once: 'grad_accumulation_steps' or "
+                                         "'micro_batch_size', but got both") as err:
+        load_config(cfg)
+    assert "\n" not in str(err.value)
+    cli_exit_2(["invariants", "--config", cfg], "declare the accumulation once", "but got both")
+    cfg.write_text(text.replace("grad_accumulation_steps = 2", "micro_batch_size = 0"))
+    with pytest.raises(InputError, match="run.micro_batch_size"):
+        load_config(cfg)
+    three = Target("global_count", overrides={"run.grad_accumulation_steps": None, "run.micro_batch_size": 3})
+    with pytest.raises(InputError, match=r"For 'run.micro_batch_size', the value must divide the batch's 4 rows"):
         three.run("token-weighting")
 
 

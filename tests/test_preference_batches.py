@@ -77,7 +77,7 @@ BUGS = {  # bug -> (layout kwargs, code, words)
     # the drop only where both answers open alike ("The eel of Ivo" / "The eel of Eva"): they
     # part after the dropped token; the answer's start comes from row 0's prompt (OBJ034)
     "first_token_dropped_alike": ({}, "OBJ034", "batch 1 row 1 chosen: token 22 (84) unscored, scoring from 23"),
-    "lens_with_padding": ({"packed": True}, "OBJ035", "batch 1 row 0 chosen: lens [46, 48] sum to 94, the row holds 92 real tokens"),
+    "lens_with_padding": ({"packed": True}, "OBJ035", "batch 1 row 0 pair 2 chosen: lens entry 48, the pair holds 46 real tokens"),
 }
 
 
@@ -274,3 +274,36 @@ def test_a_pairs_cell_on_trl_batches_is_judged_in_their_layout(tmp_path, cell, v
         assert found["OBJ812"].verdict is Verdict.PASS, found["OBJ812"].message
     else:
         assert "padding positions" in found["OBJ807"].message
+
+
+def test_a_packed_row_in_slots_is_read_by_its_segments():
+    """MindFormers' own packing (dpo_preprocess.py r1.5.0 `_process_data_group`, measured in
+    tests/test_preference_ecosystem.py): each pair padded to a slot, the slot + 1 in the attention
+    mask, the slot in `index_packed`, `*_lens` each answer's length. The pairs are found by the
+    slots (the lens would cut the row wrong), each lens entry read against its own pair."""
+    from fixtures.preference_pipelines import mindformers
+    from objdebug.pipeline.batches_source import _batch
+    from objdebug.pipeline.preference_batches import pair_facts
+
+    rows = next(iter(mindformers(batch_size=4, batches=1)))  # one pair a row, each padded to 64
+    packed = {}
+    for side in ("chosen", "rejected"):
+        cols = {k: rows[f"{side}_{k}"] for k in ("input_ids", "labels", "loss_mask", "attention_mask")}
+        slots = [(0, 1), (2, 3)]  # two rows, two pairs each
+        for k, v in cols.items():
+            joined = np.stack([np.concatenate([v[a], v[b]]) for a, b in slots])
+            if k == "attention_mask":
+                joined = joined * np.concatenate([np.ones(64, np.int64), np.full(64, 2)])
+            packed[f"{side}_{k}"] = joined
+        packed[f"{side}_index_packed"] = np.tile(np.repeat([0, 1], 64), (2, 1))
+        starts = [int(np.argmax(m != 0)) + 1 for m in cols["loss_mask"]]  # the first scored token
+        real = cols["attention_mask"].sum(1)
+        packed[f"{side}_lens"] = np.array([[real[a] - starts[a], real[b] - starts[b]] for a, b in slots])
+    facts = pair_facts([_batch(packed, 1, DataSpec(), "slots")], {-100}, 0)
+    single = pair_facts([_batch(rows, 1, DataSpec(), "rows")], {-100}, 0)
+    assert [f.where for f in facts] == ["batch 1 row 0 pair 1", "batch 1 row 0 pair 2",
+                                        "batch 1 row 1 pair 1", "batch 1 row 1 pair 2"]
+    for f, g in zip(facts, single):
+        assert f.chosen.ids.tolist() == g.chosen.ids.tolist() and f.rejected.ids.tolist() == g.rejected.ids.tolist()
+        assert f.chosen.scored.tolist() == g.chosen.scored.tolist() and f.common == g.common
+        assert f.chosen.lens_entry == len(g.chosen.ids) - g.start("chosen")  # the answer's length

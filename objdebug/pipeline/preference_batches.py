@@ -2,7 +2,7 @@
 read by `preference_columns.py`): `pair_facts` reads each pair (numpy): each side's real length,
 its scored tokens (the loss mask when there is one, else a label the objective does not ignore),
 where the two sides part, the first scored token; a packed row (`*_lens` with several entries)
-holds one pair per entry. `real_pairs` gives the preference stage the pipeline's own pairs (the
+holds one pair per entry, found by its segment columns (MindFormers' slots) or cut by the lens. `real_pairs` gives the preference stage the pipeline's own pairs (the
 prompt and both answers as the batches cut them) instead of pairs it builds from
 `[data] preference`.
 """
@@ -28,6 +28,7 @@ class Side:
     scored_pad: int        # scored label positions on padding
     lens: np.ndarray | None  # the row's lens column, positive entries (on a packed row's last pair), or None
     row_length: int = 0      # the row's real tokens (what the lens must sum to)
+    lens_entry: int | None = None  # a packed row cut by its own segment columns: this pair's lens entry
 
 
 @dataclass
@@ -97,9 +98,32 @@ def _real_length(batch: Any, side: str, r: int, pad_id: int) -> int:
     return n
 
 
+def _segments(batch: Any, side: str, r: int, real: np.ndarray, count: int) -> list[np.ndarray] | None:
+    """The positions of each pair of a packed row, from the row's own segment columns, or None
+    (no such column, or it does not hold `count` pairs: the lens cut the row).
+
+    MindFormers' packing (dpo_preprocess.py `_process_data_group`, r1.5.0) pads each pair to a
+    fixed slot and writes the slot into the attention mask (slot + 1 on real tokens) and into
+    `index_packed` (0-based, the row's tail padding the last slot); a packer without slots numbers
+    the pairs in `index_packed` (1-based) and joins them. Either way a pair is the real tokens of
+    one segment value, in the row's order, so the lens are checked against them (OBJ035) and never
+    used to cut them."""
+    mask = batch.columns.get(f"{side}_attention_mask")
+    packed = batch.columns.get(f"{side}_index_packed")
+    for seg in ((mask[r] if mask is not None and int(mask[r].max(initial=0)) > 1 else None),
+                (packed[r] if packed is not None and packed[r].shape == real.shape else None)):
+        if seg is None:
+            continue
+        values = list(dict.fromkeys(seg[real].tolist()))  # in the row's order
+        if len(values) == count:
+            return [np.nonzero(real & (seg == v))[0] for v in values]
+    return None
+
+
 def pair_facts(batches: list[Any], ignored: set[int], pad_id: int) -> list[PairFacts]:
     """Every pair read, each side's real tokens and scored tokens (numpy only). A packed row
-    (`*_lens` with several entries on both sides) holds one pair per entry, cut by the lens."""
+    (`*_lens` with several entries on both sides) holds one pair per entry, found by the row's
+    segment columns (`_segments`), else cut by the lens."""
     layout = pair_layout(batches, ignored)
     out = []
     for b in batches:
@@ -110,6 +134,8 @@ def pair_facts(batches: list[Any], ignored: set[int], pad_id: int) -> list[PairF
             for side in SIDES:
                 ids = b.columns[f"{side}_input_ids"][r]
                 n = _real_length(b, side, r, pad_id)
+                mask = b.columns.get(f"{side}_attention_mask")
+                real = mask[r] != 0 if mask is not None else np.arange(len(ids)) < n
                 pos = _scored_positions(b, side, r, ignored)
                 tok = np.zeros(len(ids), bool)
                 if layout == "pre-shifted":
@@ -118,21 +144,28 @@ def pair_facts(batches: list[Any], ignored: set[int], pad_id: int) -> list[PairF
                     tok[1:] = pos[1:]  # nothing predicts the first token
                 lens = b.columns.get(f"{side}_lens")
                 lens = lens[r][lens[r] > 0] if lens is not None else None
-                sides.append((ids[:n], tok, int(tok[n:].sum()), lens))
+                sides.append((ids, real, n, tok, lens))
             cuts = [None]
-            if sides[0][3] is not None and sides[1][3] is not None and len(sides[0][3]) == len(sides[1][3]) > 1:
-                cuts = list(range(len(sides[0][3])))
+            if sides[0][4] is not None and sides[1][4] is not None and len(sides[0][4]) == len(sides[1][4]) > 1:
+                cuts = list(range(len(sides[0][4])))
+            segs = [_segments(b, side, r, real, len(cuts)) if cuts != [None] else None
+                    for side, (_, real, _, _, _) in zip(SIDES, sides)]
             for j in cuts:
                 made = []
-                for ids, tok, on_pad, lens in sides:
+                for (ids, real, n, tok, lens), seg in zip(sides, segs):
                     if j is None:
-                        made.append(Side(ids, tok[:len(ids)], on_pad, lens, len(ids)))
+                        made.append(Side(ids[:n], tok[:n], int(tok[n:].sum()), lens, n))
+                        continue
+                    last = j == len(lens) - 1
+                    if seg is not None:  # the row's own segments: each pair's real tokens
+                        at = seg[j]
+                        made.append(Side(ids[at], tok[at], int(tok[~real].sum()) if last else 0,
+                                         None, len(at), int(lens[j])))
                         continue
                     a = int(np.sum(lens[:j]))
-                    e = min(a + int(lens[j]), len(ids))
-                    last = j == len(lens) - 1
-                    made.append(Side(ids[a:e], tok[a:e], on_pad if last else 0,
-                                     lens if last else None, len(ids)))
+                    e = min(a + int(lens[j]), n)
+                    made.append(Side(ids[a:e], tok[a:e], int(tok[n:].sum()) if last else 0,
+                                     lens if last else None, n))
                 c, k = made[0].ids, made[1].ids
                 m = min(len(c), len(k))
                 differ = np.nonzero(c[:m] != k[:m])[0]

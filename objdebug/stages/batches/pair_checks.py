@@ -323,11 +323,27 @@ class PairLens(_PairCheck):
         for f in pairs:
             for s in SIDES:
                 side = getattr(f, s)
+                if side.lens_entry is not None:  # a pair found by the row's segments: its own entry
+                    judged += 1
+                    n, start = len(side.ids), f.start(s)
+                    # a lens entry counts the pair's tokens (packers' sequence lengths) or its
+                    # answer's (MindFormers' len(resp_ids)): from the first scored token, or the
+                    # one before it where a pre-shifted mask leaves the answer's first unscored
+                    fits = {n} | ({n - start, n - start + 1} if start is not None else set())
+                    if side.lens_entry not in fits:
+                        answer = f"its answer {n - start} or {n - start + 1}" if start is not None else "no answer scored"
+                        bad.append(f"{f.where} {s}: lens entry {side.lens_entry}, the pair holds {n} real "
+                                   f"tokens ({answer})")
+                    continue
                 if side.lens is None:
                     continue
                 judged += 1
                 total = int(np.sum(side.lens))
-                if total != side.row_length:
+                fits = {side.row_length}
+                start = f.start(s)
+                if len(side.lens) == 1 and start is not None:  # one pair: its lens may count its answer
+                    fits |= {side.row_length - start, side.row_length - start + 1}
+                if total not in fits:
                     bad.append(f"batch {f.batch} row {f.row} {s}: lens {side.lens.tolist()} sum to "
                                f"{total}, the row holds {side.row_length} real tokens")
         return {"answers": judged, "bad": bad}

@@ -4,7 +4,10 @@ OBJ014: the supervised share of each row's real tokens and the rows with nothing
 (a truncation that cut the whole response, a prompt mask as long as the row). OBJ015: ids
 outside the model's vocabulary (inputs anywhere, labels that the objective does not ignore).
 OBJ016: an attention mask that disagrees with the padding (1 on the pad run, 0 on real tokens,
-values other than 0 and 1).
+values other than 0 and 1). A packed row's mask may number its sequences instead of marking them
+1 (MindFormers' DPO packing writes each pair's slot + 1, LLaMA-Factory's neat packing each
+sequence's index): a row is such a mask when its nonzero values count 1, 2, ... along it, and
+those values mark real tokens.
 """
 
 from __future__ import annotations
@@ -113,6 +116,17 @@ class Vocabulary(Check):
         return [Condition("OBJ015", "ids_inside_vocabulary", judge)]
 
 
+def _segment_rows(mask: np.ndarray) -> np.ndarray:
+    """bool [B]: the row's mask numbers its packed sequences: its nonzero values count 1, 2, ...
+    along the row (each the last or one more), some above 1."""
+    out = np.zeros(len(mask), bool)
+    for r, row in enumerate(mask):
+        on = row[row != 0]
+        out[r] = (len(on) > 0 and on[0] == 1 and bool((on > 1).any())
+                  and bool(np.isin(np.diff(on), (0, 1)).all()))
+    return out
+
+
 class AttentionMask(Check):
     """OBJ016: the attention mask marks exactly the padding."""
 
@@ -141,8 +155,9 @@ class AttentionMask(Check):
                 real_eos = (runs > 0) if d.eos_id is not None and pad == d.eos_id else \
                     (runs == 1) & (mask != 0).all(axis=1)
                 runs = np.where(real_eos, runs - 1, runs)
-            bad = {"not_binary": ~np.isin(mask, (0, 1)),
-                   "ones_on_padding": run_mask(ids.shape, runs, side) & (mask == 1),
+            segments = _segment_rows(mask)
+            bad = {"not_binary": ~np.isin(mask, (0, 1)) & ~segments[:, None],
+                   "ones_on_padding": run_mask(ids.shape, runs, side) & (mask != 0),
                    "zeros_on_tokens": (mask == 0) & (ids != pad)}
             for k, hit in bad.items():
                 counts[k] += int(hit.sum())
