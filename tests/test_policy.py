@@ -275,6 +275,8 @@ GOOD = json.loads(ROLLOUTS.read_text().splitlines()[0])
     (dict(GOOD, id="bad", completion_ids=GOOD["completion_ids"][:1], rewards=[1.0]), {}, "at least 2 completions"),
     (dict(GOOD, id="bad", rewards=[1.0, "good", 0.0, 1.0]), {}, "finite numbers"),
     (GOOD, {"data.max_length": 24}, "positions"),
+    (dict(GOOD, id="bad", completion_ids=[GOOD["completion_ids"][0] + [300]] + GOOD["completion_ids"][1:]), {},
+     "completion 0 of group 'bad': field 'completion' has token id 300 outside the vocabulary [0, 256)"),
 ])
 def test_bad_rollouts_are_one_input_error_naming_file_and_line(shared, tmp_path, row, overrides, words):
     path = _rows(tmp_path, [GOOD, row])
