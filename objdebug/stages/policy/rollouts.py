@@ -5,13 +5,14 @@ the tokenizer, `[data] eos_id` appended to each completion) or `"prompt_ids"`, `
 [[..], ..]` (used as written: its EOS, if any, included); optional `"old_logps"`: per completion
 token, the log-probs a stale policy gave them (the user's buffer). Every error names file and line
 (exit 2): a group of one completion (no group baseline), rewards that are not finite numbers, a
+token id outside the model's vocabulary (naming the completion), a
 completion longer than the model's positions.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -44,6 +45,8 @@ def read_rollouts(path: str, encoder: Any, eos_id: int | None, max_length: int |
     """Groups of completions from `path` (see the module docstring); InputError naming file:line."""
     groups: list[list[Completion]] = []
     seen: set[str] = set()
+    named = replace(encoder, source=str(path))  # the encoder's own errors name this file
+    bare = replace(encoder, source=None)         # ... or say which completion, named here
     for lineno, row in read_jsonl(path, "rollouts"):
         def bad(message: str) -> InputError:
             return InputError(message, source=str(path), line=lineno)
@@ -52,20 +55,30 @@ def read_rollouts(path: str, encoder: Any, eos_id: int | None, max_length: int |
         if gid in seen:
             raise bad(f"duplicate id '{gid}'")
         seen.add(gid)
-        prompt = encoder.field(row, "prompt", lineno, required=False) or []
+        prompt = named.field(row, "prompt", lineno, required=False) or []
         if "completion_ids" in row and "completions" in row:
             raise bad("the row has both 'completions' and 'completion_ids'; keep one (text or token ids)")
         if "completion_ids" in row:
             raw = row["completion_ids"]
             if not isinstance(raw, list) or not all(isinstance(c, list) for c in raw):
                 raise bad("field 'completion_ids' must be a list of lists of integers (one per completion)")
-            comps = [encoder.field({"c_ids": c}, "c", lineno) for c in raw]
+            comps = []
+            for k, c in enumerate(raw):
+                try:
+                    comps.append(bare.field({"completion_ids": c}, "completion", lineno))
+                except InputError as err:
+                    raise bad(f"completion {k} of group '{gid}': {err}") from None
         elif "completions" in row:
             raw = row["completions"]
             if not isinstance(raw, list) or not all(isinstance(c, str) for c in raw):
                 raise bad("field 'completions' must be a list of strings (one per completion)")
-            comps = [encoder.field({"c": c}, "c", lineno) + ([eos_id] if eos_id is not None else [])
-                     for c in raw]
+            comps = []
+            for k, c in enumerate(raw):
+                try:
+                    comps.append(bare.field({"completion": c}, "completion", lineno)
+                                 + ([eos_id] if eos_id is not None else []))
+                except InputError as err:
+                    raise bad(f"completion {k} of group '{gid}': {err}") from None
         else:
             raise bad("missing field 'completions' (or 'completion_ids')")
         if len(comps) < 2:
