@@ -80,6 +80,25 @@ def test_at_a_stationary_point_float32_noise_passes_a_real_gradient_does_not():
     assert not directional_ok(tilted, 0.0, [x], [noise])  # f moves at first order: not noise
 
 
+def test_a_zero_loss_whose_float32_rounding_is_its_terms_passes_a_slope_does_not():
+    """The demo's GRPO row with advantage 0 (issue 54, every MindSpore measured): f = beta * mean
+    k3, k3 = e^d - d - 1, is exactly 0 at x; its float32 rounding comes from e^d ~ 1, not from f,
+    so at 1e-3 of |x| up and down are one rounding step apart (f ~ 1e-9) and the odd part is all
+    rounding. The warm demo rejected `policy.objective` as another model's graph for it."""
+    x = np.random.default_rng(5).standard_normal(40)
+    m = np.random.default_rng(8).standard_normal((20, 40)) * 0.02  # d ~ 1e-4 per token at 1e-3 of |x|
+
+    def k3(d):
+        r = (m @ d[0]).astype(np.float32)
+        return float(np.float32(0.04) * np.mean(np.exp(r) - r - np.float32(1.0), dtype=np.float32))
+
+    noise = np.random.default_rng(6).standard_normal(40) * 1e-9
+    assert k3([np.zeros(40)]) == 0.0
+    assert directional_ok(k3, 0.0, [x], [noise])
+    sloped = lambda d: k3(d) + 1e-4 * float(np.sum(d[0]))  # noqa: E731  (a small real slope)
+    assert not directional_ok(sloped, 0.0, [x], [noise])
+
+
 # --------------------------------------------------------------------------- real graphs
 @pytest.fixture(scope="module")
 def tiny():

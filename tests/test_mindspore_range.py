@@ -64,6 +64,9 @@ def test_the_demo_gives_2_10s_verdicts_and_a_second_run_hits_the_compile_cache(t
     warm, second = _demo(tmp_path)
     assert second["extra"]["compile_cache"]["status"] == "warm", second["extra"]["compile_cache"]
     assert second["extra"]["compile_cache"]["hits"] > 0, second["extra"]["compile_cache"]
+    # no hit of our own cache judged another model's (the GRPO zero point's float32 rounding was:
+    # policy.objective rejected and the rest of the run cold, on every release; cache_proof._flat)
+    assert not second["extra"]["compile_cache"].get("rejected"), second["extra"]["compile_cache"]
     assert re.search(r"compile cache warm: \d+ hits", warm.stdout), warm.stdout
     assert _verdicts(second) == _verdicts(first)
 
