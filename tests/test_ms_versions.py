@@ -51,3 +51,40 @@ def test_a_fresh_process_reports_no_compiled_graph_on_the_installed_release():
             "net = ms.nn.Dense(2, 2); net(ms.Tensor(np.ones((1, 2), np.float32))); print(a, f())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.stdout.split()[-2:] == ["False", "True"], out.stdout + out.stderr[-2000:]
+
+
+@pytest.mark.parametrize("text, parsed", [("2.7.0", (2, 7, 0)), ("2.7.1.post1", (2, 7, 1)), ("2.10.0rc1", (2, 10, 0)),
+                                          ("2.9", (2, 9, 0)), ("nightly", (0, 0, 0))])
+def test_parse_patch_reads_the_patch_release(text, parsed):
+    assert ms_versions.parse_patch(text) == parsed
+
+
+@pytest.mark.parametrize("version, refused", [("2.7.0", True), ("2.7.1", True), ("2.7.2", False),
+                                              ("2.9.0", False), ("2.10.0", False)])
+def test_the_compile_cache_is_refused_where_it_loaded_another_graphs_code(version, refused):
+    """MindSpore 2.7.0's cache served the demo's second run graphs that raised (a Gather index out of
+    range in align and grad); 2.7.2, 2.9.0 and 2.10.0 hit every graph with the cold run's verdicts."""
+    why = ms_versions.cache_refusal(version)
+    assert bool(why) is refused
+    if refused:
+        assert why.startswith(f"not on MindSpore {version}: ") and "2.7.2 and later cache" in why and "\n" not in why
+
+
+def test_a_run_on_such_a_release_says_why_its_cache_is_off(tmp_path, monkeypatch):
+    """The runner asks ms_versions: on a refused release the cache is 'unavailable' with that one
+    line (the report's header shows it) and nothing is written."""
+    from objdebug import api
+    from objdebug.report import compile_cache_line
+
+    from .conftest import TARGETS
+
+    monkeypatch.setattr(ms_versions, "installed", lambda: "2.7.0")
+    cfg = api.load_config(TARGETS / "cache_tiny" / "objdebug.toml")
+    r = api.run(cfg, stages=["align"], profile="quick", compile_cache=str(tmp_path / "c"))
+    c = r.extra["compile_cache"]
+    assert c["status"] == "unavailable" and c["reason"] == ms_versions.cache_refusal("2.7.0"), c
+    assert compile_cache_line({"extra": r.extra}) == f"compile cache unavailable ({c['reason']})"
+    from objdebug.report import json_report, terminal
+
+    assert f"  compile cache unavailable: {c['reason']}" in terminal.render(json_report.to_dict(r)).splitlines()
+    assert not (tmp_path / "c").exists()

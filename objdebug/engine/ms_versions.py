@@ -13,6 +13,11 @@ Measured differences (this project's CI runs 2.10 in full and a subset on 2.7.2)
   already compiled graphs").
 - `mindspore.set_device` raises once a kernel has run in the process on 2.7, even for the same
   device; `runtime.setup` accepts that case on every release.
+- the compile cache (`[run]`'s default ./.objdebug_cache) is wrong on 2.7.0: a second run in the
+  same folder loaded compiled graphs that raised at run time (`For 'Gather', the 'input_indices'
+  should be in the range [0, 256), but got 256` in the demo's align and grad graphs: another
+  graph's code for the key), where 2.7.2, 2.9.0 and 2.10.0 hit all 13 of the demo's graphs with the
+  same verdicts. So the cache is refused below `CACHE_FROM`, in one line the report shows.
 """
 
 from __future__ import annotations
@@ -30,6 +35,31 @@ def parse(version: str) -> tuple[int, int]:
         return int(parts[0]), int(parts[1])
     except (IndexError, ValueError):
         return (0, 0)
+
+
+CACHE_FROM = (2, 7, 2)  # the oldest release whose compile cache gave a warm run its cold verdicts
+
+
+def parse_patch(version: str) -> tuple[int, int, int]:
+    """'2.7.1.post1' -> (2, 7, 1); '2.10.0rc1' -> (2, 10, 0); unreadable parts -> 0."""
+    out = []
+    for part in (version.split(".") + ["0", "0", "0"])[:3]:
+        digits = ""
+        for ch in part:
+            if not ch.isdigit():
+                break
+            digits += ch
+        out.append(int(digits) if digits else 0)
+    return out[0], out[1], out[2]
+
+
+def cache_refusal(version: str) -> str:
+    """'' where MindSpore `version`'s compile cache can be used, else one line saying why not."""
+    if parse_patch(version) >= CACHE_FROM:
+        return ""
+    low = ".".join(map(str, CACHE_FROM))
+    return (f"not on MindSpore {version}: its compile cache loaded another graph's compiled code on a "
+            f"second run (measured on 2.7.0); {low} and later cache")
 
 
 def installed() -> str:

@@ -21,7 +21,7 @@ from objdebug.core.findings import Check, CheckResult, Verdict
 from objdebug.core.interrupts import Interrupted, swallowed
 from objdebug.core.progress import Progress, StageSummary
 from objdebug.core.settings import Settings
-from objdebug.engine import distributed, host_memory, runtime
+from objdebug.engine import distributed, host_memory, ms_versions, runtime
 from objdebug.engine import row_scoring, watchdog
 from objdebug.engine.compile_cache import open_cache, parameter_shapes
 from objdebug.engine.core import Engine
@@ -168,7 +168,8 @@ def _run_stages(cfg, result, profile, chosen, select, ignore, options, out_dir, 
         # msrun workers would share one directory (and MindSpore writes one folder per rank)
         cache = open_cache(compile_cache, cfg, profile, chosen, dict(options or {}),
                            engine.batch_size,
-                           refuse="not with --workers (one cache per process)" if world.distributed else "",
+                           refuse="not with --workers (one cache per process)" if world.distributed
+                           else ms_versions.cache_refusal(ms_versions.installed()),
                            params=parameter_shapes(target), named=cache_named)
         cache.attach(engine)
         with cache:  # writes the cache's manifest after a clean run only

@@ -60,6 +60,8 @@ def render(report: dict[str, Any], colour: bool = False, verbose: bool = False) 
                  + (f"{cache} · " if cache else "")
                  + (f"{memory} · " if (memory := _memory_text(report)) else "")
                  + f"total {report['timings'].get('total', 0):.1f} s")
+    if (c := report.get("extra", {}).get("compile_cache")) and c.get("status") == "unavailable" and c.get("reason"):
+        lines.append(f"  compile cache unavailable: {c['reason']}")  # said once, in one line (issue 54)
     if model_state_line(report):
         lines.append(f"  {model_state_line(report)}")
     for note in target.get("notes", []):  # how the model is called (objdebug/engine/model_inputs.py)

@@ -188,6 +188,26 @@ class IgnoredLabel(Check):
         return [Condition("OBJ221", "ignored_label_not_trained", judge)]
 
 
+def reference_ce_cotangent(out: np.ndarray, labels: np.ndarray, label_pad_id: int) -> np.ndarray | None:
+    """dL/d(model output) of a plain mean cross-entropy over the scored labels (float64 numpy, a
+    reference): (softmax - onehot) / N at each scored row or position ([B, C] with labels [B], or
+    [B, T, K] with labels [B, T]); None when nothing is scored or a label is outside the classes."""
+    x = np.asarray(out, np.float64)
+    y = np.asarray(labels).reshape(-1)
+    flat = x.reshape(-1, x.shape[-1])
+    if flat.shape[0] != y.shape[0]:
+        return None
+    scored = (y != label_pad_id) & (y >= 0)
+    if not scored.any() or (y[scored] >= flat.shape[1]).any():
+        return None
+    z = flat - flat.max(-1, keepdims=True)
+    p = np.exp(z) / np.exp(z).sum(-1, keepdims=True)
+    g = np.zeros_like(flat)
+    g[scored] = p[scored]
+    g[np.flatnonzero(scored), y[scored]] -= 1.0
+    return (g / scored.sum()).reshape(x.shape)
+
+
 def health_measure(ctx, th: Settings) -> dict[str, Any]:
     """gradient-health's measurement (OBJ201-OBJ204, judged by its conditions) on a task
     kind's gradient batch: `task.logit_grad`, then the shared `model.vjp`."""
@@ -215,6 +235,14 @@ def health_measure(ctx, th: Settings) -> dict[str, Any]:
                        "nonfinite": int((~np.isfinite(gr)).sum())})
     norms = np.array([p["norm"] for p in params])
     ratio, imax, mean = max_mean_ratio(norms)
+    # the same model's gradient scale under a plain mean cross-entropy on the same batch (a numpy
+    # float64 reference cotangent through the same `model.vjp` graph: no compile of its own), so
+    # OBJ201 can tell the model's scale from the objective's (TaskGradientHealth)
+    ref = reference_ce_cotangent(out.asnumpy(), labels, pid)
+    ref_mean = None
+    if ref is not None:
+        _, ref_grads = tasks.param_grad(ctx.engine, ids, ref)
+        ref_mean = float(max_mean_ratio(np.array([np.linalg.norm(x) for x in ref_grads]))[2])
     layers: dict[str, dict[str, Any]] = {}
     for p in params:
         lay = layers.setdefault(p["layer"], {"layer": p["layer"], "params": 0, "sq": 0.0})
@@ -225,6 +253,7 @@ def health_measure(ctx, th: Settings) -> dict[str, Any]:
         "batch": {"rows": len(rows), "length": int(length), "data_rows": len(rows), "filled_rows": 0},
         "n_params": len(params), "global_norm": float(np.sqrt((norms ** 2).sum())),
         "mean_param_norm": mean, "max_param_norm": float(norms[imax]), "max_param": names[imax],
+        "reference_mean_param_norm": ref_mean,
         "max_mean_ratio": ratio if mean > 0 else float("inf"),
         "nonfinite_total": int(sum(p["nonfinite"] for p in params)),
         "nonfinite_params": [p["name"] for p in params if p["nonfinite"]],

@@ -132,3 +132,24 @@ class TaskGradientHealth(GradientHealth):
 
     def measure(self, ctx: Context, th: Settings) -> dict[str, Any]:
         return health_measure(ctx, th)
+
+    def conditions(self, th: dict[str, Any]) -> list[Condition]:
+        conds = super().conditions(th)
+        factor = float(th["kind_reference_factor"])
+        band_judge = conds[0].judge
+
+        def mean_norm(v):
+            """The band, unless the plain cross-entropy's gradient on the same model and batch is
+            out of it too: a backbone's gradient scale (its depth, its norms) is the model's nature,
+            not the objective's, and every correct loss of the kind shares it (a note)."""
+            verdict, msg, x = band_judge(v)
+            ref = v.get("reference_mean_param_norm")
+            if not ref or verdict in (Verdict.SKIP, Verdict.PASS):
+                return verdict, msg, x
+            said = (f"; a plain mean cross-entropy on the same model and batch gives {ref:.4g} (x{x / ref:.3g};"
+                    f" numpy float64 reference cotangent through the same model.vjp)")
+            if 1.0 / factor <= x / ref <= factor:
+                return Verdict.INFO, msg + said + ": the model's gradient scale, not the objective's", x
+            return verdict, msg + said, x
+
+        return [Condition(conds[0].code, conds[0].name, mean_norm, conds[0].locate)] + conds[1:]
