@@ -12,7 +12,8 @@ twin on the one check that tells them apart (~30 s); every whole run and the oth
 import pytest
 
 from .conftest import TARGETS
-from .test_tasks_classification import _codes, _run
+from .test_tasks_classification import _codes
+from .test_tasks_ported import _checked  # one cache of the checks' runs
 
 # (healthy, twin, the code the twin fails, the checks its run needs): the demo's TWINS
 # (tests/test_tasks_ported.py) on the Llama fixture
@@ -53,16 +54,6 @@ HEALTHY = [
           "does not); open"),
     "llama_ported_st_mnrl", _open("llama_ported_clip", _OBJ112), _open("llama_ported_st_contrastive", _OBJ112),
 ]
-
-_CHECKED = {}
-
-
-def _checked(name, checks):
-    key = (name, tuple(checks))
-    if key not in _CHECKED:
-        _CHECKED[key] = _run(name, checks)
-    return _CHECKED[key]
-
 
 def _not_passing(r):
     return [(f.code, f.verdict.value, f.message) for f in r.findings
