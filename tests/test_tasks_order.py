@@ -98,7 +98,7 @@ def test_the_column_direction_must_order_the_candidates_too():
         return x / np.linalg.norm(x, axis=-1, keepdims=True)
 
     anchors = unit(np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]))
-    own, hard, far = unit(np.array([[1.0, 0.1, 0.0], [0.6, 0.8, 0.0], [-1.0, 0.0, 0.3]]))
+    own, hard, far = unit(np.array([[1.0, 0.1, 0.0], [0.6, 0.8, 0.0], [-0.3, -0.3, 0.9]]))
     sims = [anchors @ np.stack([own, hard, far]).T]
     assert sims[0][0, 0] > sims[0][0, 1] > sims[0][0, 2]  # the row direction is ordered
     assert not _columns_right(sims, 0, [1], (0, 1, 2))
