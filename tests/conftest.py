@@ -50,7 +50,7 @@ HEAVY_FILES = (
     "test_tasks_correlate.py",        # slow only (~60 s): the kinds' correlate twins
     "test_tasks_decompose.py",        # slow only (~65 s): the kinds' composite objectives and twins
     "test_tasks_fd.py",               # slow only (~55 s): the kinds' finite differences
-    "test_tasks_llama.py",            # ~40 s default (3 tests); -m slow: 7 more twins (~5 min), 13 whole Llama runs (~20-40 min)
+    "test_tasks_llama.py",            # ~55 s default (4 tests); -m slow: 7 more twins (~5 min), 13 whole Llama runs (~20-40 min)
 )
 
 

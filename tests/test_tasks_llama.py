@@ -37,22 +37,11 @@ TWINS = [
 ]
 # every healthy objective, whole ci-gate runs on every stage of its kind (all -m slow). Open on
 # the Llama fixture (2026-12-06, see fixtures/README.md): each is a WARN, no FAIL
-_OBJ112 = ("OBJ112 WARN: the fitted Llama encoder orders true positive < hard negative < far text on "
-           "69-83% of its right rows (pass >= 90%); open")
-
-
-def _open(name, why):
-    return pytest.param(name, marks=pytest.mark.xfail(reason=why, strict=False))
-
-
 HEALTHY = [
     "llama_cls_healthy", "llama_ported_hf_seqcls", "llama_ported_timm_smoothing", "llama_ported_tv_focal",
     "llama_tag_healthy", "llama_crf_healthy", "llama_ported_hf_tokcls", "llama_ported_fairseq_smoothed",
-    "llama_ported_torchcrf",
-    _open("llama_emb_healthy", "OBJ401 WARN: r(loss, score) = -0.47 on emb_data/scores.jsonl (the encoder "
-          "ranks the scored pairs' cosines with Spearman 0.83; the per-row InfoNCE in a fixed context "
-          "does not); open"),
-    "llama_ported_st_mnrl", _open("llama_ported_clip", _OBJ112), _open("llama_ported_st_contrastive", _OBJ112),
+    "llama_ported_torchcrf", "llama_emb_healthy", "llama_ported_st_mnrl", "llama_ported_clip",
+    "llama_ported_st_contrastive",
 ]
 
 def _not_passing(r):
@@ -79,7 +68,10 @@ def test_the_backbones_gradient_scale_is_a_note_a_summed_loss_is_not():
     assert good.verdict is Verdict.INFO and "the model's gradient scale" in good.message, good.message
     assert good.value > 1.0  # out of the absolute band: the reference is what tells
     summed = {f.code: f for f in _checked("tag_sum_reduction", ["grad.task-gradient-health"]).findings}["OBJ201"]
-    assert summed.verdict in (Verdict.WARN, Verdict.FAIL) and "(x1" in summed.message, summed.message
+    import re
+
+    times = float(re.search(r"\(x([0-9.]+);", summed.message).group(1))
+    assert summed.verdict in (Verdict.WARN, Verdict.FAIL) and times > 10, summed.message
 
 
 @pytest.mark.slow
@@ -112,3 +104,20 @@ def test_the_llama_targets_are_the_demos_on_another_backbone():
         assert a["model"]["factory"].startswith("fixtures.llama.tasks:"), d.name
         for key in ("task", "objective", "data"):
             assert a.get(key) == b.get(key), (d.name, key)
+
+
+# (target, the check, its code): issue 55's false WARNs on healthy embedding objectives, fixed in
+# the checks. OBJ112 judged ClipLoss (dot product, symmetric) and ContrastiveLoss (cosine) by a
+# closeness they do not use and ClipLoss's row direction only (69% / 83% ordered); OBJ401 gave
+# every row of the first batch the same per-row loss (r = -0.47). The twins above still fail.
+FIXED = [
+    ("llama_ported_clip", "align.pair-ranking", "OBJ112"),
+    pytest.param("llama_ported_st_contrastive", "align.pair-ranking", "OBJ112", marks=pytest.mark.slow),
+    pytest.param("llama_emb_healthy", "correlate.score-correlation", "OBJ401", marks=pytest.mark.slow),
+]
+
+
+@pytest.mark.parametrize("name, check, code", FIXED, ids=["clip", "st_contrastive", "emb_healthy"])
+def test_healthy_embedding_objectives_pass_their_order_and_correlation_on_llama(name, check, code):
+    r = _checked(name, [check])
+    assert code in _codes(r, "pass") and r.exit_code == 0, _not_passing(r)

@@ -64,3 +64,44 @@ def test_in_batch_order_is_relative(runs):
     value = _value(runs["emb_healthy"], "pair-ranking")
     assert value["ordered_share"] == 1.0
     assert min(r["loss"][1] - r["loss"][0] for r in value["table"]) < 1e-3
+
+
+def test_an_undeclared_closeness_counts_a_row_only_where_every_notion_agrees():
+    """Issue 55: an objective that names no `similarity` / `distance` (OpenCLIP's ClipLoss: the dot
+    product; sentence-transformers' ContrastiveLoss: `distance_metric`) is judged on the rows whose
+    order cosine, dot and Euclidean all give; a declared one by its own notion alone."""
+    from types import SimpleNamespace
+
+    from objdebug.stages.align.task_order import _closeness, _ranks_right
+
+    cfg = SimpleNamespace(objective=SimpleNamespace(kwargs={}))
+    how, closes = _closeness(cfg, object(), triplet=False)
+    assert len(closes) == 3 and how.startswith("undeclared")
+    cfg.objective.kwargs["similarity"] = "cosine"
+    assert len(_closeness(cfg, object(), triplet=False)[1]) == 1
+    # text 0 points the anchor's way but is short; text 1 is long and 45 degrees off: cosine ranks
+    # text 0 first, the dot product text 1
+    a = np.array([[1.0, 0.0]])
+    texts = np.array([[0.1, 0.0], [2.0, 2.0], [-1.0, 0.2]])
+    sims = [c(a, texts) for c in closes]
+    assert not _ranks_right(sims, 0, 0, 1, 2, [1, 2])
+    assert _ranks_right(sims[:1], 0, 0, 1, 2, [1, 2])
+
+
+def test_the_column_direction_must_order_the_candidates_too():
+    """A hard negative closer to another anchor of the batch than to its own row's: a symmetric
+    loss (CLIP's transposed logits) and the other rows' in-batch terms cost it more than a far text
+    close to none, on a correct loss, so the row is not judged."""
+    from objdebug.stages.align.task_order import _columns_right
+
+    def unit(x):
+        return x / np.linalg.norm(x, axis=-1, keepdims=True)
+
+    anchors = unit(np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]))
+    own, hard, far = unit(np.array([[1.0, 0.1, 0.0], [0.6, 0.8, 0.0], [-0.3, -0.3, 0.9]]))
+    sims = [anchors @ np.stack([own, hard, far]).T]
+    assert sims[0][0, 0] > sims[0][0, 1] > sims[0][0, 2]  # the row direction is ordered
+    assert not _columns_right(sims, 0, [1], (0, 1, 2))
+    hard = unit(np.array([0.6, -0.1, 0.8]))  # no closer to anchor 1 than the positive is
+    sims = [anchors @ np.stack([own, hard, far]).T]
+    assert _columns_right(sims, 0, [1], (0, 1, 2))

@@ -119,19 +119,49 @@ class TagRanking(Check):
 
 # --------------------------------------------------------------------------- embedding
 def _closeness(cfg, cell, triplet: bool):
-    """The objective's own notion of close (higher = closer) as numpy on [N, D] x [M, D]."""
-    key = "distance" if triplet else "similarity"  # read as the grad stage's contrastive check reads it
+    """(name, [closeness]): the objective's own notion of close (higher = closer) as numpy on
+    [N, D] x [M, D] when it declares one (`similarity` / `distance`, read as the grad stage's
+    contrastive check reads them); else every notion an embedding objective may use (cosine, dot,
+    Euclidean), the default first: a row then counts only where they all agree (issue 55: on the
+    Llama encoder, whose norms vary 0.03-1.1, OpenCLIP's dot-product ClipLoss and
+    sentence-transformers' cosine ContrastiveLoss were judged by a notion they do not use)."""
+    key = "distance" if triplet else "similarity"
     how = cfg.objective.kwargs.get(key, getattr(cell, key, None))
-    how = how if isinstance(how, str) else ("euclidean" if triplet else "cosine")
 
     def unit(x):
         return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
 
-    if how == "cosine":
-        return how, lambda a, b: unit(a) @ unit(b).T
-    if how == "euclidean":
-        return how, lambda a, b: -np.linalg.norm(a[:, None, :] - b[None, :, :], axis=-1)
-    return how, lambda a, b: a @ b.T
+    notions = {"cosine": lambda a, b: unit(a) @ unit(b).T,
+               "euclidean": lambda a, b: -np.linalg.norm(a[:, None, :] - b[None, :, :], axis=-1),
+               "dot": lambda a, b: a @ b.T}
+    if isinstance(how, str):
+        how = how if how in notions else "dot"
+        return how, [notions[how]]
+    order = ("euclidean", "cosine", "dot") if triplet else ("cosine", "dot", "euclidean")
+    return "undeclared: " + ", ".join(order), [notions[k] for k in order]
+
+
+def _ranks_right(sims, i, own, hard, far, rest) -> bool:
+    """The positive the closest of the rows' texts to anchor i and own > hard > far, by every notion."""
+    return all(s[i, own] > max(s[i, j] for j in rest) and s[i, own] > s[i, hard] > s[i, far] for s in sims)
+
+
+def _columns_right(sims, i, keep, candidates) -> bool:
+    """The column direction of the batch the check builds: for every other anchor k of the batch,
+    s(a_i, c) - s(a_k, c) ordered own > hard > far, by every notion. An in-batch loss meets each
+    candidate again as the other anchors' negative, and a symmetric one (CLIP's) as a row of its
+    transposed logits, softmaxed over the batch's anchors: there a hard negative closer to another
+    anchor than to a_i costs more than a far text close to none, on a correct loss (Llama encoder,
+    ClipLoss: 3 of 13 rows ordered by the row direction, disordered by the column one). With every
+    difference ordered, each such term is ordered at any temperature."""
+    if not keep:
+        return True
+    own, hard, far = candidates
+    for s in sims:
+        d = [s[i, c] - s[keep, c] for c in (own, hard, far)]
+        if not (np.all(d[0] > d[1]) and np.all(d[1] > d[2])):
+            return False
+    return True
 
 
 class PairRanking(Check):
@@ -156,24 +186,30 @@ class PairRanking(Check):
         texts = [list(t) for t in pool]
         anchors = _embed(ctx, [r.ids for r in rows])
         others = _embed(ctx, texts)
-        how, close = _closeness(ctx.config, ctx.target.objective, triplet)
-        sims = close(anchors.asnumpy().astype(np.float64), others.asnumpy().astype(np.float64))
+        how, closes = _closeness(ctx.config, ctx.target.objective, triplet)
+        a64, o64 = anchors.asnumpy().astype(np.float64), others.asnumpy().astype(np.float64)
+        all_sims = [close(a64, o64) for close in closes]
+        sims = all_sims[0]
         table, bad = [], []
         for i, row in enumerate(rows):
             own = pool[tuple(row.positive)]
             rest = [j for j in range(len(texts)) if j != own and texts[j] != row.ids]
-            if not rest or sims[i, own] <= max(sims[i, j] for j in rest):
+            if not rest:
                 continue
             hard = max(rest, key=lambda j: sims[i, j])
             far = min(rest, key=lambda j: sims[i, j])
+            if not _ranks_right(all_sims, i, own, hard, far, rest):
+                continue
+            keep = [] if triplet else _context(rows, pool, i, {own, hard, far}, engine.batch_size)
+            if not triplet and not _columns_right(all_sims, i, keep, (own, hard, far)):
+                continue
             losses = []
             for cand in (own, hard, far):
                 if triplet:  # the row alone, its true positive as the negative
                     out = tasks.pair_objective(engine, anchors[i:i + 1], others[cand:cand + 1],
                                                others[own:own + 1])
                 else:
-                    out = tasks.pair_objective(engine, *_in_batch(anchors, others, rows, pool, i, cand,
-                                                                  {own, hard, far}, engine.batch_size))
+                    out = tasks.pair_objective(engine, *_in_batch(anchors, others, rows, pool, i, cand, keep))
                 losses.append(float(out.asnumpy()[0]))
             ok = _ordered(losses, th["task_order_gap"])
             table.append({"id": row.id, "line": row.line, "similarity": how,
@@ -187,7 +223,8 @@ class PairRanking(Check):
 
     def conditions(self, th: Settings) -> list[Condition]:
         return [order_condition("OBJ112", ("true positive", "hard negative", "far text"),
-                                "the positive the closest of the rows' texts to its anchor", th,
+                                "the positive the closest of the rows' texts to its anchor, the three candidates in order "
+                                "in every direction the objective meets them", th,
                                 gap=th["task_order_gap"])]
 
 
@@ -204,13 +241,17 @@ def _embed(ctx, seqs):
     return ms.Tensor(np.concatenate(parts))
 
 
-def _in_batch(anchors, others, rows, pool, i, cand, candidates, batch_size):
-    """(anchors, positives) [b, D]: row i with `cand` as its positive first, then up to
-    batch_size - 1 other rows whose positive is none of the candidates."""
+def _context(rows, pool, i, candidates, batch_size) -> list[int]:
+    """The other rows of row i's batch: up to batch_size - 1 rows whose positive is none of the
+    candidates (so no candidate appears twice)."""
+    keep = [j for j, r in enumerate(rows) if j != i and pool[tuple(r.positive)] not in candidates]
+    return keep[:max(batch_size - 1, 1)]
+
+
+def _in_batch(anchors, others, rows, pool, i, cand, keep):
+    """(anchors, positives) [b, D]: row i with `cand` as its positive first, then the rows `keep`."""
     import mindspore as ms
 
-    keep = [j for j, r in enumerate(rows) if j != i and pool[tuple(r.positive)] not in candidates]
-    keep = keep[:max(batch_size - 1, 1)]
     a = anchors.asnumpy()[[i] + keep]
     p = others.asnumpy()[[cand] + [pool[tuple(rows[j].positive)] for j in keep]]
     return ms.Tensor(a), ms.Tensor(p)
