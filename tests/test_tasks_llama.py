@@ -35,14 +35,14 @@ TWINS = [
     pytest.param("llama_ported_st_contrastive", "llama_ported_st_contrastive_flipped", "OBJ226",
                  ["grad.contrastive"], marks=pytest.mark.slow),
 ]
-# every healthy objective, whole ci-gate runs on every stage of its kind (all -m slow). Open on
-# the Llama fixture (2026-12-06, see fixtures/README.md): each is a WARN, no FAIL
+# every healthy objective, whole ci-gate runs on every stage of its kind (all -m slow)
 HEALTHY = [
     "llama_cls_healthy", "llama_ported_hf_seqcls", "llama_ported_timm_smoothing", "llama_ported_tv_focal",
     "llama_tag_healthy", "llama_crf_healthy", "llama_ported_hf_tokcls", "llama_ported_fairseq_smoothed",
     "llama_ported_torchcrf", "llama_emb_healthy", "llama_ported_st_mnrl", "llama_ported_clip",
     "llama_ported_st_contrastive",
 ]
+
 
 def _not_passing(r):
     return [(f.code, f.verdict.value, f.message) for f in r.findings
