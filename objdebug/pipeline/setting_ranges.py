@@ -126,6 +126,7 @@ RANGES: dict[str, str | tuple[str, ...]] = {
     # [grad]
     "grad.mean_norm_pass_low": TOLERANCE, "grad.mean_norm_pass_high": TOLERANCE,
     "grad.mean_norm_fail_low": TOLERANCE, "grad.mean_norm_fail_high": TOLERANCE,
+    "grad.kind_reference_factor": RATIO,  # x / reference within [1/f, f]: f >= 1 (1: only an exact match)
     "grad.ratio_pass": RATIO, "grad.ratio_fail": RATIO,
     "grad.leak_tolerance": TOLERANCE, "grad.pad_rel_tolerance": TOLERANCE,
     # the reference ||softmax - onehot|| is a norm of a probability difference; a floor above 1
