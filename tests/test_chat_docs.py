@@ -15,6 +15,8 @@ bug class of issue 52, in each marker form the docs show:
 
 Every twin FAILs with a code its healthy twin lacks (the healthy one passes OBJ020 and
 OBJ023-OBJ028). One Context on the Llama fixture (one objective probe); the chat checks and OBJ020.
+And each healthy form's whole configuration passes `--profile ci-gate` on the stages the form
+changes (batches; align, which reads the tokenizer), with the checkpoint trained on the form's ids.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import types
 
 import pytest
 
+from objdebug import api
 from objdebug.core.config import load_config
 from objdebug.core.findings import Verdict
 from objdebug.pipeline.runner import run_check
@@ -58,9 +61,13 @@ def _glm(block: str, ids: bool) -> str:
 def _config(tmp_path, block: int, tokenizer: str, template: str | None = None, edit=None):
     """The docs block under the Llama target's sections, written where the target's config sits
     (its relative paths hold) and loaded as `objdebug` loads it (`tokenizer` "none": no `[data]
-    tokenizer` line; `edit`: how the user adapts the block to their pipeline's ids)."""
+    tokenizer` line; `edit`: how the user adapts the block to their pipeline's ids). A pipeline
+    of byte ids (or ids without a tokenizer: bytes) has the Llama fixture fine-tuned on bytes."""
     base = (TARGETS / "llama_chat_template_tok" / "objdebug.toml").read_text()
     base = base[:base.index("\n[chat]") + 1]
+    if tokenizer != "tok":
+        base = base.replace('checkpoint = "../../chat/llama_chat_bpe.ckpt"', 'checkpoint = "../../chat/llama_chat.ckpt"')
+        assert "llama_chat.ckpt" in base
     if TOKENIZER[tokenizer] is None:
         base = base.replace('tokenizer = "../../chat/tokenizer.json"\n', "")
         assert "tokenizer =" not in base
@@ -180,3 +187,18 @@ def test_the_docs_chat_examples_fail_each_bug_twin(ctx, tmp_path, form, bug):
     found = _judge(ctx, _config(tmp_path, block, tok, template, *edit), make(bug.removeprefix("glm_")))
     failed = {c for c, (v, _) in found.items() if v is Verdict.FAIL and healthy[c][0] is Verdict.PASS}
     assert failed & BUGS[bug], (form, bug, {c: found[c] for c in CODES})
+
+
+@pytest.mark.parametrize("form", sorted(FORMS))
+def test_the_docs_chat_examples_pass_the_gate_on_a_healthy_pipeline(ctx, tmp_path, form):
+    """The whole configuration as a user writes it, through `objdebug run --profile ci-gate` on the
+    stages the form changes: no WARN, FAIL or ERROR (issue 53: two real-tokenizer forms were WARN
+    OBJ102 on the model's own ranking of two wrong answers)."""
+    block, tok, template, make, *edit = FORMS[form]
+    cfg = _config(tmp_path, block, tok, template, *edit)
+    CASE["make"] = make(None)
+    res = api.run(cfg, stages=["batches", "align"], profile="ci-gate", compile_cache=False)
+    bad = [(f.code, f.verdict.value, f.message) for f in res.findings
+           if f.verdict in (Verdict.WARN, Verdict.FAIL, Verdict.ERROR)]
+    assert res.exit_code == 0 and not bad, bad
+    assert {f.code for f in res.findings if f.verdict is Verdict.PASS} >= {"OBJ023", "OBJ025", "OBJ101", "OBJ103"}

@@ -175,8 +175,11 @@ def test_each_preference_bug_twin_fails_on_llama(pref_ctx, bug):
 
 # --------------------------------------------------------------------------- every stage (slow)
 @pytest.mark.slow
-@pytest.mark.parametrize("target", ["llama_chat_chatml", "llama_chat_glm", "llama_pref_trl"])
+@pytest.mark.parametrize("target", ["llama_chat_chatml", "llama_chat_glm", "llama_pref_trl",
+                                    "llama_chat_template_tok", "llama_chat_qwen3"])
 def test_the_healthy_llama_pipelines_pass_every_stage_on_ci_gate(target):
+    """The real-tokenizer targets too (issue 53): their model gives two wrong answers of a row
+    the order a mean CE then follows, OBJ102's note (tests/test_align_model_ranking.py)."""
     res = api.run(load_config(TARGETS / target / "objdebug.toml"), profile="ci-gate", compile_cache=False)
     bad = [(f.code, f.verdict, f.message) for f in res.findings
            if f.verdict in (Verdict.FAIL, Verdict.WARN, Verdict.ERROR)]
@@ -189,4 +192,5 @@ def test_the_healthy_llama_pipelines_pass_every_stage_on_ci_gate(target):
     else:
         assert found["OBJ025"].verdict is Verdict.PASS
         # OBJ020 judges the EOS of trained turns: GLM declares its EOS (3), ChatML as text none
-        assert found["OBJ020"].verdict is (Verdict.PASS if target == "llama_chat_glm" else Verdict.SKIP)
+        if target in ("llama_chat_chatml", "llama_chat_glm"):
+            assert found["OBJ020"].verdict is (Verdict.PASS if target == "llama_chat_glm" else Verdict.SKIP)

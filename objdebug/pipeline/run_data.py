@@ -2,7 +2,8 @@
 
 The gradient batch and the gradients on it are the grad stage's measurements that invariants,
 stress and the model state read too; `logits_of_rows` is the model's logits of real rows at the
-engine's buckets (over-smoothing, the model state). Each function is its own provider key
+engine's buckets (over-smoothing, the model state; `mean_token_nll` each row's mean token NLL from
+them, OBJ102's model ranking). Each function is its own provider key
 (`ctx.provide(grad_batch, build)`), so whichever stage asks first computes it, and a stage never
 imports another stage.
 """
@@ -130,14 +131,38 @@ def logits_of_rows(ctx: Context, samples: list[Sample]):
     filler dropped), so the `model.forward` graphs are the ones every stage shares. Used by
     over-smoothing and the model state (OBJ004). A library model as the end-to-end target: its output head's logits and the
     labels they are scored against, from its own loss graph (engine/library_logits.py)."""
+    for _, x, labels in indexed_logits_of_rows(ctx, samples):
+        yield x, labels
+
+
+def indexed_logits_of_rows(ctx: Context, samples: list[Sample]):
+    """`logits_of_rows` with each batch's rows named: (indices into `samples`, logits, labels);
+    the batches follow the length buckets, not the order of `samples`."""
     for batch in ctx.engine.batches(samples):
         n = len(batch.samples)
         if ctx.target.end_to_end:
             out = library_logits(ctx).run(batch.input_ids, batch.labels)
-            yield out["logits"][:n].astype(np.float64), out["labels"][:n]
+            yield batch.index[:n], out["logits"][:n].astype(np.float64), out["labels"][:n]
             continue
         # the model's quality, not the objective's: each position against the real next token,
         # as the labels' layout (`[data] shift`) places it, whatever pairing the objective uses
         nxt = label_pairing.declared(ctx.config.data.shift, "").offset
-        yield (ctx.engine.logits(batch.input_ids)[:n].astype(np.float64),
+        yield (batch.index[:n], ctx.engine.logits(batch.input_ids)[:n].astype(np.float64),
                label_pairing.paired_labels(batch.labels[:n], nxt, ctx.engine.padding.label_pad_id))
+
+
+def mean_token_nll(ctx: Context, samples: list[Sample]) -> np.ndarray:
+    """The model's own mean negative log-likelihood (nats per token) of each sample's labelled
+    tokens, numpy float64 from the logits: a reference measurement of the MODEL (how likely it
+    finds each answer), never a verdict on the objective. NaN for a sample with no labelled token."""
+    out = np.full(len(samples), np.nan)
+    pid = ctx.engine.padding.label_pad_id
+    for index, x, labels in indexed_logits_of_rows(ctx, samples):
+        for i, xi, yi in zip(index, x, labels.astype(np.int64)):
+            keep = (yi != pid) & (yi >= 0)
+            if not keep.any():
+                continue
+            z = xi[keep] - xi[keep].max(-1, keepdims=True)
+            logp = z[np.arange(int(keep.sum())), yi[keep]] - np.log(np.exp(z).sum(-1))
+            out[i] = float(-logp.mean())
+    return out

@@ -1,6 +1,7 @@
 """OBJ101-OBJ104, alignment: the loss of good / medium / bad answers to the same prompt per row,
 their gap (OBJ101), their order (OBJ102), a paired test of bad > good (OBJ103) and finiteness
-(OBJ104)."""
+(OBJ104). A row out of order that the model's own likelihood puts out of order the same way is the
+model's (model_ranking.py): OBJ102 judges the objective on the rest."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from objdebug.core.stats import mean_std, paired_greater
 from objdebug.pipeline.context import Context
 from objdebug.pipeline.datasets import align_rows
 from objdebug.stages.align._common import _no_align_data
+from objdebug.stages.align.model_ranking import model_ranking
 
 
 class AlignmentLoss(Check):
@@ -40,8 +42,8 @@ class AlignmentLoss(Check):
         for (i, kind, _), v in zip(flat, values):
             losses[i][kind] = float(v)
 
-        per_row, gaps, violations, pair_ok, order_ok = [], [], [], 0, 0
-        for r, lo in zip(rows, losses):
+        per_row, gaps, violations, pair_ok, order_ok, out_of_order = [], [], [], 0, 0, []
+        for i, (r, lo) in enumerate(zip(rows, losses)):
             gap = lo["bad"] - lo["good"]
             ordered = lo["bad"] > lo.get("medium", lo["good"]) > lo["good"] if "medium" in lo \
                 else lo["bad"] > lo["good"]
@@ -49,6 +51,7 @@ class AlignmentLoss(Check):
             order_ok += int(bool(ordered))
             if not ordered:
                 violations.append(r["id"])
+                out_of_order.append(i)
             gaps.append(gap)
             per_row.append({"id": r["id"], "line": r["line"], **lo, "gap": gap, "ordered": bool(ordered),
                             "synthetic": r["synthetic"], "response_tokens": {
@@ -64,6 +67,7 @@ class AlignmentLoss(Check):
         nonfinite = [{"id": r["id"], "kind": k} for r, lo in zip(rows, losses)
                      for k, v in lo.items() if not math.isfinite(v)]
         imin = int(np.nanargmin(np.where(finite, g, np.nan))) if finite.any() else 0
+        ranking = model_ranking(ctx, rows, losses, out_of_order)
         return {
             "n_rows": n,
             "synthetic_rows": sum(1 for r in rows if r["synthetic"]),
@@ -75,6 +79,10 @@ class AlignmentLoss(Check):
             "order_accuracy": order_ok / n,
             "pair_accuracy": pair_ok / n,
             "violations": violations,
+            # the objective's order where it differs from the model's own likelihood: rows out of
+            # order the same way in the model's mean token NLL count as the model's, not its
+            "order_accuracy_vs_model": (order_ok + len(ranking["excused"])) / n if n else float("nan"),
+            "model_ranking": ranking,
             "p_wilcoxon": p_wilcoxon,
             "p_ttest": p_ttest,
             "nonfinite": nonfinite,
@@ -102,9 +110,28 @@ class AlignmentLoss(Check):
             verdict = band(x, pass_if=lambda a: a >= ord_pass, fail_if=lambda a: a < ord_fail)
             viol = v["violations"]
             shown = listing(viol)
-            return verdict, (f"{x:.0%} of rows ordered bad > medium > good, bad > good in "
-                             f"{v['pair_accuracy']:.0%}" + (f"; out of order: {shown}" if viol else "")
-                             + f"; pass >= {ord_pass:.0%}, fail < {ord_fail:.0%}"), x
+            message = (f"{x:.0%} of rows ordered bad > medium > good, bad > good in "
+                       f"{v['pair_accuracy']:.0%}" + (f"; out of order: {shown}" if viol else ""))
+            ranking = v.get("model_ranking") or {}
+            theirs = ranking.get("excused") or []
+            if verdict is not Verdict.PASS and theirs:
+                # the rows the model itself ranks so describe the model, not the objective
+                x_obj = v["order_accuracy_vs_model"]
+                verdict = band(x_obj, pass_if=lambda a: a >= ord_pass, fail_if=lambda a: a < ord_fail)
+                if verdict is Verdict.PASS:
+                    verdict = Verdict.INFO
+                worst = [r for r in ranking["rows"] if r["excused"]][:3]
+                pairs = "; ".join(
+                    f"{r['id']} " + ", ".join(f"{hi} {r['nll'][hi]:.2f} <= {lo} {r['nll'][lo]:.2f}"
+                                              for lo, hi in r["objective_pairs"]) for r in worst)
+                message += (f"; {len(theirs)} of {len(viol)} are out of order the same way in the "
+                            f"model's own likelihood (mean token NLL of each answer from the logits, "
+                            f"float64 reference: {pairs}{', ...' if len(theirs) > len(worst) else ''}): "
+                            f"the model's ranking (or the rows' labels), not the objective's, which "
+                            f"orders {x_obj:.0%} of rows as the model does")
+            elif verdict is not Verdict.PASS and viol and ranking.get("measured") is False:
+                message += f"; the model's own ranking could not be read ({ranking.get('reason')})"
+            return verdict, message + f"; pass >= {ord_pass:.0%}, fail < {ord_fail:.0%}", x
 
         def significance(v):
             n, p = v["n_rows"], v["p_wilcoxon"]
@@ -132,8 +159,15 @@ class AlignmentLoss(Check):
         return [Condition("OBJ101", f"gap_not_less_than_{gap_pass}", gap,
                           row_of(lambda v: v["min_gap_id"])),
                 Condition("OBJ102", f"order_accuracy_not_less_than_{ord_pass}", order,
-                          row_of(lambda v: (v["violations"] or [None])[0])),
+                          row_of(_first_objective_violation)),
                 Condition("OBJ103", f"p_value_less_than_{p_pass}", significance,
                           lambda v: data_row(v.get("file"), None)),
                 Condition("OBJ104", "losses_finite", finite,
                           row_of(lambda v: (v["nonfinite"] or [{}])[0].get("id")))]
+
+
+def _first_objective_violation(v: dict[str, Any]) -> str | None:
+    """The first row out of order by the objective's doing (else the first out of order)."""
+    theirs = set((v.get("model_ranking") or {}).get("excused") or [])
+    ours = [r for r in v["violations"] if r not in theirs]
+    return (ours or v["violations"] or [None])[0]
