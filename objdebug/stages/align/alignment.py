@@ -80,7 +80,7 @@ class AlignmentLoss(Check):
             "pair_accuracy": pair_ok / n,
             "violations": violations,
             # the objective's order where it differs from the model's own likelihood: rows out of
-            # order the same way in the model's mean token NLL count as the model's, not its
+            # order the same way in the model's mean token NLL are the model's ranking, not the objective's
             "order_accuracy_vs_model": (order_ok + len(ranking["excused"])) / n if n else float("nan"),
             "model_ranking": ranking,
             "p_wilcoxon": p_wilcoxon,
