@@ -155,6 +155,8 @@ def mean_token_nll(ctx: Context, samples: list[Sample]) -> np.ndarray:
     """The model's own mean negative log-likelihood (nats per token) of each sample's labelled
     tokens, numpy float64 from the logits: a reference measurement of the MODEL (how likely it
     finds each answer), never a verdict on the objective. NaN for a sample with no labelled token."""
+    from scipy.special import log_softmax
+
     out = np.full(len(samples), np.nan)
     pid = ctx.engine.padding.label_pad_id
     for index, x, labels in indexed_logits_of_rows(ctx, samples):
@@ -162,7 +164,6 @@ def mean_token_nll(ctx: Context, samples: list[Sample]) -> np.ndarray:
             keep = (yi != pid) & (yi >= 0)
             if not keep.any():
                 continue
-            z = xi[keep] - xi[keep].max(-1, keepdims=True)
-            logp = z[np.arange(int(keep.sum())), yi[keep]] - np.log(np.exp(z).sum(-1))
+            logp = log_softmax(xi[keep], axis=-1)[np.arange(int(keep.sum())), yi[keep]]
             out[i] = float(-logp.mean())
     return out
